@@ -1,0 +1,44 @@
+"""Suite-wide guards: tests talk only to loopback, and no ambient Azure or proxy settings leak in."""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+from typing import Any
+
+import pytest
+
+_AMBIENT = (
+    "AZURE_CLIENT_ID", "AZURE_CLIENT_SECRET", "AZURE_TENANT_ID", "AZURE_SUBSCRIPTION_ID",
+    "AZURE_USERNAME", "AZURE_PASSWORD", "AZURE_FEDERATED_TOKEN_FILE", "AZURE_AUTHORITY_HOST",
+    "IDENTITY_ENDPOINT", "IDENTITY_HEADER", "MSI_ENDPOINT", "MSI_SECRET", "IMDS_ENDPOINT",
+    "VMSS_TERMINATE_IMDS_URL", "VMSS_TERMINATE_ARM_ENDPOINT",
+    "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy", "NO_PROXY", "no_proxy",
+)
+
+_real_connect = socket.socket.connect
+
+
+def _is_loopback(address: Any) -> bool:
+    if not isinstance(address, tuple):
+        return True  # AF_UNIX paths
+    host = address[0]
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _guarded_connect(self: socket.socket, address: Any) -> Any:
+    if not _is_loopback(address):
+        raise ConnectionRefusedError(f"test network guard: only loopback is allowed, not {address!r}")
+    return _real_connect(self, address)
+
+
+@pytest.fixture(autouse=True)
+def _loopback_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(socket.socket, "connect", _guarded_connect)
+    for name in _AMBIENT:
+        monkeypatch.delenv(name, raising=False)

@@ -1,0 +1,3 @@
+from vmss_terminate.cli import main
+
+main()

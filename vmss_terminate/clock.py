@@ -1,0 +1,88 @@
+"""Injectable clocks, so time-dependent logic (deadlines, NotBefore, LRO waits) is testable and
+a sandbox can run a PT5M timeout in seconds.
+
+A clock gives wall-clock epoch seconds (`now`) and a way to wait (`sleep`, `wait`), both on the
+same scale. `ScaledClock(speed=60)` makes one real second count as a minute.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Optional, Protocol
+
+
+class Clock(Protocol):
+    def now(self) -> float:
+        """Current time as epoch seconds (UTC), on this clock's scale."""
+
+    def sleep(self, seconds: float) -> None:
+        """Wait `seconds` of this clock's time."""
+
+    def wait(self, event: threading.Event, seconds: float) -> bool:
+        """Wait up to `seconds` of this clock's time for `event`; True if it was set."""
+
+
+class SystemClock:
+    """Real time."""
+
+    def now(self) -> float:
+        return time.time()
+
+    def sleep(self, seconds: float) -> None:
+        if seconds > 0:
+            time.sleep(seconds)
+
+    def wait(self, event: threading.Event, seconds: float) -> bool:
+        return event.wait(max(0.0, seconds))
+
+
+class ScaledClock:
+    """Time that runs `speed` times faster than real time, starting at `start` (default: now)."""
+
+    def __init__(self, speed: float = 1.0, start: Optional[float] = None) -> None:
+        if speed <= 0:
+            raise ValueError("speed must be positive")
+        self.speed = speed
+        self._start = time.time() if start is None else start
+        self._origin = time.monotonic()
+
+    def now(self) -> float:
+        return self._start + (time.monotonic() - self._origin) * self.speed
+
+    def sleep(self, seconds: float) -> None:
+        if seconds > 0:
+            time.sleep(seconds / self.speed)
+
+    def wait(self, event: threading.Event, seconds: float) -> bool:
+        return event.wait(max(0.0, seconds) / self.speed)
+
+
+class ManualClock:
+    """Time that moves only when a test calls `advance`; `sleep` advances it (no real waiting)."""
+
+    def __init__(self, start: float = 1_700_000_000.0) -> None:
+        self._now = start
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
+
+    def now(self) -> float:
+        with self._lock:
+            return self._now
+
+    def advance(self, seconds: float) -> None:
+        with self._changed:
+            self._now += seconds
+            self._changed.notify_all()
+
+    def sleep(self, seconds: float) -> None:
+        self.advance(max(0.0, seconds))
+
+    def wait(self, event: threading.Event, seconds: float) -> bool:
+        if event.is_set():
+            return True
+        self.advance(max(0.0, seconds))
+        return event.is_set()
+
+
+SYSTEM_CLOCK = SystemClock()

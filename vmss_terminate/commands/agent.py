@@ -1,0 +1,3 @@
+"""CLI commands (agent). Placeholder until implemented."""
+
+COMMANDS: list = []

@@ -1,0 +1,3 @@
+"""CLI commands (control). Placeholder until implemented."""
+
+COMMANDS: list = []

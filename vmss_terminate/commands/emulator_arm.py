@@ -1,0 +1,6 @@
+import click
+
+
+@click.command("arm")
+def arm_command() -> None:
+    """Placeholder."""

@@ -1,0 +1,6 @@
+import click
+
+
+@click.command("imds")
+def imds_command() -> None:
+    """Placeholder."""

@@ -1,0 +1,3 @@
+"""CLI commands (iac). Placeholder until implemented."""
+
+COMMANDS: list = []

@@ -1,0 +1,27 @@
+"""Click parameter types and option helpers shared by several command modules."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import click
+
+from vmss_terminate.errors import UsageError
+from vmss_terminate.timeout import parse_timeout
+
+
+class TimeoutType(click.ParamType):
+    """`--timeout`: minutes (10, 10m) or ISO 8601 (PT10M); converted to whole minutes (int)."""
+
+    name = "timeout"
+
+    def convert(self, value: Any, param: Optional[click.Parameter], ctx: Optional[click.Context]) -> int:
+        if isinstance(value, int):
+            return parse_timeout(value)
+        try:
+            return parse_timeout(value)
+        except UsageError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+TIMEOUT = TimeoutType()

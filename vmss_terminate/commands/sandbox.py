@@ -1,0 +1,3 @@
+"""CLI commands (sandbox). Placeholder until implemented."""
+
+COMMANDS: list = []

@@ -1,0 +1,303 @@
+"""Shared HTTP machinery for the emulators: a threaded stdlib server that runs in the background,
+a tiny request/response model, fault injection and a request log tests can count.
+
+An emulator is an *app*: any object with `handle(request: Request) -> Response`. The server does
+everything else (parsing, faults, logging, writing the answer), so IMDS and ARM share it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import ssl
+import threading
+import time
+from dataclasses import dataclass, field
+from email.message import Message
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Callable, Dict, List, Optional, Protocol, Union
+from urllib.parse import parse_qs, urlsplit
+
+log = logging.getLogger(__name__)
+
+JsonValue = Union[Dict[str, Any], List[Any], str, int, float, bool, None]
+
+
+@dataclass
+class Request:
+    method: str
+    path: str
+    query: Dict[str, List[str]]
+    headers: Message
+    body: bytes
+    client: str = ""
+
+    def param(self, name: str) -> Optional[str]:
+        """The single value of a query parameter (case-insensitive name), or None."""
+        for key, values in self.query.items():
+            if key.lower() == name.lower() and values:
+                return values[0]
+        return None
+
+    def header(self, name: str) -> Optional[str]:
+        return self.headers.get(name)
+
+    def json(self) -> Any:
+        """Parsed body; raises ValueError when it is not JSON."""
+        return json.loads(self.body.decode("utf-8"))
+
+
+@dataclass
+class Response:
+    status: int
+    body: bytes = b""
+    headers: Dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def json(cls, status: int, payload: JsonValue, headers: Optional[Dict[str, str]] = None) -> "Response":
+        merged = {"Content-Type": "application/json; charset=utf-8"}
+        merged.update(headers or {})
+        return cls(status, json.dumps(payload).encode("utf-8"), merged)
+
+    @classmethod
+    def text(cls, status: int, text: str, headers: Optional[Dict[str, str]] = None) -> "Response":
+        merged = {"Content-Type": "text/plain; charset=utf-8"}
+        merged.update(headers or {})
+        return cls(status, text.encode("utf-8"), merged)
+
+
+class App(Protocol):
+    def handle(self, request: Request) -> Response: ...
+
+
+@dataclass
+class Fault:
+    """One injected misbehaviour. Matches by method and path substring (None matches anything).
+
+    `delay` seconds are waited before answering; then `status`/`body`/`headers` replace the app's
+    answer when `status` is set (the app is not called), otherwise the app answers after the delay.
+    `garbage=True` answers 200 with a body that is not JSON.
+    """
+
+    status: Optional[int] = None
+    body: Optional[bytes] = None
+    headers: Dict[str, str] = field(default_factory=dict)
+    delay: float = 0.0
+    garbage: bool = False
+    method: Optional[str] = None
+    path_contains: Optional[str] = None
+    times: int = 1
+
+    def matches(self, request: Request) -> bool:
+        if self.method and self.method.upper() != request.method:
+            return False
+        return not (self.path_contains and self.path_contains not in request.path)
+
+
+class FaultInjector:
+    """A thread-safe queue of faults; each matching request consumes one use of the first match."""
+
+    def __init__(self) -> None:
+        self._faults: List[Fault] = []
+        self._lock = threading.Lock()
+
+    def add(self, fault: Optional[Fault] = None, **kwargs: Any) -> Fault:
+        fault = fault or Fault(**kwargs)
+        with self._lock:
+            self._faults.append(fault)
+        return fault
+
+    def clear(self) -> None:
+        with self._lock:
+            self._faults.clear()
+
+    def take(self, request: Request) -> Optional[Fault]:
+        with self._lock:
+            for fault in self._faults:
+                if fault.matches(request):
+                    fault.times -= 1
+                    if fault.times <= 0:
+                        self._faults.remove(fault)
+                    return fault
+        return None
+
+    def pending(self) -> int:
+        with self._lock:
+            return sum(f.times for f in self._faults)
+
+
+@dataclass
+class RecordedRequest:
+    method: str
+    path: str
+    query: Dict[str, List[str]]
+    headers: Dict[str, str]
+    body: bytes
+    status: int
+    at: float
+
+
+class RequestLog:
+    """Every request an emulator answered, for tests to count and inspect."""
+
+    def __init__(self) -> None:
+        self._items: List[RecordedRequest] = []
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
+
+    def append(self, item: RecordedRequest) -> None:
+        with self._changed:
+            self._items.append(item)
+            self._changed.notify_all()
+
+    def all(self) -> List[RecordedRequest]:
+        with self._lock:
+            return list(self._items)
+
+    def find(self, method: Optional[str] = None, path_contains: Optional[str] = None) -> List[RecordedRequest]:
+        return [
+            r
+            for r in self.all()
+            if (method is None or r.method == method.upper())
+            and (path_contains is None or path_contains in r.path)
+        ]
+
+    def count(self, method: Optional[str] = None, path_contains: Optional[str] = None) -> int:
+        return len(self.find(method, path_contains))
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+
+    def wait_for(self, predicate: Callable[[List[RecordedRequest]], bool], timeout: float) -> bool:
+        """Block until `predicate(all requests)` holds or `timeout` real seconds pass."""
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while not predicate(list(self._items)):
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._changed.wait(remaining)
+            return True
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: "_HTTPServer"
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+        log.debug("%s %s", self.address_string(), format % args)
+
+    def _dispatch(self) -> None:
+        parts = urlsplit(self.path)
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length else b""
+        request = Request(
+            method=self.command,
+            path=parts.path,
+            query=parse_qs(parts.query, keep_blank_values=True),
+            headers=self.headers,
+            body=body,
+            client=self.client_address[0],
+        )
+        host = self.server.host
+        response = host.respond(request)
+        self.send_response(response.status)
+        for name, value in response.headers.items():
+            self.send_header(name, value)
+        self.send_header("Content-Length", str(len(response.body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(response.body)
+        host.log.append(
+            RecordedRequest(
+                request.method,
+                request.path,
+                request.query,
+                {k: v for k, v in request.headers.items()},
+                body,
+                response.status,
+                time.time(),
+            )
+        )
+
+    do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = _dispatch
+
+
+class _HTTPServer(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    host: "EmulatorServer"
+
+
+class EmulatorServer:
+    """Serve an app on `host:port` (port 0 picks a free one) in a background thread.
+
+    Use as a context manager, or `start()` / `stop()`; `serve_forever()` for a foreground CLI.
+    `ssl_context` turns it into HTTPS (e.g. a `trustme` CA for the ARM emulator).
+    """
+
+    def __init__(
+        self,
+        app: App,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        ssl_context: Optional[ssl.SSLContext] = None,
+    ) -> None:
+        self.app = app
+        self.faults = FaultInjector()
+        self.log = RequestLog()
+        self._httpd = _HTTPServer((host, port), _Handler)
+        self._httpd.host = self
+        if ssl_context is not None:
+            self._httpd.socket = ssl_context.wrap_socket(self._httpd.socket, server_side=True)
+        self._scheme = "https" if ssl_context is not None else "http"
+        self._thread: Optional[threading.Thread] = None
+
+    @property
+    def address(self) -> str:
+        return str(self._httpd.server_address[0])
+
+    @property
+    def port(self) -> int:
+        return int(self._httpd.server_address[1])
+
+    @property
+    def url(self) -> str:
+        return f"{self._scheme}://{self.address}:{self.port}"
+
+    def respond(self, request: Request) -> Response:
+        fault = self.faults.take(request)
+        if fault is not None:
+            if fault.delay:
+                time.sleep(fault.delay)  # an injected slow answer, not synchronisation
+            if fault.garbage:
+                return Response(200, b"<html>not json", {"Content-Type": "application/json"})
+            if fault.status is not None:
+                return Response(fault.status, fault.body or b"", dict(fault.headers))
+        try:
+            return self.app.handle(request)
+        except Exception:  # an emulator bug must show up as a 500, not a dropped connection
+            log.exception("emulator app failed on %s %s", request.method, request.path)
+            return Response.json(500, {"error": "emulator internal error"})
+
+    def start(self) -> "EmulatorServer":
+        self._thread = threading.Thread(target=self._httpd.serve_forever, name=f"emulator:{self.port}", daemon=True)
+        self._thread.start()
+        return self
+
+    def serve_forever(self) -> None:
+        self._httpd.serve_forever()
+
+    def stop(self) -> None:
+        if self._thread is not None:
+            self._httpd.shutdown()
+            self._thread.join(timeout=5)
+            self._thread = None
+        self._httpd.server_close()
+
+    def __enter__(self) -> "EmulatorServer":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
