@@ -1,3 +1,3 @@
 from vmss_terminate.cli import main
 
-main()
+main(prog_name="vmss-terminate")

@@ -1,0 +1,55 @@
+"""The shared emulator HTTP machinery: faults, request log, error isolation."""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import pytest
+import requests
+
+from vmss_terminate.emulator.server import EmulatorServer, Request, Response
+
+
+class Echo:
+    def handle(self, request: Request) -> Response:
+        if request.path == "/boom":
+            raise RuntimeError("bug")
+        return Response.json(200, {"method": request.method, "path": request.path, "q": request.param("A")})
+
+
+@pytest.fixture()
+def server() -> Iterator[EmulatorServer]:
+    with EmulatorServer(Echo()) as srv:
+        yield srv
+
+
+def test_serves_on_loopback_and_logs(server: EmulatorServer) -> None:
+    assert server.url.startswith("http://127.0.0.1:")
+    reply = requests.patch(f"{server.url}/x?a=1", json={"k": 1}, timeout=5)
+    assert reply.json() == {"method": "PATCH", "path": "/x", "q": "1"}
+    [entry] = server.log.find("PATCH", "/x")
+    assert entry.status == 200 and entry.body == b'{"k": 1}'
+
+
+def test_fault_is_consumed_in_order(server: EmulatorServer) -> None:
+    server.faults.add(status=429, headers={"Retry-After": "2"}, method="GET", times=2)
+    codes = [requests.get(f"{server.url}/y", timeout=5).status_code for _ in range(3)]
+    assert codes == [429, 429, 200]
+    assert server.faults.pending() == 0
+
+
+def test_fault_matches_path_and_garbage(server: EmulatorServer) -> None:
+    server.faults.add(garbage=True, path_contains="/g")
+    assert requests.get(f"{server.url}/other", timeout=5).json()["path"] == "/other"
+    with pytest.raises(ValueError):
+        requests.get(f"{server.url}/g", timeout=5).json()
+
+
+def test_app_exception_is_a_500_not_a_dropped_connection(server: EmulatorServer) -> None:
+    assert requests.get(f"{server.url}/boom", timeout=5).status_code == 500
+
+
+def test_wait_for_is_bounded(server: EmulatorServer) -> None:
+    assert server.log.wait_for(lambda items: len(items) >= 1, timeout=0.05) is False
+    requests.get(f"{server.url}/z", timeout=5)
+    assert server.log.wait_for(lambda items: len(items) >= 1, timeout=5) is True
