@@ -1,3 +1,147 @@
-"""CLI commands (agent). Placeholder until implemented."""
+"""`vmss-terminate agent run|events|approve`: thin wrappers over `vmss_terminate.agent`.
 
-COMMANDS: list = []
+The agent library is imported inside each command, so other commands (and `--help`) do not pay
+for it, and nothing here imports `azure.*`.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import threading
+from typing import Any, Optional, Tuple
+
+import click
+
+_IMDS_URL = click.option("--imds-url", metavar="URL", default=None,
+                         help="IMDS base URL [env VMSS_TERMINATE_IMDS_URL; default http://169.254.169.254].")
+_API_VERSION = click.option("--api-version", default="2019-01-01", show_default=True,
+                            help="Scheduled Events api-version (>= 2019-01-01, the first with Terminate).")
+_RETRY_FOR = click.option("--retry-for", type=float, default=70.0, show_default=True, metavar="S",
+                          help="Keep retrying an unavailable IMDS this long before failing (exit 1).")
+_VM_NAME = click.option("--vm-name", default=None, metavar="NAME",
+                        help="This VM's name (default: instance metadata compute.name).")
+
+
+@click.group("agent")
+def agent_group() -> None:
+    """The in-VM agent: drain hooks, then approve this VM's Terminate event."""
+
+
+@agent_group.command("run")
+@_IMDS_URL
+@click.option("--hook", "hooks", multiple=True, metavar="CMD",
+              help="Command run (no shell) for our own events, in order; repeatable. Event data in "
+                   "VMSS_TERMINATE_* env vars and the event JSON on stdin.")
+@click.option("--hook-events", default="Terminate", show_default=True, metavar="TYPES",
+              help="Event types the hooks and the webhook run for (comma list, 'all').")
+@click.option("--webhook", default=None, metavar="URL", help="POST each such event as JSON to URL (may use proxies).")
+@click.option("--poll-interval", type=float, default=1.0, show_default=True, metavar="S",
+              help="Seconds between Scheduled Events polls (the docs recommend 1).")
+@click.option("--state-file", default=None, metavar="PATH",
+              help="Default /var/lib/vmss-terminate/state.json (%ProgramData%\\vmss-terminate on Windows).")
+@click.option("--once", is_flag=True, help="Handle what is visible now (waiting for its hooks) and exit.")
+@click.option("--approve", "approve_types", default="Terminate", show_default=True, metavar="TYPES",
+              help="Event types approved (ours only) after hooks: comma list, e.g. Terminate,Reboot; 'none'.")
+@click.option("--approve-shared", is_flag=True,
+              help="Also approve an event of ours that names other VMs too (releases them before they drain).")
+@click.option("--on-hook-failure", type=click.Choice(["approve", "wait"]), default="approve", show_default=True,
+              help="approve: approve anyway (the VM goes at NotBefore regardless); wait: let NotBefore expire.")
+@click.option("--safety-margin", type=float, default=15.0, show_default=True, metavar="S",
+              help="Stop hooks this many seconds before NotBefore.")
+@click.option("--no-rerun-interrupted", is_flag=True,
+              help="After a crash, do not rerun a hook that was started but not finished (treat it as failed).")
+@_API_VERSION
+@_VM_NAME
+@click.option("--request-timeout", type=float, default=10.0, show_default=True, metavar="S",
+              help="Read timeout of each IMDS request.")
+@click.option("--first-call-timeout", type=float, default=130.0, show_default=True, metavar="S",
+              help="Read timeout of the first Scheduled Events call (IMDS may take 2 minutes to enable).")
+@click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True,
+              help="Logs on stderr: human-readable lines, or one JSON object per line.")
+def run_command(imds_url: Optional[str], hooks: Tuple[str, ...], hook_events: str, webhook: Optional[str],
+                poll_interval: float, state_file: Optional[str], once: bool, approve_types: str,
+                approve_shared: bool, on_hook_failure: str, safety_margin: float, no_rerun_interrupted: bool,
+                api_version: str, vm_name: Optional[str], request_timeout: float, first_call_timeout: float,
+                log_format: str) -> None:
+    """Poll Scheduled Events; run hooks; approve only this VM's own events."""
+    from vmss_terminate.agent import Agent, AgentConfig
+    from vmss_terminate.agent.logs import configure
+
+    configure(log_format)
+    config = AgentConfig(
+        imds_url=imds_url, hooks=hooks, hook_events=hook_events, poll_interval=poll_interval,
+        state_file=state_file, approve_types=approve_types, on_hook_failure=on_hook_failure,
+        approve_shared=approve_shared, api_version=api_version, safety_margin=safety_margin,
+        webhook=webhook, vm_name=vm_name, rerun_interrupted=not no_rerun_interrupted,
+        request_timeout=request_timeout, first_call_timeout=first_call_timeout,
+    )
+    agent = Agent(config)
+    stop = threading.Event()
+    _stop_on_signals(stop)
+    if once:
+        agent.run_once(stop)
+    else:
+        agent.run(stop)
+
+
+def _stop_on_signals(stop: threading.Event) -> None:
+    """SIGTERM / Ctrl-C (and Ctrl-Break on Windows) end the loop cleanly. CLI only: the library
+    never installs handlers, so agents can run in threads."""
+
+    def handler(signum: int, frame: Any) -> None:
+        stop.set()
+
+    for name in ("SIGTERM", "SIGINT", "SIGBREAK"):
+        sig = getattr(signal, name, None)
+        if sig is not None:
+            try:
+                signal.signal(sig, handler)
+            except (ValueError, OSError):  # not the main thread, or unsupported here
+                pass
+
+
+@agent_group.command("events")
+@_IMDS_URL
+@_API_VERSION
+@_VM_NAME
+@_RETRY_FOR
+@click.option("--output", "-o", type=click.Choice(["text", "json"]), default="text", show_default=True)
+def events_command(imds_url: Optional[str], api_version: str, vm_name: Optional[str], retry_for: float,
+                   output: str) -> None:
+    """Show the current Scheduled Events document, this VM's own events marked."""
+    from vmss_terminate.agent.ops import list_events
+
+    view = list_events(imds_url, api_version, vm_name, retry_for=retry_for)
+    if output == "json":
+        click.echo(json.dumps(view.to_json(), indent=2))
+        return
+    click.echo(f"VM {view.vm_name}  DocumentIncarnation {view.document.incarnation}  "
+               f"{len(view.document.events)} event(s), {len(view.own)} ours")
+    for event in view.document.events:
+        mark = "*" if event.names(view.vm_name) else " "
+        click.echo(f"{mark} {event.event_id}  {event.event_type:<9} {event.status:<9} "
+                   f"NotBefore={event.not_before_raw or '-'}  Resources={','.join(event.resources)}")
+    if view.document.events:
+        click.echo("(* = names this VM)")
+
+
+@agent_group.command("approve")
+@click.argument("event_id")
+@click.option("--force", is_flag=True, help="Approve even if the event is not (only) this VM's.")
+@_IMDS_URL
+@_API_VERSION
+@_VM_NAME
+@_RETRY_FOR
+def approve_command(event_id: str, force: bool, imds_url: Optional[str], api_version: str,
+                    vm_name: Optional[str], retry_for: float) -> None:
+    """Approve EVENT_ID now. Refuses (exit 2) an event that is not this VM's alone, unless --force."""
+    from vmss_terminate.agent.ops import approve_event
+
+    event = approve_event(event_id, imds_url, api_version, force=force, vm_name=vm_name, retry_for=retry_for)
+    click.echo(f"approved {event.event_type} {event.event_id} ({', '.join(event.resources)})")
+    sys.stdout.flush()
+
+
+COMMANDS = [agent_group]

@@ -1,6 +1,91 @@
+"""`vmss-terminate emulator arm`: run the local ARM emulator and its token endpoint in the foreground."""
+
+from __future__ import annotations
+
+import json
+import ssl
+import threading
+from pathlib import Path
+from typing import Optional
+
 import click
+
+from vmss_terminate.errors import UsageError
+
+
+def _load_state(seed: Optional[Path], page_size: Optional[int]):  # -> ArmState
+    from vmss_terminate.emulator.arm import ArmState
+
+    state = ArmState()
+    if seed is not None:
+        try:
+            state.load_seed(seed)
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            # json.JSONDecodeError is a ValueError; a missing "name" is a KeyError
+            raise UsageError(f"invalid seed {str(seed)!r}: {exc}") from None
+    if page_size is not None:
+        state.page_size = page_size
+    return state
+
+
+def _tls_context(cert: Optional[Path], key: Optional[Path]) -> Optional[ssl.SSLContext]:
+    if cert is None:
+        if key is not None:
+            raise UsageError("--tls-key needs --tls-cert")
+        return None
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    try:
+        context.load_cert_chain(str(cert), str(key) if key else None)
+    except (OSError, ssl.SSLError) as exc:
+        raise UsageError(f"cannot load TLS certificate {str(cert)!r}: {exc}") from None
+    return context
 
 
 @click.command("arm")
-def arm_command() -> None:
-    """Placeholder."""
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on (both servers).")
+@click.option("--port", default=0, type=click.IntRange(0, 65535), help="ARM port (0: pick a free one).")
+@click.option("--token-port", default=0, type=click.IntRange(0, 65535),
+              help="Managed-identity token endpoint port (0: pick a free one).")
+@click.option("--seed", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="JSON file with the scale sets to serve (format: examples/seed.json).")
+@click.option("--page-size", type=click.IntRange(1, 10000), help="VM list page size (default 100).")
+@click.option("--tls-cert", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Serve ARM over HTTPS with this PEM certificate (chain); clients must trust its CA "
+                   "(e.g. REQUESTS_CA_BUNDLE). The token endpoint stays http, like App Service's.")
+@click.option("--tls-key", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="PEM private key for --tls-cert (omit if the certificate file holds it).")
+def arm_command(host: str, port: int, token_port: int, seed: Optional[Path], page_size: Optional[int],
+                tls_cert: Optional[Path], tls_key: Optional[Path]) -> None:
+    """Serve a local Azure Resource Manager for scale sets, plus a token endpoint for
+    DefaultAzureCredential (App Service managed identity). Stop with Ctrl+C."""
+    from vmss_terminate.emulator.arm import start_arm
+
+    state = _load_state(seed, page_size)
+    context = _tls_context(tls_cert, tls_key)
+    try:
+        servers = start_arm(state, host=host, port=port, token_port=token_port, ssl_context=context)
+    except OSError as exc:
+        raise UsageError(f"cannot listen on {host}: {exc}") from None
+    try:
+        example = state.scale_sets()[0] if state.scale_sets() else None
+        connect = dict(servers.env, VMSS_TERMINATE_ARM_ENDPOINT=servers.arm_url)
+        if example is not None:
+            connect["AZURE_SUBSCRIPTION_ID"] = example.subscription
+        click.echo(f"ARM emulator:    {servers.arm_url}")
+        click.echo(f"token endpoint:  {servers.token_url}")
+        for ss in state.scale_sets():
+            click.echo(f"scale set:       {ss.resource_id} ({ss.orchestration}, {ss.upgrade_policy}, "
+                       f"{len(ss.instances)} instances)")
+        click.echo("")
+        click.echo("Point DefaultAzureCredential and the CLI at it (bash):")
+        for name, value in connect.items():
+            click.echo(f"  export {name}={value}")
+        target = (f"--subscription {example.subscription} --resource-group {example.resource_group} "
+                  f"--name {example.name} " if example else "")
+        click.echo(f"  vmss-terminate status {target}--arm-endpoint {servers.arm_url}")
+        click.echo("env as JSON: " + json.dumps(connect))
+        threading.Event().wait()  # serve until interrupted
+    except KeyboardInterrupt:
+        pass
+    finally:
+        servers.stop()

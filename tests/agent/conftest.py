@@ -1,0 +1,139 @@
+"""Fixtures for agent tests: a real IMDS emulator on loopback, and helpers to run the agent."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator, List, Optional
+
+import pytest
+
+from vmss_terminate.agent import Agent, AgentConfig, Decision
+from vmss_terminate.emulator.imds import ImdsEmulator, PlacementGroup
+from vmss_terminate.emulator.server import EmulatorServer
+
+REPO = Path(__file__).resolve().parents[2]
+VM = "myvmss_3"
+
+
+@dataclass
+class Imds:
+    group: PlacementGroup
+    app: ImdsEmulator
+    server: EmulatorServer
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+    def approved_ids(self) -> List[str]:
+        return [a.event_id for a in self.group.approvals if a.accepted]
+
+
+@pytest.fixture(scope="session")
+def _imds_server() -> Iterator[EmulatorServer]:
+    # One server for the session (stopping one costs 0.5 s); each test gets a fresh app on it.
+    group = PlacementGroup(auto_start=False)
+    with EmulatorServer(ImdsEmulator(group, vm_name=VM, rate_limit=None)) as server:
+        yield server
+
+
+@pytest.fixture
+def imds(_imds_server: EmulatorServer) -> Iterator[Imds]:
+    """One VM (myvmss_3) of a placement group; approvals only record (the test decides starts)."""
+    group = PlacementGroup(auto_start=False)
+    app = ImdsEmulator(group, vm_name=VM, vmss_name="myvmss", rate_limit=None)
+    _imds_server.app = app
+    _imds_server.faults.clear()
+    _imds_server.log.clear()
+    yield Imds(group, app, _imds_server)
+    _imds_server.faults.clear()
+
+
+@dataclass
+class Recorder:
+    """Collects decisions; `wait_for(kind)` blocks (bounded) until one arrives."""
+
+    items: List[Decision] = field(default_factory=list)
+    cond: threading.Condition = field(default_factory=threading.Condition)
+
+    def __call__(self, decision: Decision) -> None:
+        with self.cond:
+            self.items.append(decision)
+            self.cond.notify_all()
+
+    def kinds(self, event_id: Optional[str] = None) -> List[str]:
+        with self.cond:
+            return [d.kind for d in self.items if event_id is None or d.event_id == event_id]
+
+    def wait_for(self, predicate: Callable[[List[Decision]], bool], timeout: float = 10.0) -> bool:
+        deadline = time.monotonic() + timeout
+        with self.cond:
+            while not predicate(list(self.items)):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self.cond.wait(left)
+            return True
+
+    def wait_kind(self, kind: str, event_id: Optional[str] = None, timeout: float = 10.0) -> bool:
+        return self.wait_for(lambda items: any(d.kind == kind and (event_id is None or d.event_id == event_id)
+                                               for d in items), timeout)
+
+
+def make_agent(url: str, clock: Any = None, **overrides: Any) -> Agent:
+    options = dict(imds_url=url, state_file=":memory:", poll_interval=0.05, max_requests_per_second=200,
+                   request_timeout=2.0, first_call_timeout=2.0, kill_grace=1.0)
+    options.update(overrides)
+    return Agent(AgentConfig(**options), **({"clock": clock} if clock is not None else {}))
+
+
+class Running:
+    """An agent looping in a thread; stops (bounded join) on exit."""
+
+    def __init__(self, agent: Agent) -> None:
+        self.agent = agent
+        self.stop = threading.Event()
+        self.decisions = Recorder()
+        agent.subscribe(self.decisions)
+        self.thread = threading.Thread(target=agent.run, args=(self.stop,), daemon=True)
+
+    def __enter__(self) -> "Running":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop.set()
+        self.thread.join(15)
+        assert not self.thread.is_alive(), "agent did not stop"
+
+
+def agent_cli(*args: str, env: Optional[dict] = None, **kwargs: Any) -> subprocess.Popen:
+    """Start `python -m vmss_terminate agent ...` as a subprocess (no proxies, no ambient IMDS URL)."""
+    full_env = {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}
+    full_env.pop("VMSS_TERMINATE_IMDS_URL", None)
+    full_env.update(env or {})
+    return subprocess.Popen([sys.executable, "-m", "vmss_terminate", "agent", *args], env=full_env, cwd=str(REPO),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs)
+
+
+def run_cli(*args: str, env: Optional[dict] = None, timeout: float = 30) -> subprocess.CompletedProcess:
+    proc = agent_cli(*args, env=env)
+    out, err = proc.communicate(timeout=timeout)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float = 10.0, interval: float = 0.02) -> bool:
+    """Bounded polling for conditions outside our process (files, other processes)."""
+    deadline = time.monotonic() + timeout
+    gate = threading.Event()
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        gate.wait(interval)
+    return predicate()

@@ -1,0 +1,210 @@
+"""Hooks: data via env/stdin never through a shell, ordering, types, deadlines, failure policy."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import sys
+import time
+from pathlib import Path
+from typing import Any, Dict, List
+
+import pytest
+
+from vmss_terminate.agent.hooks import HookContext
+from vmss_terminate.emulator.server import EmulatorServer, Request, Response
+from vmss_terminate.emulator.imds_events import format_not_before
+
+from .conftest import VM, Imds, Running, make_agent, wait_until
+
+PROBE = Path(__file__).with_name("hook_probe.py")
+
+
+def probe(out: Path, *extra: str) -> str:
+    return " ".join(shlex.quote(p) for p in (sys.executable, str(PROBE), str(out), *extra))
+
+
+def runs(out: Path) -> List[Dict[str, Any]]:
+    if not out.exists():
+        return []
+    return [json.loads(p.read_text()) for p in sorted(out.glob("*.json"), key=lambda p: int(p.stem))]
+
+
+def test_hook_gets_event_in_env_and_stdin(imds: Imds, tmp_path: Path) -> None:
+    eid = imds.group.add_event("Terminate", [VM])
+    agent = make_agent(imds.url, hooks=[probe(tmp_path / "out")])
+    agent.run_once(retry_for=0)
+    (record,) = runs(tmp_path / "out")
+    env = record["env"]
+    assert env["VMSS_TERMINATE_EVENT_ID"] == eid
+    assert env["VMSS_TERMINATE_EVENT_TYPE"] == "Terminate"
+    assert env["VMSS_TERMINATE_VM_NAME"] == VM
+    assert json.loads(env["VMSS_TERMINATE_RESOURCES"]) == [VM]
+    assert env["VMSS_TERMINATE_NOT_BEFORE"].endswith("GMT")
+    stdin = json.loads(record["stdin"])
+    assert stdin["EventId"] == eid and stdin["Resources"] == [VM]
+    assert imds.approved_ids() == [eid]
+
+
+@pytest.mark.parametrize("evil", ["$(touch pwned)", "`touch pwned`", "x; touch pwned", "x' && touch pwned '"])
+def test_event_data_never_reaches_a_shell(imds: Imds, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                          evil: str) -> None:
+    monkeypatch.chdir(tmp_path)
+    imds.group.add_event("Terminate", [VM], event_id=evil)
+    agent = make_agent(imds.url, hooks=[probe(tmp_path / "out")])
+    agent.run_once(retry_for=0)
+    (record,) = runs(tmp_path / "out")
+    assert record["env"]["VMSS_TERMINATE_EVENT_ID"] == evil
+    assert not (tmp_path / "pwned").exists()
+    assert imds.approved_ids() == [evil]
+
+
+def test_hooks_run_in_order_and_stop_at_the_first_failure(imds: Imds, tmp_path: Path) -> None:
+    eid = imds.group.add_event("Terminate", [VM])
+    agent = make_agent(imds.url, hooks=[probe(tmp_path / "a"), probe(tmp_path / "b", "exit", "3"),
+                                        probe(tmp_path / "c")])
+    seen: List[str] = []
+    agent.subscribe(lambda d: seen.append(d.kind))
+    agent.run_once(retry_for=0)
+    assert len(runs(tmp_path / "a")) == 1 and len(runs(tmp_path / "b")) == 1 and not runs(tmp_path / "c")
+    assert seen.count("hook_finished") == 1 and seen.count("hook_failed") == 1
+    assert imds.approved_ids() == [eid]  # default --on-hook-failure=approve
+
+
+def test_on_hook_failure_wait_lets_the_event_expire(imds: Imds, tmp_path: Path) -> None:
+    imds.group.add_event("Terminate", [VM])
+    agent = make_agent(imds.url, hooks=[probe(tmp_path / "a", "exit", "1")], on_hook_failure="wait")
+    seen: List[str] = []
+    agent.subscribe(lambda d: seen.append(d.kind))
+    agent.run_once(retry_for=0)
+    agent.run_once(retry_for=0)
+    assert "approval_withheld" in seen and seen.count("approval_withheld") == 1
+    assert imds.approved_ids() == [] and imds.server.log.count("POST") == 0
+
+
+def test_hooks_are_for_own_terminate_only_unless_subscribed(imds: Imds, tmp_path: Path) -> None:
+    term = imds.group.add_event("Terminate", [VM])
+    freeze = imds.group.add_event("Freeze", [VM])
+    other = imds.group.add_event("Terminate", ["myvmss_30"])
+    agent = make_agent(imds.url, hooks=[probe(tmp_path / "a")])
+    kinds: Dict[str, List[str]] = {}
+    agent.subscribe(lambda d: kinds.setdefault(d.event_id or "", []).append(d.kind))
+    agent.run_once(retry_for=0)
+    assert [r["env"]["VMSS_TERMINATE_EVENT_ID"] for r in runs(tmp_path / "a")] == [term]
+    assert "observed" in kinds[freeze] and "not_ours" in kinds[other]
+    assert imds.approved_ids() == [term]
+
+    # subscribed and opted in: the Freeze hook runs and the Freeze is approved (still only ours)
+    agent2 = make_agent(imds.url, hooks=[probe(tmp_path / "b")], hook_events="Freeze", approve_types="Freeze")
+    agent2.run_once(retry_for=0)
+    assert [r["env"]["VMSS_TERMINATE_EVENT_ID"] for r in runs(tmp_path / "b")] == [freeze]
+    assert sorted(imds.approved_ids()) == sorted([term, freeze])
+
+
+def test_shared_terminate_runs_hooks_but_is_not_approved_by_default(imds: Imds, tmp_path: Path) -> None:
+    shared = imds.group.add_event("Terminate", [VM, "myvmss_4"])
+    agent = make_agent(imds.url, hooks=[probe(tmp_path / "a")])
+    seen: List[str] = []
+    agent.subscribe(lambda d: seen.append(d.kind))
+    agent.run_once(retry_for=0)
+    assert len(runs(tmp_path / "a")) == 1 and "shared_not_approved" in seen
+    assert imds.approved_ids() == []
+    make_agent(imds.url, approve_shared=True).run_once(retry_for=0)
+    assert imds.approved_ids() == [shared]
+
+
+def test_deadline_stops_a_long_hook_and_its_children(imds: Imds, tmp_path: Path) -> None:
+    pidfile = tmp_path / "child.pid"
+    eid = imds.group.add_event("Terminate", [VM], not_before=format_not_before(time.time() + 3))
+    hook = f"sh -c 'sleep 60 & echo $! > \"$0\"; wait' {shlex.quote(str(pidfile))}"
+    agent = make_agent(imds.url, hooks=[hook], safety_margin=1.0)
+    with Running(agent) as running:
+        assert running.decisions.wait_kind("hook_failed", eid, timeout=10)
+        assert running.decisions.wait_kind("approval_sent", eid, timeout=5)
+    failed = next(d for d in running.decisions.items if d.kind == "hook_failed")
+    assert failed.data["outcome"] == "deadline"
+    child = int(pidfile.read_text())
+    assert wait_until(lambda: not _alive(child), 5), "the hook's child survived"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_python_handlers_and_failure(imds: Imds) -> None:
+    eid = imds.group.add_event("Terminate", [VM])
+    calls: List[Any] = []
+
+    def drain(event: Any, ctx: HookContext) -> None:
+        calls.append((event.event_id, ctx.vm_name, ctx.seconds_left() is not None))
+
+    def broken(event: Any, ctx: HookContext) -> None:
+        raise RuntimeError("boom")
+
+    agent = make_agent(imds.url)
+    agent.on("Terminate", drain)
+    agent.on("Reboot", broken)  # not a Terminate: never called
+    agent.run_once(retry_for=0)
+    assert calls == [(eid, VM, True)]
+    assert imds.approved_ids() == [eid]
+
+    second = imds.group.add_event("Terminate", [VM])
+    agent2 = make_agent(imds.url)
+    agent2.on("*", broken)
+    seen: List[Any] = []
+    agent2.subscribe(seen.append)
+    agent2.run_once(retry_for=0)
+    assert any(d.kind == "hook_failed" and "boom" in d.message for d in seen)
+    assert second in imds.approved_ids()
+
+
+class _Hooked:
+    def __init__(self) -> None:
+        self.bodies: List[Any] = []
+
+    def handle(self, request: Request) -> Response:
+        self.bodies.append(request.json())
+        return Response.json(200, {})
+
+
+def test_webhook_gets_the_event(imds: Imds) -> None:
+    eid = imds.group.add_event("Terminate", [VM])
+    app = _Hooked()
+    with EmulatorServer(app) as hook_server:
+        agent = make_agent(imds.url, webhook=hook_server.url + "/drain?token=secret")
+        seen: List[str] = []
+        agent.subscribe(lambda d: seen.append(d.message))
+        agent.run_once(retry_for=0)
+    assert app.bodies[0]["event"]["EventId"] == eid and app.bodies[0]["vm_name"] == VM
+    assert imds.approved_ids() == [eid]
+    assert not any("secret" in m for m in seen)  # a token in the URL never reaches the log
+
+
+def test_hook_arguments_never_reach_logs_or_state(imds: Imds, tmp_path: Path) -> None:
+    imds.group.add_event("Terminate", [VM])
+    state = tmp_path / "state.json"
+    agent = make_agent(imds.url, hooks=[probe(tmp_path / "a", "exit", "0", "--token=s3cret")], state_file=str(state))
+    seen: List[Any] = []
+    agent.subscribe(seen.append)
+    agent.run_once(retry_for=0)
+    assert runs(tmp_path / "a") and any(d.kind == "hook_finished" for d in seen)
+    assert not any("s3cret" in d.message or "s3cret" in json.dumps(d.data) for d in seen)
+    assert "s3cret" not in state.read_text()
+
+
+def test_event_vanishing_while_hook_runs_is_not_approved(imds: Imds, tmp_path: Path) -> None:
+    eid = imds.group.add_event("Terminate", [VM])
+    out = tmp_path / "a"
+    agent = make_agent(imds.url, hooks=[probe(out, "block")])
+    with Running(agent) as running:
+        assert wait_until(lambda: len(runs(out)) == 1)
+        imds.group.remove_event(eid)
+        assert running.decisions.wait_kind("event_gone", eid)
+        (out / "release").write_text("go")
+        assert running.decisions.wait_kind("hook_finished", eid)
+    assert imds.server.log.count("POST") == 0

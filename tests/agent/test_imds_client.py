@@ -1,0 +1,181 @@
+"""ImdsClient against the emulator: request hygiene, proxies, redirects, retries, rate limit."""
+
+from __future__ import annotations
+
+import json
+from typing import List
+
+import pytest
+
+from vmss_terminate.agent.imds import ForeignEventError, ImdsClient, ImdsError, RateLimiter, check_api_version
+from vmss_terminate.clock import ManualClock
+from vmss_terminate.emulator.imds import ImdsEmulator, PlacementGroup
+from vmss_terminate.emulator.server import EmulatorServer
+from vmss_terminate.errors import UsageError
+
+from .conftest import VM, Imds, make_agent
+
+
+class RecordingClock(ManualClock):
+    """Retry waits pass instantly and are recorded, so backoff is observable without sleeping."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.waits: List[float] = []
+
+    def sleep(self, seconds: float) -> None:
+        self.waits.append(seconds)
+        super().sleep(seconds)
+
+    def wait(self, event, seconds):  # type: ignore[no-untyped-def]
+        self.waits.append(seconds)
+        return super().wait(event, seconds)
+
+
+def client(imds: Imds, clock=None, **kwargs) -> ImdsClient:  # type: ignore[no-untyped-def]
+    return ImdsClient(imds.url, clock=clock or RecordingClock(), read_timeout=kwargs.pop("read_timeout", 2.0),
+                      first_call_timeout=kwargs.pop("first_call_timeout", 2.0), max_per_second=100, **kwargs)
+
+
+def test_every_request_has_metadata_header_and_no_forwarded_for(imds: Imds) -> None:
+    eid = imds.group.add_event("Terminate", [VM])
+    c = client(imds)
+    c._session.headers["X-Forwarded-For"] = "10.0.0.1"  # even if someone adds it, it never leaves
+    assert c.vm_name() == VM
+    assert c.get_events().get(eid) is not None
+    c.approve(eid, VM)
+    assert imds.server.log.wait_for(lambda r: len(r) >= 3, 5)  # the server logs after answering
+    log = imds.server.log.all()
+    assert [r.method for r in log] == ["GET", "GET", "POST"]
+    for r in log:
+        headers = {k.lower(): v for k, v in r.headers.items()}
+        assert headers.get("metadata") == "true"
+        assert "x-forwarded-for" not in headers
+        assert r.status == 200
+    assert json.loads(log[-1].body) == {"StartRequests": [{"EventId": eid}]}
+    assert log[1].query["api-version"] == ["2019-01-01"]
+
+
+def test_dead_proxy_in_environment_does_not_affect_imds(imds: Imds, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy", "HTTPS_PROXY"):
+        monkeypatch.setenv(name, "http://127.0.0.1:9")  # nothing listens there
+    monkeypatch.setenv("NO_PROXY", "")
+    eid = imds.group.add_event("Terminate", [VM])
+    agent = make_agent(imds.url)
+    agent.run_once(retry_for=0)
+    assert imds.approved_ids() == [eid]
+
+
+def test_redirect_is_not_followed(imds: Imds) -> None:
+    imds.server.faults.add(status=302, headers={"Location": "http://127.0.0.1:9/evil"}, times=5)
+    c = client(imds)
+    with pytest.raises(ImdsError) as info:
+        c.get_events()
+    assert info.value.status == 302 and not info.value.retryable
+    assert imds.server.log.wait_for(lambda r: len(r) >= 1, 5)
+    assert imds.server.log.count() == 1
+
+
+@pytest.mark.parametrize("fault", [
+    dict(status=500, times=3), dict(status=503, times=2), dict(status=410, times=4), dict(garbage=True, times=2),
+    dict(status=200, body=b'{"DocumentIncarnation": 1}', times=2),  # JSON but not a document
+])
+def test_transient_failures_are_retried_with_growing_backoff(imds: Imds, fault: dict) -> None:
+    imds.server.faults.add(path_contains="scheduledevents", **fault)
+    clock = RecordingClock()
+    doc = client(imds, clock).get_events()
+    assert doc.events == ()
+    assert imds.server.faults.pending() == 0
+    assert len(clock.waits) == fault["times"]
+    assert all(0 < w <= 10.0 for w in clock.waits)
+    if len(clock.waits) >= 3:
+        assert clock.waits[-1] > clock.waits[0]  # exponential, even with jitter (0.5..1.0)
+
+
+def test_429_honours_retry_after(imds: Imds) -> None:
+    imds.server.faults.add(status=429, headers={"Retry-After": "7"}, times=1)
+    clock = RecordingClock()
+    client(imds, clock).get_events()
+    assert clock.waits and clock.waits[0] >= 7.0
+
+
+def test_410_is_retried_for_at_most_70_seconds(imds: Imds) -> None:
+    imds.server.faults.add(status=410, times=1000)
+    clock = RecordingClock()
+    started = clock.now()
+    with pytest.raises(ImdsError) as info:
+        client(imds, clock).get_events()
+    assert info.value.status == 410
+    assert 30 <= clock.now() - started <= 70.0
+
+
+def test_timeout_is_retried(imds: Imds) -> None:
+    imds.server.faults.add(delay=1.0, times=1, path_contains="scheduledevents")
+    clock = RecordingClock()
+    c = client(imds, clock, read_timeout=0.2, first_call_timeout=0.2)
+    assert c.get_events().events == ()
+    assert len(clock.waits) == 1
+
+
+def test_non_retryable_errors_are_raised_at_once(imds: Imds) -> None:
+    imds.server.faults.add(status=404, times=1)
+    with pytest.raises(ImdsError) as info:
+        client(imds).get_events()
+    assert info.value.status == 404 and not info.value.retryable
+
+
+def test_client_stays_under_the_imds_rate_limit() -> None:
+    group = PlacementGroup()
+    app = ImdsEmulator(group, vm_name=VM, rate_limit=5.0)  # the real limit, in real time
+    with EmulatorServer(app) as server:
+        c = ImdsClient(server.url, first_call_timeout=2.0)  # default: 4 per second
+        for _ in range(9):
+            c.get_events(retry_for=0)
+        assert server.log.wait_for(lambda r: len(r) >= 9, 5)
+        assert all(r.status == 200 for r in server.log.all())
+
+
+def test_rate_limiter_window() -> None:
+    now = [0.0]
+    slept: List[float] = []
+
+    def sleep(s: float) -> None:
+        slept.append(s)
+        now[0] += s
+
+    limiter = RateLimiter(limit=4, window=1.0, monotonic=lambda: now[0], sleep=sleep)
+    for _ in range(4):
+        limiter.acquire()
+    assert slept == []
+    limiter.acquire()
+    assert slept and abs(sum(slept) - 1.0) < 1e-6
+
+
+def test_guard_refuses_foreign_and_unknown_events_before_any_post(imds: Imds) -> None:
+    mine = imds.group.add_event("Terminate", [VM])
+    other = imds.group.add_event("Terminate", ["myvmss_30"])
+    c = client(imds)
+    with pytest.raises(ForeignEventError):
+        c.approve(mine, VM)  # no document fetched yet: nothing is known to be ours
+    c.get_events()
+    with pytest.raises(ForeignEventError):
+        c.approve(other, VM)
+    with pytest.raises(ForeignEventError):
+        c.approve("not-there", VM)
+    assert imds.server.log.count("POST") == 0
+    c.approve(mine, VM.upper())  # case-insensitive names
+    assert imds.approved_ids() == [mine]
+
+
+@pytest.mark.parametrize("version", ["2017-11-01", "2018-12-31", "latest", "2019-1-1"])
+def test_old_or_bad_api_versions_are_refused(version: str) -> None:
+    with pytest.raises(UsageError):
+        check_api_version(version)
+
+
+def test_newer_api_version_is_used_on_the_wire(imds: Imds) -> None:
+    imds.group.add_event("Terminate", [VM], description="scale-in")
+    doc = ImdsClient(imds.url, api_version="2020-07-01", first_call_timeout=2.0).get_events()
+    assert doc.events[0].description == "scale-in"
+    assert imds.server.log.wait_for(lambda r: len(r) >= 1, 5)
+    assert imds.server.log.all()[0].query["api-version"] == ["2020-07-01"]

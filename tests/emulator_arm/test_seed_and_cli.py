@@ -1,0 +1,158 @@
+"""The seed format (examples/seed.json), state listeners, and `vmss-terminate emulator arm` as a
+real foreground process."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any, Dict, Iterator, List, Tuple
+
+import pytest
+import requests
+
+from vmss_terminate.emulator.arm import ArmState, InstanceRecord, ScaleSetRecord
+
+from .conftest import SUB
+
+EXAMPLE_SEED = Path(__file__).resolve().parents[2] / "examples" / "seed.json"
+
+
+def test_example_seed_loads(tmp_path: Path) -> None:
+    state = ArmState()
+    created = state.load_seed(EXAMPLE_SEED)
+    assert [ss.name for ss in created] == ["myvmss", "webvmss", "flexvmss"]
+    web = state.scale_set(SUB, "RG", "WebVmss")
+    assert web is not None and web.scheduled_events_profile is not None
+    stale = [i for i in web.instances.values() if not i.latest_model_applied]
+    assert len(stale) == 2
+    assert all(i.applied_profile["terminateNotificationProfile"]["notBeforeTimeout"] == "PT5M" for i in stale)
+    assert state.scale_set(SUB, "rg", "myvmss").scheduled_events_profile is None  # type: ignore[union-attr]
+    assert state.scale_set(SUB, "rg", "flexvmss").orchestration == "Flexible"  # type: ignore[union-attr]
+
+
+def test_seed_with_a_disabled_profile_is_stored_empty() -> None:
+    state = ArmState()
+    (ss,) = state.load_seed({"pageSize": 5, "scaleSets": [{"name": "d", "capacity": 1, "scheduledEventsProfile": {
+        "terminateNotificationProfile": {"enable": False, "notBeforeTimeout": "PT5M"}}}]})
+    assert ss.scheduled_events_profile == {} and state.page_size == 5
+
+
+def test_bad_seed_values_are_refused() -> None:
+    with pytest.raises(ValueError):
+        ArmState().load_seed({"scaleSets": [{"name": "x", "orchestration": "Sideways"}]})
+
+
+@pytest.mark.parametrize("entries, message", [
+    ([{"capacity": 2}], 'scaleSets[0] needs a "name"'),
+    ([{"name": "ok"}, {"name": "x", "capacity": "many"}], "scaleSets[1] (x): invalid literal"),
+    ([{"name": "x", "upgradePolicy": "Bogus"}], "scaleSets[0] (x): upgrade_policy must be one of"),
+])
+def test_bad_seed_errors_name_the_entry(entries: List[Dict[str, Any]], message: str) -> None:
+    with pytest.raises(ValueError) as caught:
+        ArmState().load_seed({"scaleSets": entries})
+    assert message in str(caught.value)
+
+
+def test_listeners_hear_changes() -> None:
+    state = ArmState()
+    heard: List[Tuple[str, str, List[str]]] = []
+
+    def listen(kind: str, ss: ScaleSetRecord, instances: List[InstanceRecord]) -> None:
+        heard.append((kind, ss.name, [i.name for i in instances]))
+
+    state.add_listener(listen)
+    ss = state.add_scale_set(SUB, "rg", "l", capacity=2, upgrade_policy="Automatic")
+    state.apply_model(ss, dict(ss.vm_profile, scheduledEventsProfile={}), capacity=1)
+    assert heard == [("model_changed", "l", []), ("upgraded", "l", ["l_0", "l_1"]),
+                     ("deleting", "l", ["l_1"]), ("removed", "l", ["l_1"])]
+
+
+def _read_until(proc: "subprocess.Popen[str]", marker: str, timeout: float = 20) -> List[str]:
+    lines: "queue.Queue[str]" = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout], daemon=True).start()  # type: ignore[union-attr]
+    seen: List[str] = []
+    while True:
+        line = lines.get(timeout=timeout)
+        seen.append(line)
+        if line.startswith(marker):
+            return seen
+
+
+@contextlib.contextmanager
+def _serving(*args: str) -> Iterator[List[str]]:
+    """Run `vmss-terminate emulator arm ARGS` as a process; yield its output up to the env JSON line;
+    stop it with Ctrl+C (SIGINT) and expect a clean exit."""
+    env = {k: v for k, v in os.environ.items() if "PROXY" not in k.upper()}
+    proc = subprocess.Popen([sys.executable, "-m", "vmss_terminate", "emulator", "arm", *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        yield _read_until(proc, "env as JSON:")
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=10)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    assert proc.returncode == 0
+
+
+def test_cli_serves_in_the_foreground_and_prints_how_to_connect() -> None:
+    with _serving("--port", "0", "--seed", str(EXAMPLE_SEED)) as lines:
+        text = "".join(lines)
+        assert "export IDENTITY_ENDPOINT=http://127.0.0.1:" in text and "export IDENTITY_HEADER=" in text
+        assert "--arm-endpoint http://127.0.0.1:" in text
+        connect: Dict[str, Any] = json.loads(lines[-1].split(":", 1)[1])
+        assert connect["AZURE_SUBSCRIPTION_ID"] == SUB  # the JSON carries every exported variable
+        assert all(f"export {name}={value}" in text for name, value in connect.items())
+        token = requests.get(connect["IDENTITY_ENDPOINT"], timeout=5,
+                             params={"api-version": "2019-08-01", "resource": "https://management.azure.com"},
+                             headers={"X-IDENTITY-HEADER": connect["IDENTITY_HEADER"]}).json()["access_token"]
+        answer = requests.get(f"{connect['VMSS_TERMINATE_ARM_ENDPOINT']}/subscriptions/{SUB}/resourceGroups/rg/"
+                              f"providers/Microsoft.Compute/virtualMachineScaleSets/webvmss", timeout=5,
+                              params={"api-version": "2024-11-01"}, headers={"Authorization": f"Bearer {token}"})
+        assert answer.json()["sku"]["capacity"] == 6
+
+
+def test_cli_refuses_a_bad_seed(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from vmss_terminate.cli import main
+
+    bad = tmp_path / "seed.json"
+    bad.write_text("{not json")
+    result = CliRunner().invoke(main, ["emulator", "arm", "--seed", str(bad)])
+    assert result.exit_code == 2
+    assert "invalid seed" in result.output + (result.stderr if hasattr(result, "stderr") else "")
+
+
+def test_cli_serves_https_with_a_given_certificate(tmp_path: Path) -> None:
+    trustme = pytest.importorskip("trustme")
+    ca = trustme.CA()
+    cert = ca.issue_cert("127.0.0.1")
+    cert.private_key_and_cert_chain_pem.write_to_path(str(tmp_path / "server.pem"))
+    ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
+    with _serving("--tls-cert", str(tmp_path / "server.pem")) as lines:
+        connect = json.loads(lines[-1].split(":", 1)[1])
+        assert connect["VMSS_TERMINATE_ARM_ENDPOINT"].startswith("https://127.0.0.1:")
+        answer = requests.get(connect["VMSS_TERMINATE_ARM_ENDPOINT"] + "/subscriptions", timeout=5,
+                              verify=str(tmp_path / "ca.pem"))
+        assert answer.status_code == 401  # TLS handshake worked; ARM wants a token
+
+
+def test_cli_refuses_a_key_without_a_certificate(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from vmss_terminate.cli import main
+
+    key = tmp_path / "key.pem"
+    key.write_text("x")
+    result = CliRunner().invoke(main, ["emulator", "arm", "--tls-key", str(key)])
+    assert result.exit_code == 2

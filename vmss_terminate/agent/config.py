@@ -1,0 +1,85 @@
+"""AgentConfig: every agent option in one validated object (the CLI only fills it in)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+from typing import Collection, Optional, Sequence, Tuple
+
+from vmss_terminate.agent.events import parse_types
+from vmss_terminate.agent.imds import check_api_version, resolve_imds_url, DEFAULT_API_VERSION
+from vmss_terminate.errors import UsageError
+
+ON_HOOK_FAILURE = ("approve", "wait")
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    """Options of the in-VM agent.
+
+    imds_url         IMDS base URL (None: $VMSS_TERMINATE_IMDS_URL or http://169.254.169.254)
+    hooks            commands run (no shell) for our own events of `hook_events`, in order
+    hook_events      event types the hooks (and the webhook) run for; default Terminate only
+    poll_interval    seconds between Scheduled Events polls (the docs recommend 1)
+    state_file       path; None = system default (fallback per user); ":memory:" = not persisted
+    approve_types    types approved once hooks are done (ours only); default Terminate
+    on_hook_failure  "approve" (default: the VM goes at NotBefore anyway, and an unapproved event
+                     holds back other deletions) or "wait" (leave it to expire at NotBefore)
+    approve_shared   approve a Terminate that also names other VMs (releases them too)
+    api_version      Scheduled Events api-version, >= 2019-01-01
+    safety_margin    hooks are stopped this many seconds before NotBefore
+    webhook          URL POSTed with the event JSON (may use proxies; IMDS never does)
+    vm_name          override compute.name (normally learnt from IMDS)
+    rerun_interrupted  rerun a hook that was started but not finished when the agent died
+    max_requests_per_second  client-side IMDS rate limit (IMDS allows 5/s per VM)
+    """
+
+    imds_url: Optional[str] = None
+    hooks: Sequence[str] = ()
+    hook_events: Collection[str] = ("Terminate",)
+    poll_interval: float = 1.0
+    state_file: Optional[str] = None
+    approve_types: Collection[str] = ("Terminate",)
+    on_hook_failure: str = "approve"
+    approve_shared: bool = False
+    api_version: str = DEFAULT_API_VERSION
+    safety_margin: float = 15.0
+    webhook: Optional[str] = None
+    vm_name: Optional[str] = None
+    rerun_interrupted: bool = True
+    request_timeout: float = 10.0
+    first_call_timeout: float = 130.0
+    kill_grace: float = 5.0
+    max_requests_per_second: int = 4
+
+    def validated(self) -> "AgentConfig":
+        """A normalised copy; UsageError (exit 2) on any bad value, before any request."""
+        if self.poll_interval <= 0 or self.poll_interval > 3600:
+            raise UsageError(f"invalid poll interval {self.poll_interval!r}: expected 0 < seconds <= 3600")
+        if self.safety_margin < 0:
+            raise UsageError(f"invalid safety margin {self.safety_margin!r}: expected seconds >= 0")
+        if self.on_hook_failure not in ON_HOOK_FAILURE:
+            raise UsageError(f"invalid --on-hook-failure {self.on_hook_failure!r}: use approve or wait")
+        for name in ("request_timeout", "first_call_timeout", "kill_grace"):
+            if getattr(self, name) <= 0:
+                raise UsageError(f"invalid {name} {getattr(self, name)!r}: expected seconds > 0")
+        if not 1 <= int(self.max_requests_per_second) <= 1000:
+            raise UsageError("invalid max_requests_per_second: expected 1..1000")
+        if self.webhook is not None and not re.match(r"^https?://\S+$", self.webhook):
+            raise UsageError(f"invalid --webhook {self.webhook!r}: expected an http(s) URL")
+        if self.vm_name is not None and not self.vm_name.strip():
+            raise UsageError("empty --vm-name")
+        hooks: Tuple[str, ...] = tuple(self.hooks)
+        from vmss_terminate.agent.process import split_command
+
+        for hook in hooks:
+            split_command(hook)
+        return replace(
+            self,
+            imds_url=resolve_imds_url(self.imds_url),
+            hooks=hooks,
+            hook_events=frozenset(parse_types(self.hook_events, "--hook-events")),
+            approve_types=frozenset(parse_types(self.approve_types, "--approve")),
+            api_version=check_api_version(self.api_version),
+            vm_name=self.vm_name.strip() if self.vm_name else None,
+        )

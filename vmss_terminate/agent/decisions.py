@@ -1,0 +1,82 @@
+"""Every decision the agent takes, as data: subscribers (the sandbox timeline, tests) and the log
+see the same record, so "why was this event (not) approved?" always has an answer."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional
+
+log = logging.getLogger("vmss_terminate.agent")
+
+# kinds (strings, so subscribers need not import anything)
+VM_NAME = "vm_name"                      # learnt our VM name
+EVENT_SEEN = "event_seen"                # a new EventId in the document
+EVENT_CHANGED = "event_changed"          # status or NotBefore of a known event changed
+EVENT_STARTED = "event_started"          # an event turned Started
+EVENT_GONE = "event_gone"                # an event left the document
+NOT_OURS = "not_ours"                    # our VM name is not in Resources: never touched
+OBSERVED = "observed"                    # ours, but no hook subscribed and not an approved type
+HOOK_STARTED = "hook_started"
+HOOK_FINISHED = "hook_finished"
+HOOK_FAILED = "hook_failed"              # non-zero exit, exception, deadline, or could not start
+HOOK_RERUN = "hook_rerun"                # started, not finished when the agent died: rerun
+HOOK_SKIPPED = "hook_skipped"            # already finished before a restart, or too late to start
+APPROVAL_SENT = "approval_sent"          # the POST got 200
+APPROVAL_FAILED = "approval_failed"      # the POST failed; retried on the next poll
+APPROVAL_WITHHELD = "approval_withheld"  # hook failed with --on-hook-failure=wait, or type not approved
+SHARED_NOT_APPROVED = "shared_not_approved"
+IMDS_ERROR = "imds_error"
+IMDS_RECOVERED = "imds_recovered"
+STOPPING = "stopping"
+
+_WARNING_KINDS = {HOOK_FAILED, APPROVAL_FAILED, SHARED_NOT_APPROVED, IMDS_ERROR}
+
+
+@dataclass(frozen=True)
+class Decision:
+    kind: str
+    event_id: Optional[str]
+    vm_name: Optional[str]
+    message: str
+    at: float
+    data: Dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> Dict[str, Any]:
+        return {"kind": self.kind, "event_id": self.event_id, "vm_name": self.vm_name,
+                "message": self.message, "at": self.at, **({"data": self.data} if self.data else {})}
+
+
+Subscriber = Callable[[Decision], None]
+
+
+class DecisionBus:
+    """Fan a Decision out to the log and to every subscriber; a failing subscriber is logged, not fatal."""
+
+    def __init__(self) -> None:
+        self._subscribers: List[Subscriber] = []
+        self._lock = threading.Lock()
+
+    def subscribe(self, fn: Subscriber) -> Callable[[], None]:
+        """Register `fn(decision)`; returns a function that unsubscribes it."""
+        with self._lock:
+            self._subscribers.append(fn)
+
+        def unsubscribe() -> None:
+            with self._lock:
+                if fn in self._subscribers:
+                    self._subscribers.remove(fn)
+
+        return unsubscribe
+
+    def publish(self, decision: Decision) -> None:
+        level = logging.WARNING if decision.kind in _WARNING_KINDS else logging.INFO
+        log.log(level, "%s", decision.message, extra={"decision": decision})
+        with self._lock:
+            subscribers = list(self._subscribers)
+        for fn in subscribers:
+            try:
+                fn(decision)
+            except Exception:
+                log.exception("decision subscriber failed")

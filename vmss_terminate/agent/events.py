@@ -1,0 +1,186 @@
+"""The Scheduled Events document as the agent sees it, and the one ownership rule.
+
+Parsing is tolerant on purpose: IMDS adds fields over api-versions (Description 2019-04-01,
+EventSource 2019-08-01, DurationInSeconds 2020-07-01) and may add event types, so unknown keys are
+kept in `raw` and unknown types are observed like any other. What is *not* tolerated is a document
+without an `Events` list: that is a malformed answer and the client retries it.
+
+Ownership: an event is ours when our VM name is one of its `Resources`, compared as whole names,
+casefolded (Azure resource names are case-insensitive). Never a substring or prefix: `vmss_1` is
+not `vmss_10`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from email.utils import parsedate_to_datetime
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
+
+from vmss_terminate.errors import UsageError
+
+EVENT_TYPES = ("Terminate", "Reboot", "Redeploy", "Freeze", "Preempt")
+SCHEDULED = "Scheduled"
+STARTED = "Started"
+
+
+class MalformedDocument(ValueError):
+    """The answer is not a Scheduled Events document (not JSON object / no Events list)."""
+
+
+def parse_not_before(value: Any) -> Optional[float]:
+    """Epoch seconds from RFC 1123 (`Mon, 19 Sep 2016 18:29:47 GMT`); None for "" (Started) or unreadable.
+
+    ISO 8601 is accepted too because Microsoft's own mock server writes it.
+    """
+    if not isinstance(value, str) or not value.strip():
+        return None
+    text = value.strip()
+    try:
+        parsed = parsedate_to_datetime(text)
+    except (TypeError, ValueError, IndexError):
+        try:
+            parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        except ValueError:
+            return None
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=timezone.utc)
+    return parsed.timestamp()
+
+
+def canonical_type(value: str) -> str:
+    """`terminate` -> `Terminate`; unknown types are returned unchanged."""
+    for known in EVENT_TYPES:
+        if known.lower() == str(value).lower():
+            return known
+    return str(value)
+
+
+def same_name(a: str, b: str) -> bool:
+    """Whole-name, case-insensitive comparison of two Azure VM names."""
+    return a.casefold() == b.casefold()
+
+
+@dataclass(frozen=True)
+class Event:
+    """One scheduled event. `raw` is the event's JSON exactly as IMDS sent it (unknown fields kept)."""
+
+    event_id: str
+    event_type: str
+    resource_type: str
+    resources: Tuple[str, ...]
+    status: str
+    not_before_raw: str
+    not_before: Optional[float]
+    description: Optional[str] = None
+    event_source: Optional[str] = None
+    duration_in_seconds: Optional[int] = None
+    raw: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "Event":
+        if not isinstance(data, Mapping) or not isinstance(data.get("EventId"), str) or not data["EventId"]:
+            raise MalformedDocument(f"event without an EventId: {data!r}"[:200])
+        resources = data.get("Resources") or []
+        if not isinstance(resources, list):
+            resources = []
+        duration = data.get("DurationInSeconds")
+        try:
+            duration = int(duration) if duration is not None and duration != "" else None
+        except (TypeError, ValueError):
+            duration = None
+        not_before_raw = data.get("NotBefore") if isinstance(data.get("NotBefore"), str) else ""
+        return cls(
+            event_id=data["EventId"],
+            event_type=str(data.get("EventType") or ""),
+            resource_type=str(data.get("ResourceType") or ""),
+            resources=tuple(r for r in resources if isinstance(r, str)),
+            status=str(data.get("EventStatus") or ""),
+            not_before_raw=not_before_raw,
+            not_before=parse_not_before(not_before_raw),
+            description=data.get("Description"),
+            event_source=data.get("EventSource"),
+            duration_in_seconds=duration,
+            raw=dict(data),
+        )
+
+    def names(self, vm_name: str) -> bool:
+        """True if `vm_name` is one of Resources (exact element, casefolded; never a prefix)."""
+        return owns(self.resources, vm_name)
+
+    def others(self, vm_name: str) -> List[str]:
+        """Resources that are not `vm_name`: non-empty means approving releases other VMs too."""
+        return [r for r in self.resources if not same_name(r, vm_name)]
+
+    @property
+    def scheduled(self) -> bool:
+        return self.status == SCHEDULED
+
+    @property
+    def started(self) -> bool:
+        return self.status == STARTED
+
+    def to_json(self) -> Dict[str, Any]:
+        return dict(self.raw)
+
+
+def owns(resources: Iterable[str], vm_name: str) -> bool:
+    """The ownership rule used everywhere, including the guard right before an approval POST."""
+    if not vm_name:
+        return False
+    wanted = vm_name.casefold()
+    return any(isinstance(r, str) and r.casefold() == wanted for r in resources)
+
+
+@dataclass(frozen=True)
+class EventsDocument:
+    """`{"DocumentIncarnation": n, "Events": [...]}`."""
+
+    incarnation: Any
+    events: Tuple[Event, ...]
+    raw: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False)
+    skipped: int = 0  # entries without an EventId, ignored
+
+    @classmethod
+    def from_json(cls, data: Any) -> "EventsDocument":
+        if not isinstance(data, Mapping) or not isinstance(data.get("Events"), list):
+            raise MalformedDocument("not a Scheduled Events document (no Events list)")
+        events, skipped = [], 0
+        for item in data["Events"]:
+            try:
+                events.append(Event.from_json(item))
+            except MalformedDocument:
+                skipped += 1  # one unreadable entry must not hide the others (e.g. our Terminate)
+        return cls(incarnation=data.get("DocumentIncarnation"), events=tuple(events), raw=dict(data),
+                   skipped=skipped)
+
+    def get(self, event_id: str) -> Optional[Event]:
+        """The event with this EventId (GUIDs compare case-insensitively), or None."""
+        for event in self.events:
+            if event.event_id == event_id:
+                return event
+        wanted = event_id.lower()
+        return next((e for e in self.events if e.event_id.lower() == wanted), None)
+
+    def ours(self, vm_name: str) -> List[Event]:
+        return [e for e in self.events if e.names(vm_name)]
+
+
+def parse_types(value: Any, what: str = "event types") -> Tuple[str, ...]:
+    """`"Terminate,Reboot"` -> ("Terminate", "Reboot"); "none" -> (); UsageError for unknown names."""
+    if value is None:
+        return ()
+    items = value.split(",") if isinstance(value, str) else list(value)
+    names = [str(i).strip() for i in items if str(i).strip()]
+    if len(names) == 1 and names[0].lower() == "none":
+        return ()
+    if any(n.lower() in ("all", "*") for n in names):
+        return EVENT_TYPES
+    out = []
+    for name in names:
+        canon = canonical_type(name)
+        if canon not in EVENT_TYPES:
+            raise UsageError(f"unknown event type {name!r} in {what}: use {', '.join(EVENT_TYPES)}, all or none")
+        if canon not in out:
+            out.append(canon)
+    return tuple(out)

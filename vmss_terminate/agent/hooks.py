@@ -1,0 +1,215 @@
+"""Hook steps: what runs for an event before it is approved.
+
+Three kinds, run in this order for an event whose type they subscribe to:
+1. `--hook CMD` commands (in the order given), without a shell; event data in VMSS_TERMINATE_*
+   environment variables and the event's JSON on stdin;
+2. Python callables registered with `Agent.on(event_type, fn)`, called as `fn(event, context)`;
+3. the optional JSON webhook (`--webhook URL`), POSTed with its own session (which, unlike IMDS,
+   may use the environment's proxies).
+
+Every step is bounded by a deadline (NotBefore minus a safety margin, read again while waiting so
+a changed NotBefore counts) and by cancellation (the agent is stopping). A command past its
+deadline has its whole process tree stopped; a Python callable cannot be killed, so it is abandoned
+(left running in its daemon thread) and counted as failed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, Optional
+
+from vmss_terminate.agent import process
+from vmss_terminate.agent.events import Event
+from vmss_terminate.clock import Clock
+
+OK = "ok"
+FAILED = "failed"
+DEADLINE = "deadline"
+CANCELLED = "cancelled"
+
+_WAKE_EVERY = 1.0  # clock seconds between re-reading the deadline while a step runs
+
+
+@dataclass
+class StepResult:
+    outcome: str            # ok | failed | deadline | cancelled
+    detail: str = ""
+    exit_code: Optional[int] = None
+
+
+@dataclass
+class HookContext:
+    """What a Python hook gets besides the event."""
+
+    vm_name: str
+    clock: Clock
+    deadline: Callable[[], Optional[float]]
+    cancelled: threading.Event
+    data: Dict[str, Any] = field(default_factory=dict)
+
+    def seconds_left(self) -> Optional[float]:
+        """Clock seconds until the hook is stopped (None: no deadline known)."""
+        deadline = self.deadline()
+        return None if deadline is None else deadline - self.clock.now()
+
+
+@dataclass
+class Run:
+    """One step's run: the event, the clock, the deadline and a way to be told to give up."""
+
+    event: Event
+    vm_name: str
+    clock: Clock
+    deadline: Callable[[], Optional[float]]
+    cancelled: threading.Event
+    wake: threading.Event
+    kill_grace: float = 5.0
+    on_process: Optional[Callable[[int], None]] = None
+
+    def wait(self, finished: Callable[[], bool]) -> str:
+        """Wait until `finished()`, the deadline or cancellation; returns ok|deadline|cancelled."""
+        while True:
+            if finished():
+                return OK
+            if self.cancelled.is_set():
+                return CANCELLED
+            deadline = self.deadline()
+            remaining = _WAKE_EVERY if deadline is None else deadline - self.clock.now()
+            if remaining <= 0:
+                return DEADLINE
+            self.wake.clear()
+            if finished():
+                return OK
+            self.clock.wait(self.wake, min(remaining, _WAKE_EVERY))
+
+
+def hook_env(event: Event, vm_name: str, deadline: Optional[float]) -> Dict[str, str]:
+    env = dict(os.environ)
+    env.update({
+        "VMSS_TERMINATE_EVENT_ID": event.event_id,
+        "VMSS_TERMINATE_EVENT_TYPE": event.event_type,
+        "VMSS_TERMINATE_EVENT_STATUS": event.status,
+        "VMSS_TERMINATE_NOT_BEFORE": event.not_before_raw,
+        "VMSS_TERMINATE_VM_NAME": vm_name,
+        "VMSS_TERMINATE_RESOURCES": json.dumps(list(event.resources)),
+        "VMSS_TERMINATE_DEADLINE": "" if deadline is None else str(int(deadline)),
+    })
+    return env
+
+
+class CommandHook:
+    """`--hook CMD`: a process, no shell."""
+
+    def __init__(self, command: str, index: int = 0) -> None:
+        argv = process.split_command(command)  # validate now: bad input fails at startup, not at NotBefore
+        self.command = command
+        program = argv[0] if isinstance(argv, list) else _first_word_windows(command)
+        # Logged and stored in the state file: the program only, never its arguments (may hold secrets).
+        self.name = f"hook#{index + 1}:{program}"
+
+    def run(self, run: Run) -> StepResult:
+        env = hook_env(run.event, run.vm_name, run.deadline())
+        stdin = json.dumps(run.event.to_json()).encode("utf-8")
+        try:
+            proc = process.start(self.command, env, stdin)
+        except OSError as exc:
+            return StepResult(FAILED, f"cannot start: {exc}")
+        if run.on_process is not None:
+            run.on_process(proc.pid)
+        threading.Thread(target=_wake_on_exit, args=(proc, run.wake), daemon=True,
+                         name=f"hook-wait:{proc.pid}").start()
+        outcome = run.wait(lambda: proc.poll() is not None)
+        if outcome != OK:
+            process.stop_tree(proc, grace=run.kill_grace)
+            what = "deadline (NotBefore minus safety margin) reached" if outcome == DEADLINE else "agent stopping"
+            return StepResult(outcome, f"stopped: {what}", proc.returncode)
+        code = proc.returncode
+        if code == 0:
+            return StepResult(OK, "exit 0", 0)
+        return StepResult(FAILED, f"exit {code}", code)
+
+
+def _first_word_windows(command: str) -> str:
+    text = command.strip()
+    if text.startswith('"'):
+        return text[1:].split('"', 1)[0]
+    return text.split()[0]
+
+
+def redact_url(url: str) -> str:
+    """scheme://host/path only: credentials and query strings (tokens) never reach the log."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    port = f":{parts.port}" if parts.port else ""
+    return f"{parts.scheme}://{host}{port}{parts.path}"
+
+
+def _wake_on_exit(proc: Any, wake: threading.Event) -> None:
+    proc.wait()
+    wake.set()
+
+
+class PythonHook:
+    """`agent.on(type, fn)`: `fn(event, context)` in a daemon thread; an exception is a failure."""
+
+    def __init__(self, fn: Callable[[Event, HookContext], Any]) -> None:
+        self.fn = fn
+        self.name = f"python:{getattr(fn, '__qualname__', repr(fn))}"
+
+    def run(self, run: Run) -> StepResult:
+        done = threading.Event()
+        result: Dict[str, Any] = {}
+        context = HookContext(run.vm_name, run.clock, run.deadline, run.cancelled)
+
+        def target() -> None:
+            try:
+                self.fn(run.event, context)
+                result["ok"] = True
+            except BaseException as exc:  # noqa: B036 - a hook must not kill the worker
+                result["error"] = f"{exc.__class__.__name__}: {exc}"
+            finally:
+                done.set()
+                run.wake.set()
+
+        threading.Thread(target=target, name=f"hook:{self.name}", daemon=True).start()
+        outcome = run.wait(done.is_set)
+        if outcome != OK:
+            return StepResult(outcome, "abandoned (a Python hook cannot be killed; it keeps running)")
+        if "error" in result:
+            return StepResult(FAILED, result["error"])
+        return StepResult(OK, "returned")
+
+
+class WebhookHook:
+    """`--webhook URL`: POST the event as JSON; a 2xx answer is success.
+
+    Its own requests session with the environment's proxy settings: a webhook is an ordinary
+    outbound call, unlike IMDS, which must never see a proxy.
+    """
+
+    def __init__(self, url: str, timeout: float = 10.0) -> None:
+        self.url = url
+        self.timeout = timeout
+        self.name = f"webhook:{redact_url(url)}"
+        self._session: Any = None
+
+    def run(self, run: Run) -> StepResult:
+        import requests
+
+        if self._session is None:
+            self._session = requests.Session()
+        payload = {"vm_name": run.vm_name, "event": run.event.to_json(), "deadline": run.deadline()}
+        left = run.deadline()
+        timeout = self.timeout if left is None else max(0.5, min(self.timeout, left - run.clock.now()))
+        try:
+            response = self._session.post(self.url, json=payload, timeout=timeout)
+        except requests.RequestException as exc:
+            return StepResult(FAILED, f"webhook failed: {exc.__class__.__name__}")
+        if 200 <= response.status_code < 300:
+            return StepResult(OK, f"HTTP {response.status_code}")
+        return StepResult(FAILED, f"webhook answered HTTP {response.status_code}")

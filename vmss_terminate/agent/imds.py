@@ -1,0 +1,345 @@
+"""The agent's one HTTP/retry helper: every IMDS request goes through `ImdsClient`.
+
+Rules that hold for every request, because IMDS and its docs demand them:
+- `Metadata: true` always; never `X-Forwarded-For` (IMDS rejects it);
+- no proxy, whatever HTTP_PROXY / http_proxy / ALL_PROXY say (`Session.trust_env=False` plus
+  explicit `None` proxies), because IMDS must be reached directly;
+- redirects are never followed: a 3xx means something between us and IMDS is not IMDS;
+- explicit timeouts; the first Scheduled Events call may take up to 2 minutes (the service is
+  enabled by it), so it gets a long read timeout;
+- at most `max_per_second` requests in any one-second window (IMDS allows 5/s per VM, then 429);
+- 410 (retry up to 70 s), 429 (Retry-After), 5xx, connection errors, timeouts and malformed JSON
+  are retried with bounded exponential backoff and jitter; every wait goes through the clock.
+
+The approval POST has a guard at this lowest layer: it only ever posts an EventId that is in the
+latest document this client fetched *and* lists our VM name in its Resources, unless the caller
+explicitly passes `allow_foreign=True` (the CLI's `--force`). Defence in depth: a bug upstream
+cannot release another VM.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import re
+import threading
+import time
+from collections import deque
+from email.utils import parsedate_to_datetime
+from typing import Any, Callable, Deque, Dict, Optional
+
+import requests
+
+from vmss_terminate import __version__
+from vmss_terminate.agent.events import EventsDocument, MalformedDocument, owns
+from vmss_terminate.clock import SYSTEM_CLOCK, Clock
+from vmss_terminate.errors import UsageError, VmssTerminateError
+
+log = logging.getLogger(__name__)
+
+DEFAULT_IMDS_URL = "http://169.254.169.254"
+IMDS_URL_ENV = "VMSS_TERMINATE_IMDS_URL"
+DEFAULT_API_VERSION = "2019-01-01"
+MIN_API_VERSION = "2019-01-01"  # the first Scheduled Events version with Terminate
+INSTANCE_API_VERSION = "2021-02-01"
+EVENTS_PATH = "/metadata/scheduledevents"
+INSTANCE_PATH = "/metadata/instance"
+
+GONE_RETRY_SECONDS = 70.0  # the IMDS doc: on 410 "retry after some time for a max of 70 seconds"
+_NO_PROXY = {"http": None, "https": None}
+_FORBIDDEN_HEADERS = ("x-forwarded-for",)
+
+
+class ImdsError(VmssTerminateError):
+    """IMDS failed. `retryable` says whether waiting and asking again can help."""
+
+    def __init__(self, message: str, status: Optional[int] = None, retryable: bool = True,
+                 retry_after: Optional[float] = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.retryable = retryable
+        self.retry_after = retry_after
+
+
+class ForeignEventError(VmssTerminateError):
+    """Refused to POST an approval for an event that does not name this VM (the guard).
+
+    `absent` is True when the EventId is simply not in the latest document (it left, or was never
+    there) rather than naming other VMs.
+    """
+
+    def __init__(self, message: str, absent: bool = False) -> None:
+        super().__init__(message)
+        self.absent = absent
+
+
+class Stopped(VmssTerminateError):
+    """The caller's stop event was set while waiting to retry."""
+
+
+def resolve_imds_url(url: Optional[str] = None) -> str:
+    """--imds-url, else $VMSS_TERMINATE_IMDS_URL, else http://169.254.169.254; UsageError if not http(s)."""
+    value = (url or os.environ.get(IMDS_URL_ENV) or DEFAULT_IMDS_URL).strip().rstrip("/")
+    if not re.match(r"^https?://[^/\s]+$", value):
+        raise UsageError(f"invalid IMDS URL {value!r}: expected http://HOST[:PORT] with no path")
+    return value
+
+
+def check_api_version(version: str) -> str:
+    """Accept YYYY-MM-DD not older than 2019-01-01 (older versions have no Terminate events)."""
+    text = str(version).strip()
+    if not re.match(r"^\d{4}-\d{2}-\d{2}$", text):
+        raise UsageError(f"invalid api-version {text!r}: expected YYYY-MM-DD, e.g. {DEFAULT_API_VERSION}")
+    if text < MIN_API_VERSION:
+        raise UsageError(
+            f"api-version {text} is older than {MIN_API_VERSION}, which has no Terminate events; "
+            f"use {DEFAULT_API_VERSION} or newer"
+        )
+    return text
+
+
+class RateLimiter:
+    """At most `limit` requests in any `window` seconds (a sliding log; thread-safe).
+
+    Real monotonic time on purpose, not the injectable clock: the IMDS limit (5/s per VM) is
+    enforced in real time, also when a sandbox runs the agent on a fast ScaledClock.
+    """
+
+    def __init__(self, limit: int = 4, window: float = 1.0,
+                 monotonic: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        self.limit = max(1, int(limit))
+        self.window = float(window)
+        self._monotonic = monotonic
+        self._sleep = sleep
+        self._sent: Deque[float] = deque()
+        self._lock = threading.Lock()
+
+    def acquire(self) -> None:
+        while True:
+            with self._lock:
+                now = self._monotonic()
+                while self._sent and now - self._sent[0] >= self.window:
+                    self._sent.popleft()
+                if len(self._sent) < self.limit:
+                    self._sent.append(now)
+                    return
+                wait = self.window - (now - self._sent[0])
+            self._sleep(max(wait, 0.001))  # pacing requests, not synchronisation
+
+
+class Backoff:
+    """Bounded exponential backoff with jitter: base * 2**n, capped, times a random 0.5..1.0."""
+
+    def __init__(self, base: float = 0.5, cap: float = 10.0, rng: Optional[random.Random] = None) -> None:
+        self.base = base
+        self.cap = cap
+        self.attempt = 0
+        self._rng = rng or random.Random()
+
+    def next(self, at_least: float = 0.0) -> float:
+        delay = min(self.cap, self.base * (2 ** min(self.attempt, 30)))
+        self.attempt += 1
+        return max(at_least, delay * self._rng.uniform(0.5, 1.0))
+
+    def reset(self) -> None:
+        self.attempt = 0
+
+
+def _retry_after(value: Optional[str], clock: Clock) -> Optional[float]:
+    """Seconds from a Retry-After header (delta-seconds or HTTP date), capped at 60."""
+    if not value:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            seconds = parsedate_to_datetime(value).timestamp() - clock.now()
+        except (TypeError, ValueError, IndexError):
+            return None
+    return min(max(seconds, 0.0), 60.0)
+
+
+class ImdsClient:
+    """Talk to IMDS (or the local emulator at `base_url`) by the rules in the module docstring."""
+
+    def __init__(
+        self,
+        base_url: Optional[str] = None,
+        api_version: str = DEFAULT_API_VERSION,
+        clock: Clock = SYSTEM_CLOCK,
+        connect_timeout: float = 2.0,
+        read_timeout: float = 10.0,
+        first_call_timeout: float = 130.0,
+        max_per_second: int = 4,
+        backoff_cap: float = 10.0,
+        session: Optional[requests.Session] = None,
+        rng: Optional[random.Random] = None,
+    ) -> None:
+        self.base_url = resolve_imds_url(base_url)
+        self.api_version = check_api_version(api_version)
+        self.clock = clock
+        self.connect_timeout = connect_timeout
+        self.read_timeout = read_timeout
+        self.first_call_timeout = first_call_timeout
+        self.backoff_cap = backoff_cap
+        self.limiter = RateLimiter(limit=max_per_second, window=1.0)
+        self._rng = rng or random.Random()
+        self._session = session or requests.Session()
+        self._session.trust_env = False  # never a proxy from the environment, never .netrc
+        self._session.proxies = {}
+        self._session.headers.update({"Metadata": "true", "User-Agent": f"vmss-terminate/{__version__}"})
+        self._events_called = False
+        self._lock = threading.Lock()
+        self._last_document: Optional[EventsDocument] = None
+
+    # -- public API ---------------------------------------------------------------------------
+
+    @property
+    def last_document(self) -> Optional[EventsDocument]:
+        with self._lock:
+            return self._last_document
+
+    def get_events(self, retry_for: Optional[float] = GONE_RETRY_SECONDS,
+                   stop: Optional[threading.Event] = None,
+                   on_retry: Optional[Callable[[ImdsError, float], None]] = None) -> EventsDocument:
+        """The current Scheduled Events document (retried; `retry_for=None` retries until `stop`)."""
+        with self._lock:
+            first = not self._events_called
+        timeout = self.first_call_timeout if first else self.read_timeout
+        data = self._call("GET", EVENTS_PATH, {"api-version": self.api_version}, None, timeout,
+                          retry_for, stop, on_retry, parse=EventsDocument.from_json)
+        with self._lock:
+            self._events_called = True
+            self._last_document = data
+        return data
+
+    def vm_name(self, retry_for: Optional[float] = GONE_RETRY_SECONDS,
+                stop: Optional[threading.Event] = None,
+                on_retry: Optional[Callable[[ImdsError, float], None]] = None) -> str:
+        """This VM's name from instance metadata `compute.name` (e.g. `myvmss_3`)."""
+
+        def parse(data: Any) -> str:
+            name = data.get("compute", {}).get("name") if isinstance(data, dict) else None
+            if not isinstance(name, str) or not name:
+                raise MalformedDocument("instance metadata has no compute.name")
+            return name
+
+        return self._call("GET", INSTANCE_PATH, {"api-version": INSTANCE_API_VERSION}, None,
+                          self.read_timeout, retry_for, stop, on_retry, parse=parse)
+
+    def approve(self, event_id: str, vm_name: str, allow_foreign: bool = False,
+                retry_for: Optional[float] = GONE_RETRY_SECONDS,
+                stop: Optional[threading.Event] = None,
+                on_retry: Optional[Callable[[ImdsError, float], None]] = None) -> None:
+        """POST `{"StartRequests": [{"EventId": event_id}]}` for one event, after the guard."""
+        self.guard_approval(event_id, vm_name, allow_foreign)
+        body = json.dumps({"StartRequests": [{"EventId": event_id}]})
+        self._call("POST", EVENTS_PATH, {"api-version": self.api_version}, body, self.read_timeout,
+                   retry_for, stop, on_retry, parse=None,
+                   before_send=lambda: self.guard_approval(event_id, vm_name, allow_foreign))
+
+    def guard_approval(self, event_id: str, vm_name: str, allow_foreign: bool = False) -> None:
+        """Raise ForeignEventError unless the latest fetched document has `event_id` naming `vm_name`."""
+        if allow_foreign:
+            return
+        document = self.last_document
+        event = document.get(event_id) if document is not None else None
+        if event is None:
+            raise ForeignEventError(
+                f"refusing to approve {event_id}: it is not in the latest scheduled events document", absent=True)
+        if event.event_id != event_id:
+            raise ForeignEventError(f"refusing to approve {event_id}: EventId differs from {event.event_id}")
+        if not owns(event.resources, vm_name):
+            raise ForeignEventError(
+                f"refusing to approve {event_id}: it is for {', '.join(event.resources) or 'no VM'}, "
+                f"not this VM ({vm_name})")
+
+    def close(self) -> None:
+        self._session.close()
+
+    # -- one request, retried ---------------------------------------------------------------------
+
+    def _call(self, method: str, path: str, params: Dict[str, str], body: Optional[str], read_timeout: float,
+              retry_for: Optional[float], stop: Optional[threading.Event],
+              on_retry: Optional[Callable[[ImdsError, float], None]], parse: Optional[Callable[[Any], Any]],
+              before_send: Optional[Callable[[], None]] = None) -> Any:
+        backoff = Backoff(cap=self.backoff_cap, rng=self._rng)
+        started = self.clock.now()
+        gone_since: Optional[float] = None
+        while True:
+            try:
+                if before_send is not None:
+                    before_send()
+                return self._send(method, path, params, body, read_timeout, parse)
+            except ImdsError as exc:
+                if not exc.retryable:
+                    raise
+                now = self.clock.now()
+                if exc.status == 410:
+                    gone_since = now if gone_since is None else gone_since
+                else:
+                    gone_since = None
+                budget_start = gone_since if gone_since is not None else started
+                delay = backoff.next(at_least=exc.retry_after or 0.0)
+                if retry_for is not None and now + delay - budget_start > retry_for:
+                    raise
+                if on_retry is not None:
+                    on_retry(exc, delay)
+                else:
+                    log.warning("IMDS %s %s failed (%s); retrying in %.1fs", method, path, exc, delay)
+                if stop is not None:
+                    if self.clock.wait(stop, delay):
+                        raise Stopped("stopped while waiting to retry IMDS") from exc
+                else:
+                    self.clock.sleep(delay)
+
+    def _send(self, method: str, path: str, params: Dict[str, str], body: Optional[str], read_timeout: float,
+              parse: Optional[Callable[[Any], Any]]) -> Any:
+        headers = {"Metadata": "true"}
+        if body is not None:
+            headers["Content-Type"] = "application/json"
+        for name in list(self._session.headers):
+            if name.lower() in _FORBIDDEN_HEADERS:
+                del self._session.headers[name]
+        self.limiter.acquire()
+        try:
+            response = self._session.request(
+                method, self.base_url + path, params=params, data=body, headers=headers,
+                timeout=(self.connect_timeout, read_timeout), allow_redirects=False, proxies=_NO_PROXY,
+            )
+        except requests.Timeout as exc:
+            raise ImdsError(f"timed out: {exc.__class__.__name__}") from exc
+        except requests.ConnectionError as exc:
+            raise ImdsError(f"cannot connect to {self.base_url}: {exc.__class__.__name__}") from exc
+        except requests.RequestException as exc:
+            raise ImdsError(f"request failed: {exc}") from exc
+        status = response.status_code
+        if 300 <= status < 400:
+            raise ImdsError(
+                f"IMDS answered {status} redirect to {response.headers.get('Location', '?')!r}; "
+                f"redirects are never followed (is something intercepting {self.base_url}?)",
+                status=status, retryable=False)
+        if status == 429:
+            raise ImdsError("429 too many requests", status=status,
+                            retry_after=_retry_after(response.headers.get("Retry-After"), self.clock))
+        if status == 410 or status >= 500:
+            raise ImdsError(f"{status} {response.reason or ''}".strip(), status=status,
+                            retry_after=_retry_after(response.headers.get("Retry-After"), self.clock))
+        if status >= 400:
+            raise ImdsError(f"IMDS refused {method} {path}: {status} {_snippet(response.text)}",
+                            status=status, retryable=False)
+        if parse is None:
+            return None
+        try:
+            return parse(response.json())
+        except (ValueError, MalformedDocument) as exc:
+            raise ImdsError(f"malformed answer: {_snippet(str(exc))}", status=status) from exc
+
+
+def _snippet(text: str, limit: int = 160) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[:limit] + "..."
+

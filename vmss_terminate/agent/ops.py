@@ -1,0 +1,68 @@
+"""One-shot operations behind `vmss-terminate agent events` and `agent approve` (Python API first)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional
+
+from vmss_terminate.agent.events import Event, EventsDocument
+from vmss_terminate.agent.imds import DEFAULT_API_VERSION, ImdsClient
+from vmss_terminate.errors import UsageError
+
+
+@dataclass(frozen=True)
+class EventsView:
+    """The current document plus which events name this VM."""
+
+    vm_name: str
+    document: EventsDocument
+
+    @property
+    def own(self) -> List[Event]:
+        return self.document.ours(self.vm_name)
+
+    def to_json(self) -> Dict[str, Any]:
+        return {
+            "VmName": self.vm_name,
+            "DocumentIncarnation": self.document.incarnation,
+            "Events": [dict(e.to_json(), Ours=e.names(self.vm_name)) for e in self.document.events],
+        }
+
+
+def _client(imds_url: Optional[str], api_version: str, client: Optional[ImdsClient]) -> ImdsClient:
+    return client or ImdsClient(imds_url, api_version=api_version)
+
+
+def list_events(imds_url: Optional[str] = None, api_version: str = DEFAULT_API_VERSION,
+                vm_name: Optional[str] = None, client: Optional[ImdsClient] = None,
+                retry_for: float = 70.0) -> EventsView:
+    """Fetch this VM's name and the current Scheduled Events document."""
+    imds = _client(imds_url, api_version, client)
+    name = vm_name or imds.vm_name(retry_for=retry_for)
+    return EventsView(name, imds.get_events(retry_for=retry_for))
+
+
+def approve_event(event_id: str, imds_url: Optional[str] = None, api_version: str = DEFAULT_API_VERSION,
+                  force: bool = False, vm_name: Optional[str] = None, client: Optional[ImdsClient] = None,
+                  retry_for: float = 70.0) -> Event:
+    """Approve one event by hand. Refuses (UsageError, exit 2) an event that is absent, not this
+    VM's, or shared with other VMs, unless `force` -- approving releases every VM in Resources."""
+    if not event_id or not event_id.strip():
+        raise UsageError("empty EVENT_ID")
+    imds = _client(imds_url, api_version, client)
+    view = list_events(vm_name=vm_name, client=imds, retry_for=retry_for)
+    event = view.document.get(event_id.strip())
+    if event is None:
+        known = ", ".join(e.event_id for e in view.document.events) or "none"
+        raise UsageError(f"no event {event_id} in the scheduled events document (current: {known})")
+    if not event.names(view.vm_name) and not force:
+        raise UsageError(
+            f"refusing to approve {event.event_id}: it is for {', '.join(event.resources) or 'no VM'}, not this VM "
+            f"({view.vm_name}); approving would release that VM before it drains (--force to do it anyway)")
+    others = event.others(view.vm_name)
+    if others and event.names(view.vm_name) and not force:
+        raise UsageError(
+            f"refusing to approve {event.event_id}: it also names {', '.join(others)}; approving releases them "
+            f"too, before they drain (--force to do it anyway)")
+    imds.approve(event.event_id, view.vm_name, allow_foreign=force, retry_for=retry_for)
+    return event

@@ -1,0 +1,579 @@
+"""Local Azure Resource Manager for VM scale sets, faithful enough that azure-mgmt-compute runs
+unchanged against it, plus a managed-identity token endpoint for DefaultAzureCredential.
+
+    with start_arm(seed="examples/seed.json") as arm:      # ARM + token endpoint on loopback
+        os.environ.update(arm.env)                          # IDENTITY_ENDPOINT / IDENTITY_HEADER
+        client = ComputeManagementClient(DefaultAzureCredential(), SUB, base_url=arm.arm_url,
+                                         polling_interval=0,
+                                         per_call_policies=[allow_loopback_http_policy()])
+
+Pointing the real SDK at it (azure-mgmt-compute 39, azure-core 1.41, azure-identity 1.27):
+  * credential: `DefaultAzureCredential()` with `arm.env` in os.environ (App Service managed identity;
+    `ManagedIdentityCredential` picks it up; scope https://management.azure.com/.default as usual).
+  * `base_url=arm.arm_url`; keep the default credential scopes.
+  * plain http: azure-core's BearerTokenCredentialPolicy refuses bearer tokens over http unless
+    `request.context.options["enforce_https"] = False` reaches it. Either pass `enforce_https=False`
+    to every operation call (it is also forwarded to LRO polling), or add a tiny per-call policy --
+    `per_call_policies=[p]` on the client constructor, prepended before authentication -- whose
+    `on_request` sets `request.context["enforce_https"] = False` only when the URL is http on a
+    loopback host (`vmss_terminate.control.client.allow_loopback_http_policy()`, which asks
+    `vmss_terminate.net.is_loopback_http`). Or serve ARM over HTTPS (`start_arm(ssl_context=...)`,
+    e.g. a `trustme` CA) and pass `connection_verify=CA_PATH` to the client.
+  * `polling_interval=0` (client or call) so LROs poll without the 30 s default wait.
+  * `api_version="2019-03-01"` per operation call reaches the wire; the client default is 2026-04-01.
+
+What the emulator answers (ARM error bodies are always {"error": {"code", "message"}}):
+  * auth: `Authorization: Bearer <token issued by our TokenEndpoint for an ARM audience>`, else 401
+    (AuthenticationFailed / InvalidAuthenticationToken / ExpiredAuthenticationToken).
+  * `api-version` is required (400 MissingApiVersionParameter / InvalidApiVersionParameter).
+  * GET/PUT/PATCH .../virtualMachineScaleSets/{name}: names are case-insensitive. PATCH merges the
+    objects it carries (null = unchanged), answers 200 with provisioningState Updating and an
+    Azure-AsyncOperation header; PUT replaces virtualMachineProfile (201 when it creates).
+  * scheduledEventsProfile in a PUT/PATCH body with api-version < 2019-03-01: 400 BadRequest
+    "Could not find member 'scheduledEventsProfile' on object of type 'VirtualMachineProfile'. ...";
+    a GET at such a version omits it. notBeforeTimeout must be PT5M..PT15M (400 InvalidParameter).
+  * enable:false is stored and returned as `"scheduledEventsProfile": {}`; a scale set that never had
+    the feature has no key at all. Re-enabling after a disable works (the GET shows it) unless
+    `state.reenable_ignored` is set, which reproduces azure-docs#41434 (2019): the re-enable is
+    accepted (200, LRO Succeeded) but ignored unless something else in virtualMachineProfile changes.
+  * GET .../virtualMachines: Uniform only, paged (`state.page_size`, nextLink with $skiptoken).
+    Flexible: 409 OperationNotAllowed -- Flexible members are standalone VMs; list them with
+    GET .../resourceGroups/{rg}/providers/Microsoft.Compute/virtualMachines (each carries
+    properties.virtualMachineScaleSet.id; no latestModelApplied there).
+  * POST .../manualupgrade {"instanceIds": [...]} (required, 400 otherwise): 202 + Azure-AsyncOperation
+    + Location; the status goes InProgress (for `state.lro_polls` polls) -> Succeeded, then the
+    instances run the current model. Flexible accepts VM names as instance ids.
+  * POST .../delete {"instanceIds": [...]}, DELETE .../virtualMachines/{id}, and lowering
+    sku.capacity delete instances via `state.deleter` (see arm_state). LRO 202 as above; a delete LRO
+    with a deleter stays InProgress until the instances are removed.
+  * LRO status: GET /subscriptions/{sub}/providers/Microsoft.Compute/locations/{loc}/operations/{id}
+    -> {"status": "InProgress"|"Succeeded"|"Failed", "error": {...}}; with `monitor=true` (the Location
+    URL) 202 while in progress, 200 when done, 500 + error when failed. No Retry-After unless
+    `ArmEmulator.retry_after` is set, so the SDK polls at its own `polling_interval`.
+  * faults: `server.faults` (429 + Retry-After, 500, delays, garbage) per request; LRO-level
+    `state.fail_next_lro(code, message, kind=None)` and `state.fail_manualupgrade(nth, ...)`.
+
+Decisions where the reference is silent:
+  * PUT/PATCH apply the model at once (the answer and GETs already show it, provisioningState
+    Updating); the LRO only flips provisioningState to Succeeded. A failed PATCH LRO keeps the new
+    model with provisioningState Failed (what Azure shows after a failed update).
+  * In a PATCH, `null` leaves a value unchanged (Compute's PATCH, not RFC 7386 deletion); tags replace.
+  * notBeforeTimeout is stored as sent (PT600S stays PT600S); an enabled profile without
+    notBeforeTimeout means Azure's documented default PT5M -- the emulator does not add it.
+  * Instance ids are never reused by the emulator (Azure may reuse them; clients must not care).
+  * Flexible: manualupgrade and POST .../delete take VM names as instance ids (the Flexible instance
+    id is the VM name); scale-in removes the newest VMs.
+  * The token endpoint is http only (like App Service's); ARM may be HTTPS (`ssl_context`, or
+    `--tls-cert/--tls-key` on the CLI).
+"""
+
+from __future__ import annotations
+
+import re
+import ssl
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
+from urllib.parse import quote, urlencode
+
+from vmss_terminate.clock import Clock
+from vmss_terminate.emulator import arm_render as render
+from vmss_terminate.emulator.arm_state import (
+    UPGRADE_POLICIES,
+    ArmState,
+    ArmStateError,
+    InstanceRecord,
+    Operation,
+    ScaleSetRecord,
+)
+from vmss_terminate.emulator.server import EmulatorServer, Request, Response
+from vmss_terminate.emulator.token import ARM_AUDIENCES, TokenEndpoint, credential_env, identity_endpoint
+from vmss_terminate.timeout import MAX_MINUTES, MIN_MINUTES, iso_to_minutes_lenient
+
+__all__ = [
+    "ArmEmulator", "ArmServers", "ArmState", "InstanceRecord", "Operation", "ScaleSetRecord",
+    "TokenEndpoint", "credential_env", "start_arm",
+]
+
+_SUB = r"/subscriptions/(?P<sub>[^/]+)"
+_RG = _SUB + r"/resourcegroups/(?P<rg>[^/]+)/providers/microsoft\.compute"
+_VMSS = _RG + r"/virtualmachinescalesets/(?P<name>[^/]+)"
+_ROUTES: List[Tuple[str, "re.Pattern[str]"]] = [
+    (name, re.compile("^" + pattern + "/?$", re.IGNORECASE))
+    for name, pattern in [
+        ("operation", _SUB + r"/providers/microsoft\.compute/locations/(?P<loc>[^/]+)/operations/(?P<op>[^/]+)"),
+        ("sub_scale_sets", _SUB + r"/providers/microsoft\.compute/virtualmachinescalesets"),
+        ("rg_scale_sets", _RG + r"/virtualmachinescalesets"),
+        ("scale_set", _VMSS),
+        ("vm_list", _VMSS + r"/virtualmachines"),
+        ("vm", _VMSS + r"/virtualmachines/(?P<iid>[^/]+)"),
+        ("manualupgrade", _VMSS + r"/manualupgrade"),
+        ("delete_instances", _VMSS + r"/delete"),
+        ("standalone_vms", _RG + r"/virtualmachines"),
+        ("standalone_vm", _RG + r"/virtualmachines/(?P<vm>[^/]+)"),
+    ]
+]
+
+
+class _Refusal(Exception):
+    def __init__(self, response: Response) -> None:
+        super().__init__(response.status)
+        self.response = response
+
+
+def _refuse(status: int, code: str, message: str, target: Optional[str] = None) -> _Refusal:
+    return _Refusal(render.error(status, code, message, target))
+
+
+class ArmEmulator:
+    """The ARM app. `tokens` validates bearer tokens (a fresh TokenEndpoint when omitted)."""
+
+    def __init__(self, state: ArmState, tokens: Optional[TokenEndpoint] = None, scheme: str = "http",
+                 audiences: Tuple[str, ...] = ARM_AUDIENCES, retry_after: Optional[int] = None) -> None:
+        self.state = state
+        self.tokens = tokens or TokenEndpoint()
+        self.scheme = scheme
+        self.audiences = audiences
+        self.retry_after = retry_after  # Retry-After on LRO answers; None: not sent (fast SDK polling)
+
+    # ------------------------------------------------------------ entry point
+
+    def handle(self, request: Request) -> Response:
+        try:
+            self._authenticate(request)
+            api_version = request.param("api-version")
+            if not api_version:
+                raise _refuse(400, "MissingApiVersionParameter",
+                              "The api-version query parameter (?api-version=) is required for all requests.")
+            if not render.valid_api_version(api_version):
+                raise _refuse(400, "InvalidApiVersionParameter",
+                              f"The api-version '{api_version}' is invalid. An api-version looks like "
+                              f"YYYY-MM-DD or YYYY-MM-DD-preview (scheduledEventsProfile needs "
+                              f"{render.SCHEDULED_EVENTS_MIN_API} or later).")
+            self.state.tick()
+            for name, pattern in _ROUTES:
+                match = pattern.match(request.path)
+                if match:
+                    handler = getattr(self, f"_{name}_{request.method.lower()}", None)
+                    if handler is None:
+                        raise _refuse(405, "MethodNotAllowed",
+                                      f"The requested method '{request.method}' is not allowed on this resource.")
+                    return handler(request, api_version, **match.groupdict())
+            raise _refuse(404, "InvalidResourceType", f"The resource path '{request.path}' is not served here.")
+        except _Refusal as refusal:
+            return refusal.response
+        except ArmStateError as exc:
+            return render.error(exc.status, exc.code, exc.message, exc.target)
+
+    def _authenticate(self, request: Request) -> None:
+        header = request.header("Authorization") or ""
+        scheme, _, token = header.partition(" ")
+        challenge = {"WWW-Authenticate": 'Bearer authorization_uri="https://login.microsoftonline.com/common", '
+                                         'error="invalid_token", error_description="The access token is invalid."'}
+        if scheme.lower() != "bearer" or not token.strip():
+            raise _Refusal(render.error(401, "AuthenticationFailed",
+                                        "Authentication failed. The 'Authorization' header is missing.",
+                                        headers=challenge))
+        problem = self.tokens.check(token.strip(), self.audiences)
+        if problem is not None:
+            messages = {
+                "InvalidAuthenticationToken": "The access token is invalid.",
+                "ExpiredAuthenticationToken": "The access token has expired.",
+                "InvalidAuthenticationTokenAudience": "The access token has been obtained for wrong audience "
+                                                      "or resource.",
+            }
+            raise _Refusal(render.error(401, problem, messages[problem], headers=challenge))
+
+    # ------------------------------------------------------------ lookups
+
+    def _scale_set(self, sub: str, rg: str, name: str, parent: bool = False) -> ScaleSetRecord:
+        if not self.state.has_subscription(sub):
+            raise _refuse(404, "SubscriptionNotFound", f"The subscription '{sub}' could not be found.")
+        if not self.state.has_resource_group(sub, rg):
+            raise _refuse(404, "ResourceGroupNotFound", f"Resource group '{rg}' could not be found.")
+        ss = self.state.scale_set(sub, rg, name)
+        if ss is None:
+            if parent:
+                raise _refuse(404, "ParentResourceNotFound",
+                              f"Can not perform requested operation on nested resource. Parent resource "
+                              f"'{name}' not found.")
+            raise _refuse(404, "ResourceNotFound",
+                          f"The Resource 'Microsoft.Compute/virtualMachineScaleSets/{name}' under resource "
+                          f"group '{rg}' was not found. For more details please go to "
+                          f"https://aka.ms/ARMResourceNotFoundFix")
+        return ss
+
+    def _base(self, request: Request) -> str:
+        return f"{self.scheme}://{request.header('Host') or 'localhost'}"
+
+    def _lro_headers(self, request: Request, op: Operation, api_version: str, location: bool) -> Dict[str, str]:
+        url = (f"{self._base(request)}/subscriptions/{op.scale_set.subscription}/providers/Microsoft.Compute"
+               f"/locations/{quote(op.scale_set.location)}/operations/{op.op_id}")
+        headers = {"Azure-AsyncOperation": f"{url}?{urlencode({'api-version': api_version})}"}
+        if location:
+            headers["Location"] = f"{url}?{urlencode({'monitor': 'true', 'api-version': api_version})}"
+        if self.retry_after is not None:
+            headers["Retry-After"] = str(self.retry_after)
+        return headers
+
+    # ------------------------------------------------------------ scale sets
+
+    def _scale_set_get(self, request: Request, api_version: str, sub: str, rg: str, name: str) -> Response:
+        ss = self._scale_set(sub, rg, name)
+        with self.state.lock:
+            return Response.json(200, render.scale_set(ss, api_version))
+
+    def _rg_scale_sets_get(self, request: Request, api_version: str, sub: str, rg: str) -> Response:
+        if not self.state.has_resource_group(sub, rg):
+            raise _refuse(404, "ResourceGroupNotFound", f"Resource group '{rg}' could not be found.")
+        with self.state.lock:
+            return Response.json(200, {"value": [render.scale_set(ss, api_version)
+                                                 for ss in self.state.scale_sets(sub, rg)]})
+
+    def _sub_scale_sets_get(self, request: Request, api_version: str, sub: str) -> Response:
+        with self.state.lock:
+            return Response.json(200, {"value": [render.scale_set(ss, api_version)
+                                                 for ss in self.state.scale_sets(sub)]})
+
+    def _scale_set_patch(self, request: Request, api_version: str, sub: str, rg: str, name: str) -> Response:
+        ss = self._scale_set(sub, rg, name)
+        body = _json_object(request)
+        properties = _object(body.get("properties"), "properties")
+        vm_patch = _object(properties.get("virtualMachineProfile"), "properties.virtualMachineProfile")
+        _check_scheduled_events(vm_patch, api_version)
+        capacity = _capacity(body)
+        mode = _upgrade_mode(properties)
+        tags = body.get("tags") if isinstance(body.get("tags"), dict) else None
+        with self.state.lock:
+            new_profile = _merge(ss.vm_profile, vm_patch)
+        self.state.apply_model(ss, new_profile, capacity=capacity, upgrade_policy=mode, tags=tags)
+        op = self.state.begin_operation("update", ss)
+        with self.state.lock:
+            payload = render.scale_set(ss, api_version)
+        return Response.json(200, payload, self._lro_headers(request, op, api_version, location=False))
+
+    def _scale_set_put(self, request: Request, api_version: str, sub: str, rg: str, name: str) -> Response:
+        body = _json_object(request)
+        properties = _object(body.get("properties"), "properties")
+        vm_profile = properties.get("virtualMachineProfile")
+        if vm_profile is not None:
+            vm_profile = _object(vm_profile, "properties.virtualMachineProfile")
+            _check_scheduled_events(vm_profile, api_version)
+        capacity = _capacity(body)
+        mode = _upgrade_mode(properties)
+        tags = body.get("tags") if isinstance(body.get("tags"), dict) else {}
+        ss = self.state.scale_set(sub, rg, name)
+        if ss is None:
+            if not self.state.has_resource_group(sub, rg):
+                raise _refuse(404, "ResourceGroupNotFound", f"Resource group '{rg}' could not be found.")
+            if not body.get("location"):
+                raise _refuse(400, "LocationRequired", "The location property is required for this definition.")
+            orchestration = properties.get("orchestrationMode") or "Uniform"
+            if str(orchestration).lower() not in ("uniform", "flexible"):
+                raise _refuse(400, "InvalidParameter", f"Orchestration mode '{orchestration}' is not valid.",
+                              "orchestrationMode")
+            ss = self.state.add_scale_set(
+                sub, rg, name, orchestration=orchestration, upgrade_policy=mode or "Manual",
+                capacity=capacity or 0, location=body["location"], tags=tags,
+                sku=(body.get("sku") or {}).get("name") or "Standard_D2s_v3", vm_profile=vm_profile or {},
+            )
+            status, op = 201, self.state.begin_operation("create", ss)
+        else:
+            with self.state.lock:
+                new_profile = vm_profile if vm_profile is not None else ss.vm_profile
+            self.state.apply_model(ss, new_profile, capacity=capacity, upgrade_policy=mode, tags=tags)
+            status, op = 200, self.state.begin_operation("update", ss)
+        with self.state.lock:
+            payload = render.scale_set(ss, api_version)
+        return Response.json(status, payload, self._lro_headers(request, op, api_version, location=False))
+
+    # ------------------------------------------------------------ instances
+
+    def _vm_list_get(self, request: Request, api_version: str, sub: str, rg: str, name: str) -> Response:
+        ss = self._scale_set(sub, rg, name, parent=True)
+        if ss.orchestration == "Flexible":
+            raise _refuse(409, "OperationNotAllowed",
+                          f"Operation 'VirtualMachineScaleSetVMs.List.GET' is not allowed on Virtual Machine "
+                          f"Scale Set '{ss.name}' since it uses orchestration mode 'Flexible'. List the "
+                          f"virtual machines of the resource group instead.")
+        return self._page(request, api_version, lambda: list(ss.instances.values()), render.scale_set_vm)
+
+    def _standalone_vms_get(self, request: Request, api_version: str, sub: str, rg: str) -> Response:
+        if not self.state.has_resource_group(sub, rg):
+            raise _refuse(404, "ResourceGroupNotFound", f"Resource group '{rg}' could not be found.")
+
+        def members() -> List[InstanceRecord]:
+            return [inst for ss in self.state.scale_sets(sub, rg) if ss.orchestration == "Flexible"
+                    for inst in ss.instances.values()]
+
+        return self._page(request, api_version, members, render.standalone_vm)
+
+    def _page(self, request: Request, api_version: str, items: Callable[[], List[InstanceRecord]],
+              shape: Callable[[InstanceRecord], Dict[str, Any]]) -> Response:
+        token = request.param("$skiptoken") or "0"
+        if not token.isdigit():
+            raise _refuse(400, "InvalidParameter", f"The skip token '{token}' is invalid.", "$skiptoken")
+        start, size = int(token), max(1, self.state.page_size)
+        with self.state.lock:
+            everything = items()
+            payload: Dict[str, Any] = {"value": [shape(i) for i in everything[start:start + size]]}
+            if start + size < len(everything):
+                query = urlencode({"api-version": api_version, "$skiptoken": str(start + size)})
+                payload["nextLink"] = f"{self._base(request)}{request.path}?{query}"
+        return Response.json(200, payload)
+
+    def _instance(self, ss: ScaleSetRecord, iid: str) -> InstanceRecord:
+        inst = ss.instance(iid)
+        if inst is None:
+            raise _refuse(404, "NotFound", "The entity was not found in this Azure location.")
+        return inst
+
+    def _vm_get(self, request: Request, api_version: str, sub: str, rg: str, name: str, iid: str) -> Response:
+        ss = self._scale_set(sub, rg, name, parent=True)
+        if ss.orchestration == "Flexible":
+            raise _refuse(409, "OperationNotAllowed",
+                          f"Operation 'VirtualMachineScaleSetVMs.GET' is not allowed on Virtual Machine Scale "
+                          f"Set '{ss.name}' since it uses orchestration mode 'Flexible'.")
+        with self.state.lock:
+            return Response.json(200, render.scale_set_vm(self._instance(ss, iid)))
+
+    def _vm_delete(self, request: Request, api_version: str, sub: str, rg: str, name: str, iid: str) -> Response:
+        ss = self._scale_set(sub, rg, name, parent=True)
+        inst = self._instance(ss, iid)
+        op = self.state.delete_instances(ss, [inst.instance_id])
+        return Response(202, b"", self._lro_headers(request, op, api_version, location=True))
+
+    def _standalone_member(self, sub: str, rg: str, vm: str) -> InstanceRecord:
+        for ss in self.state.scale_sets(sub, rg):
+            if ss.orchestration == "Flexible":
+                inst = ss.instance(vm)
+                if inst is not None:
+                    return inst
+        raise _refuse(404, "ResourceNotFound",
+                      f"The Resource 'Microsoft.Compute/virtualMachines/{vm}' under resource group '{rg}' was "
+                      f"not found. For more details please go to https://aka.ms/ARMResourceNotFoundFix")
+
+    def _standalone_vm_get(self, request: Request, api_version: str, sub: str, rg: str, vm: str) -> Response:
+        with self.state.lock:
+            return Response.json(200, render.standalone_vm(self._standalone_member(sub, rg, vm)))
+
+    def _standalone_vm_delete(self, request: Request, api_version: str, sub: str, rg: str, vm: str) -> Response:
+        inst = self._standalone_member(sub, rg, vm)
+        op = self.state.delete_instances(inst.scale_set, [inst.instance_id])
+        return Response(202, b"", self._lro_headers(request, op, api_version, location=True))
+
+    def _manualupgrade_post(self, request: Request, api_version: str, sub: str, rg: str, name: str) -> Response:
+        ss = self._scale_set(sub, rg, name)
+        op = self.state.manual_upgrade(ss, _instance_ids(request))
+        return Response(202, b"", self._lro_headers(request, op, api_version, location=True))
+
+    def _delete_instances_post(self, request: Request, api_version: str, sub: str, rg: str, name: str) -> Response:
+        ss = self._scale_set(sub, rg, name)
+        op = self.state.delete_instances(ss, _instance_ids(request))
+        return Response(202, b"", self._lro_headers(request, op, api_version, location=True))
+
+    # ------------------------------------------------------------ LRO status
+
+    def _operation_get(self, request: Request, api_version: str, sub: str, loc: str, op: str) -> Response:
+        operation = self.state.poll(op)
+        if operation is None or operation.scale_set.subscription.lower() != sub.lower():
+            raise _refuse(404, "NotFound", f"The operation '{op}' was not found.")
+        with self.state.lock:
+            body = operation.body(render.iso_time)
+            status = operation.status
+        if (request.param("monitor") or "").lower() == "true":  # Location-header semantics
+            if status == "InProgress":
+                return Response(202, b"", self._lro_headers(request, operation, api_version, location=True))
+            if status == "Failed":
+                return Response.json(500, {"error": body["error"]})
+            return Response(200, b"")
+        headers = {"Retry-After": str(self.retry_after)} if self.retry_after is not None and status == "InProgress" else {}
+        return Response.json(200, body, headers)
+
+
+# ---------------------------------------------------------------- request body rules
+
+
+def _json_object(request: Request) -> Dict[str, Any]:
+    try:
+        body = request.json() if request.body else {}
+    except ValueError as exc:
+        raise _refuse(400, "InvalidRequestContent",
+                      f"The request content was invalid and could not be deserialized: '{exc}'.")
+    if not isinstance(body, dict):
+        raise _refuse(400, "InvalidRequestContent",
+                      "The request content was invalid and could not be deserialized: expected a JSON object.")
+    return body
+
+
+def _object(value: Any, where: str) -> Dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise _refuse(400, "InvalidRequestContent",
+                      f"The request content was invalid and could not be deserialized: '{where}' must be an object.")
+    return value
+
+
+def _instance_ids(request: Request) -> List[str]:
+    body = _json_object(request)
+    ids = body.get("instanceIds")
+    if ids is None:
+        raise _refuse(400, "InvalidRequestContent",
+                      "The request content was invalid and could not be deserialized: 'Required property "
+                      "'instanceIds' not found in JSON. Path '', line 1, position 2.'.")
+    if not isinstance(ids, list) or not all(isinstance(i, (str, int)) and not isinstance(i, bool) for i in ids):
+        raise _refuse(400, "InvalidParameter", "instanceIds must be a list of instance id strings.", "instanceIds")
+    return [str(i) for i in ids]
+
+
+def _capacity(body: Dict[str, Any]) -> Optional[int]:
+    sku = _object(body.get("sku"), "sku")
+    capacity = sku.get("capacity")
+    if capacity is None:
+        return None
+    if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 0:
+        raise _refuse(400, "InvalidParameter", f"The value '{capacity}' of sku.capacity is invalid.", "sku.capacity")
+    return capacity
+
+
+def _upgrade_mode(properties: Dict[str, Any]) -> Optional[str]:
+    mode = _object(properties.get("upgradePolicy"), "properties.upgradePolicy").get("mode")
+    if mode is None:
+        return None
+    for option in UPGRADE_POLICIES:
+        if str(mode).lower() == option.lower():
+            return option
+    raise _refuse(400, "InvalidParameter", f"Upgrade mode '{mode}' is not valid.", "upgradePolicy.mode")
+
+
+def _check_scheduled_events(vm_profile: Dict[str, Any], api_version: str) -> None:
+    """The 2019-03-01 minimum, the notBeforeTimeout range and the enable type."""
+    if "scheduledEventsProfile" not in vm_profile:
+        return
+    if not render.supports_scheduled_events(api_version):
+        raise _refuse(400, "BadRequest",
+                      f"{render.MEMBER_NOT_FOUND}. Path 'properties.virtualMachineProfile.scheduledEventsProfile'.")
+    sep = vm_profile["scheduledEventsProfile"]
+    if sep is None:
+        return
+    sep = _object(sep, "properties.virtualMachineProfile.scheduledEventsProfile")
+    tnp = sep.get("terminateNotificationProfile")
+    if tnp is None:
+        return
+    tnp = _object(tnp, "scheduledEventsProfile.terminateNotificationProfile")
+    enable = tnp.get("enable")
+    if isinstance(enable, str) and enable.lower() in ("true", "false"):
+        tnp["enable"] = enable.lower() == "true"
+    elif enable is not None and not isinstance(enable, bool):
+        raise _refuse(400, "InvalidParameter", f"The value '{enable}' of enable is not a boolean.",
+                      "terminateNotificationProfile.enable")
+    timeout = tnp.get("notBeforeTimeout")
+    if timeout is None:
+        return
+    minutes = iso_to_minutes_lenient(timeout) if isinstance(timeout, str) and timeout.upper().startswith("P") else None
+    if minutes is None:
+        raise _refuse(400, "InvalidParameter",
+                      f"The value '{timeout}' of notBeforeTimeout is not a valid ISO 8601 duration.",
+                      "terminateNotificationProfile.notBeforeTimeout")
+    if not MIN_MINUTES <= minutes <= MAX_MINUTES:
+        raise _refuse(400, "InvalidParameter",
+                      f"NotBeforeTimeout '{timeout}' is out of range: it must be between PT{MIN_MINUTES}M and "
+                      f"PT{MAX_MINUTES}M.", "terminateNotificationProfile.notBeforeTimeout")
+
+
+def _merge(base: Dict[str, Any], patch: Dict[str, Any]) -> Dict[str, Any]:
+    """PATCH semantics: objects merge recursively, other values replace, null leaves a value unchanged."""
+    out = dict(base)
+    for key, value in patch.items():
+        if value is None:
+            continue
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+# ---------------------------------------------------------------- serving
+
+
+@dataclass
+class ArmServers:
+    """A running ARM emulator and its token endpoint. Stop with `stop()` or use as a context manager."""
+
+    state: ArmState
+    arm: ArmEmulator
+    tokens: TokenEndpoint
+    arm_server: EmulatorServer
+    token_server: EmulatorServer
+
+    @property
+    def arm_url(self) -> str:
+        return self.arm_server.url
+
+    @property
+    def token_url(self) -> str:
+        """The IDENTITY_ENDPOINT value."""
+        return identity_endpoint(self.token_server)
+
+    @property
+    def env(self) -> Dict[str, str]:
+        """IDENTITY_ENDPOINT / IDENTITY_HEADER for DefaultAzureCredential."""
+        return credential_env(self.token_server)
+
+    def reset(self, state: Optional[ArmState] = None) -> ArmState:
+        """Serve `state` (a fresh ArmState when None) with an empty request log and no pending
+        faults; lets a test suite share one running server pair across tests (a stop costs ~0.5 s)."""
+        self.state = self.arm.state = state if state is not None else ArmState()
+        for server in (self.arm_server, self.token_server):
+            server.log.clear()
+            server.faults.clear()
+        return self.state
+
+    def stop(self) -> None:
+        # Each server's shutdown waits for its poll loop; stop both at once to halve the wait.
+        other = threading.Thread(target=self.token_server.stop, daemon=True)
+        other.start()
+        self.arm_server.stop()
+        other.join(timeout=10)
+
+    def __enter__(self) -> "ArmServers":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+
+def start_arm(
+    state: Optional[ArmState] = None,
+    seed: Union[None, str, Path, Dict[str, Any]] = None,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    token_port: int = 0,
+    ssl_context: Optional[ssl.SSLContext] = None,
+    clock: Optional[Clock] = None,
+    page_size: Optional[int] = None,
+    lro_polls: Optional[int] = None,
+) -> ArmServers:
+    """Start the ARM emulator (HTTPS when `ssl_context` is given) and the token endpoint (always
+    http, like App Service's local endpoint) in background threads; returns them running."""
+    if state is None:
+        state = ArmState(clock=clock) if clock is not None else ArmState()
+    if seed is not None:
+        state.load_seed(seed)
+    if page_size is not None:
+        state.page_size = page_size
+    if lro_polls is not None:
+        state.lro_polls = lro_polls
+    tokens = TokenEndpoint()
+    arm = ArmEmulator(state, tokens, scheme="https" if ssl_context is not None else "http")
+    token_server = EmulatorServer(tokens, host=host, port=token_port).start()
+    try:
+        arm_server = EmulatorServer(arm, host=host, port=port, ssl_context=ssl_context).start()
+    except BaseException:
+        token_server.stop()
+        raise
+    return ArmServers(state, arm, tokens, arm_server, token_server)
+

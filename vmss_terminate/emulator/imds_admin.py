@@ -1,0 +1,134 @@
+"""The emulator's own admin endpoint under `/emulator/...`: add, change, start and remove events
+and read approvals of a *running* emulator (e.g. from curl while testing a drain hook).
+
+It is deliberately outside the IMDS rules (no Metadata header, api-version or rate limit) and
+under a path IMDS never uses, so it can't be confused with real IMDS behaviour. Routes are listed
+in `imds.py`'s module docstring and at `GET /emulator`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Tuple
+
+from vmss_terminate.emulator.imds_events import Approval, EmulatedEvent, event_fields_from_mapping
+from vmss_terminate.emulator.imds_replies import error_reply, method_not_allowed
+from vmss_terminate.emulator.server import Request, Response
+from vmss_terminate.errors import UsageError
+
+if TYPE_CHECKING:
+    from vmss_terminate.emulator.imds import ImdsEmulator
+
+ROUTES = [
+    "GET /emulator/events",
+    "POST /emulator/events",
+    "PATCH /emulator/events/{id}",
+    "DELETE /emulator/events/{id}",
+    "POST /emulator/events/{id}/start",
+    "GET /emulator/approvals",
+]
+
+
+def event_json(event: EmulatedEvent) -> Dict[str, Any]:
+    """The newest IMDS shape plus the emulator's own bookkeeping."""
+    data = event.to_imds()
+    data["StartedAt"] = event.started_at
+    return data
+
+
+def approval_json(approval: Approval) -> Dict[str, Any]:
+    return {"EventId": approval.event_id, "VmName": approval.vm_name, "At": approval.at,
+            "Accepted": approval.accepted, "Foreign": approval.foreign}
+
+
+def handle_admin(app: "ImdsEmulator", request: Request, path: str) -> Response:
+    """Answer one `/emulator/...` request (bad input 400, unknown event 404, wrong verb 405)."""
+    name, event_id = _route([p for p in path.split("/") if p][1:])
+    handlers = _HANDLERS.get(name)
+    if handlers is None:
+        return error_reply(404, "Not found", routes=ROUTES)
+    refused = method_not_allowed(request.method, tuple(handlers))
+    if refused is not None:
+        return refused
+    app.group.tick()  # answers reflect the clock, like IMDS reads do
+    try:
+        return handlers[request.method](app, request, event_id)
+    except KeyError:
+        return error_reply(404, "no such event")
+    except UsageError as exc:
+        return error_reply(400, str(exc))
+
+
+def _route(parts: List[str]) -> Tuple[str, str]:
+    """("index" | "approvals" | "events" | "event" | "start" | "", event id or "")."""
+    if not parts:
+        return "index", ""
+    if parts == ["approvals"]:
+        return "approvals", ""
+    if parts[0] == "events":
+        if len(parts) == 1:
+            return "events", ""
+        if len(parts) == 2:
+            return "event", parts[1]
+        if len(parts) == 3 and parts[2] == "start":
+            return "start", parts[1]
+    return "", ""
+
+
+def _index(app: "ImdsEmulator", request: Request, event_id: str) -> Response:
+    return Response.json(200, {"vmName": app.vm_name, "routes": ROUTES})
+
+
+def _list_approvals(app: "ImdsEmulator", request: Request, event_id: str) -> Response:
+    return Response.json(200, {"Approvals": [approval_json(a) for a in app.group.approvals]})
+
+
+def _list_events(app: "ImdsEmulator", request: Request, event_id: str) -> Response:
+    incarnation, events = app.group.snapshot()
+    return Response.json(200, {"DocumentIncarnation": incarnation, "Events": [event_json(e) for e in events]})
+
+
+def _add_event(app: "ImdsEmulator", request: Request, event_id: str) -> Response:
+    eid = app.group.add_event(**event_fields_from_mapping(_body(request), app.group.clock))
+    return Response.json(201, {"EventId": eid})
+
+
+def _get_event(app: "ImdsEmulator", request: Request, event_id: str) -> Response:
+    event = app.group.get(event_id)
+    if event is None:
+        raise KeyError(event_id)
+    return Response.json(200, event_json(event))
+
+
+def _change_event(app: "ImdsEmulator", request: Request, event_id: str) -> Response:
+    fields = event_fields_from_mapping(_body(request), app.group.clock, new=False)
+    if "event_id" in fields:
+        raise UsageError("EventId cannot be changed")
+    app.group.update_event(event_id, **fields)
+    return _get_event(app, request, event_id)
+
+
+def _remove_event(app: "ImdsEmulator", request: Request, event_id: str) -> Response:
+    app.group.remove_event(event_id)
+    return Response(204)
+
+
+def _start_event(app: "ImdsEmulator", request: Request, event_id: str) -> Response:
+    app.group.start_event(event_id)
+    return _get_event(app, request, event_id)
+
+
+Handler = Callable[["ImdsEmulator", Request, str], Response]
+_HANDLERS: Dict[str, Dict[str, Handler]] = {
+    "index": {"GET": _index},
+    "approvals": {"GET": _list_approvals},
+    "events": {"GET": _list_events, "POST": _add_event},
+    "event": {"GET": _get_event, "PATCH": _change_event, "DELETE": _remove_event},
+    "start": {"POST": _start_event},
+}
+
+
+def _body(request: Request) -> Any:
+    try:
+        return request.json()
+    except ValueError:
+        raise UsageError("the body must be a JSON object") from None
