@@ -21,7 +21,8 @@ class TimeoutType(click.ParamType):
         try:
             return parse_timeout(value)
         except UsageError as exc:
-            self.fail(str(exc), param, ctx)
+            # click already says "Invalid value for '--timeout':"; drop our own "invalid timeout".
+            self.fail(str(exc).replace("invalid timeout ", "", 1), param, ctx)
 
 
 TIMEOUT = TimeoutType()

@@ -1,5 +1,35 @@
-"""Control plane: enable, disable, retime, status and upgrade of scale sets through ARM.
+"""Control plane: enable, disable, retime, status, plan and upgrade of scale sets through ARM.
 
 Azure SDK modules are imported lazily inside the functions that talk to ARM, so that
-`vmss_terminate.control.body` (used by `render`) stays cheap to import.
+`vmss_terminate.control.body` (used by `render`) and this package stay cheap to import.
+The public API (documented in docs/control-plane.md):
+
+    status, plan, enable, disable, retime, upgrade      -> result objects with to_dict()
+    Connection                                         -> where/as whom to talk to ARM
+    UpgradeOptions, BatchSize                          -> how to upgrade instances afterwards
 """
+
+from __future__ import annotations
+
+from vmss_terminate.control.api import disable, enable, plan, retime, status, upgrade
+from vmss_terminate.control.client import CLOUDS, Connection
+from vmss_terminate.control.results import ChangeResult, Plan, StatusResult
+from vmss_terminate.control.upgrade import BatchSize, UpgradeIncomplete, UpgradeOptions, UpgradeResult
+
+__all__ = [
+    "CLOUDS",
+    "BatchSize",
+    "ChangeResult",
+    "Connection",
+    "Plan",
+    "StatusResult",
+    "UpgradeIncomplete",
+    "UpgradeOptions",
+    "UpgradeResult",
+    "disable",
+    "enable",
+    "plan",
+    "retime",
+    "status",
+    "upgrade",
+]

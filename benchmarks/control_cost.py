@@ -1,0 +1,82 @@
+"""Control plane cost: what `enable` sends to ARM for a large Manual scale set, and how long it takes.
+
+Runs `vmss_terminate.control.enable` (the library behind `vmss-terminate enable`) through the real
+azure-mgmt-compute client and DefaultAzureCredential against the local ARM emulator, with a fixed
+latency added to every request (ARM and token endpoint) to stand in for a real round trip.
+
+    python benchmarks/control_cost.py [--instances 1000] [--latency 0.05] [--batch-size 20%]
+
+Expected writes: exactly 1 PATCH + ceil(stale / batch) manualupgrade POSTs; everything else is reads
+(scale set GETs, VM list pages, LRO status polls). Exits 1 if the write count is different.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+import time
+from collections import Counter
+
+from vmss_terminate.control import BatchSize, Connection, UpgradeOptions, enable
+from vmss_terminate.emulator.arm import ArmState, start_arm
+
+SUB = "00000000-0000-0000-0000-00000000be0c"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--instances", type=int, default=1000)
+    parser.add_argument("--latency", type=float, default=0.05, help="seconds added to every request")
+    parser.add_argument("--batch-size", default="20%")
+    args = parser.parse_args()
+
+    batch = BatchSize.parse(args.batch_size)
+    state = ArmState()
+    state.add_scale_set(SUB, "bench", "big", capacity=args.instances, upgrade_policy="Manual")
+    with start_arm(state) as servers:
+        servers.arm_server.latency = args.latency
+        servers.token_server.latency = args.latency
+        os.environ.update(servers.env)
+        connection = Connection(subscription_id=SUB, arm_endpoint=servers.arm_url)
+        started = time.perf_counter()
+        result = enable("bench", "big", "PT10M", connection=connection, options=UpgradeOptions(batch_size=batch))
+        wall = time.perf_counter() - started
+        log = servers.arm_server.log.all()
+        tokens = len(servers.token_server.log.all())
+
+    per_batch = batch.for_total(args.instances)
+    expected_posts = math.ceil(args.instances / per_batch)
+    kinds = Counter()
+    for request in log:
+        if request.method == "PATCH":
+            kinds["PATCH scale set"] += 1
+        elif request.method == "POST" and request.path.endswith("/manualupgrade"):
+            kinds["POST manualupgrade"] += 1
+        elif request.method == "GET" and "/operations/" in request.path:
+            kinds["GET LRO status"] += 1
+        elif request.method == "GET" and request.path.endswith("/virtualMachines"):
+            kinds["GET VM list page"] += 1
+        elif request.method == "GET":
+            kinds["GET scale set"] += 1
+        else:
+            kinds[f"{request.method} other"] += 1
+
+    assert result.upgrade is not None
+    print(f"enable on a {args.instances}-instance Manual scale set, {args.latency * 1000:.0f} ms added per request, "
+          f"batch size {batch} (= {per_batch} instances)")
+    for kind in sorted(kinds):
+        print(f"  {kind:<20} {kinds[kind]:>5}")
+    print(f"  {'token requests':<20} {tokens:>5}")
+    print(f"  {'ARM requests total':<20} {len(log):>5}")
+    print(f"writes: {kinds['PATCH scale set']} PATCH + {kinds['POST manualupgrade']} manualupgrade POSTs "
+          f"(expected 1 + ceil({args.instances}/{per_batch}) = {1 + expected_posts})")
+    print(f"upgraded {len(result.upgrade.upgraded)} instances in {result.upgrade.batches_done} batches")
+    print(f"wall time: {wall:.2f} s")
+    ok = kinds["PATCH scale set"] == 1 and kinds["POST manualupgrade"] == expected_posts and not kinds.get("PUT other")
+    return 0 if ok and len(result.upgrade.upgraded) == args.instances else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,316 @@
+"""The control-plane Python API; every `vmss-terminate` control command is a thin wrapper over one
+of these functions.
+
+    from vmss_terminate.control import Connection, enable
+    result = enable("my-rg", "my-vmss", 10, connection=Connection(subscription_id="..."))
+    print(result.to_dict())
+
+Guarantees:
+
+* input (timeout, api-version, endpoint, subscription, batch size) is validated before any request;
+* a change is one PATCH carrying only `scheduledEventsProfile` (the bytes of
+  `control.body.patch_bytes`), never a PUT, and only when the live state differs from the desired
+  one ("no change" otherwise, still upgrading stale instances: the goal is the desired state);
+* the model is read back after the PATCH; a write Azure accepted but did not apply is an error;
+* an upgrade failure after a successful PATCH says so: "profile changed; upgrade incomplete ...".
+"""
+
+from __future__ import annotations
+
+from typing import List, Optional, Tuple, Union
+
+from vmss_terminate.clock import SYSTEM_CLOCK, Clock
+from vmss_terminate.control import body as patch
+from vmss_terminate.control.client import ArmRequestError, Connection, ScaleSetClient
+from vmss_terminate.control.results import ChangeResult, Plan, StatusResult
+from vmss_terminate.control.state import (
+    InstanceState,
+    ProfileState,
+    ScaleSetState,
+    parse_instance,
+    parse_profile,
+    parse_scale_set,
+)
+from vmss_terminate.control.upgrade import (
+    MANUAL,
+    PLATFORM,
+    SKIPPED,
+    UNAVAILABLE,
+    Progress,
+    UpgradeIncomplete,
+    UpgradeOptions,
+    UpgradePlan,
+    UpgradeResult,
+    make_plan,
+    run_manual,
+    wait_until_current,
+)
+from vmss_terminate.errors import AzureError, UsageError, VmssTerminateError
+from vmss_terminate.timeout import parse_timeout
+
+ENABLE, DISABLE, RETIME = "enable", "disable", "retime"
+ACTIONS = (ENABLE, DISABLE, RETIME)
+DEFAULT_OPTIONS = UpgradeOptions()  # frozen: safe as a shared default
+
+
+def status(resource_group: str, name: str, *, connection: Connection) -> StatusResult:
+    """Orchestration mode, upgrade policy, the terminate-notification profile and, per instance,
+    whether it runs the latest model (Flexible: when the API offers it, else a note)."""
+    with ScaleSetClient(connection, resource_group, name) as client:
+        state = parse_scale_set(client.get())
+        instances, note = _inventory(client, state)
+        return StatusResult(
+            **client.target,
+            resource_id=state.resource_id,
+            orchestration_mode=state.orchestration_mode,
+            upgrade_policy=state.upgrade_mode,
+            profile=state.profile,
+            instances=instances,
+            instances_note=note,
+            api_version=client.resolved.effective_api_version(),
+            notes=state.notes,
+        )
+
+
+def plan(
+    resource_group: str,
+    name: str,
+    timeout: Optional[Union[int, str]] = None,
+    *,
+    action: str = ENABLE,
+    connection: Connection,
+    options: UpgradeOptions = DEFAULT_OPTIONS,
+) -> Plan:
+    """What `action` (enable by default) would change now — profile and instances — without writing."""
+    minutes = _check_inputs(action, timeout)
+    with ScaleSetClient(connection, resource_group, name) as client:
+        return _prepare(client, action, minutes, options)[0]
+
+
+def enable(resource_group: str, name: str, timeout: Union[int, str], *, connection: Connection,
+           options: UpgradeOptions = DEFAULT_OPTIONS, dry_run: bool = False, progress: Optional[Progress] = None,
+           clock: Clock = SYSTEM_CLOCK) -> ChangeResult:
+    """Enable terminate notifications with `timeout` (5..15 minutes) and upgrade instances."""
+    return _change(ENABLE, resource_group, name, timeout, connection, options, dry_run, progress, clock)
+
+
+def disable(resource_group: str, name: str, *, connection: Connection, options: UpgradeOptions = DEFAULT_OPTIONS,
+            dry_run: bool = False, progress: Optional[Progress] = None, clock: Clock = SYSTEM_CLOCK) -> ChangeResult:
+    """Disable terminate notifications (`"enable": false`) and upgrade instances."""
+    return _change(DISABLE, resource_group, name, None, connection, options, dry_run, progress, clock)
+
+
+def retime(resource_group: str, name: str, timeout: Union[int, str], *, connection: Connection,
+           options: UpgradeOptions = DEFAULT_OPTIONS, dry_run: bool = False, progress: Optional[Progress] = None,
+           clock: Clock = SYSTEM_CLOCK) -> ChangeResult:
+    """Change the timeout of an enabled scale set (refused when notifications are not enabled)."""
+    return _change(RETIME, resource_group, name, timeout, connection, options, dry_run, progress, clock)
+
+
+def upgrade(
+    resource_group: str,
+    name: str,
+    *,
+    connection: Connection,
+    options: UpgradeOptions = DEFAULT_OPTIONS,
+    progress: Optional[Progress] = None,
+    clock: Clock = SYSTEM_CLOCK,
+) -> UpgradeResult:
+    """Bring stale instances to the latest model (Manual: manualupgrade in batches; Automatic /
+    Rolling: report, or wait with `options.wait`). Safe to re-run: only stale instances are sent."""
+    with ScaleSetClient(connection, resource_group, name) as client:
+        state = parse_scale_set(client.get())
+        instances, note = _inventory(client, state)
+        the_plan = make_plan(state.upgrade_mode, instances, options, unavailable_note=note)
+        return _upgrade(client, state, the_plan, options, progress, clock, profile_changed=False)
+
+
+# --- shared steps -----------------------------------------------------------------------------
+
+
+def _check_inputs(action: str, timeout: Optional[Union[int, str]]) -> Optional[int]:
+    if action not in ACTIONS:
+        raise UsageError(f"unknown action {action!r}: choose one of {', '.join(ACTIONS)}")
+    if action == DISABLE:
+        return None
+    if timeout is None:
+        raise UsageError(f"{action} needs a timeout (--timeout 5..15 minutes, e.g. 10m or PT10M)")
+    return parse_timeout(timeout)
+
+
+def _desired(action: str, before: ProfileState, minutes: Optional[int], resource: str) -> Tuple[ProfileState, bool, bytes]:
+    """(desired profile, whether a PATCH is needed, the PATCH bytes)."""
+    if action == DISABLE:
+        return ProfileState.desired(False, None), not before.is_off, patch.patch_bytes(False, None)
+    assert minutes is not None
+    if action == RETIME and not before.enabled:
+        raise VmssTerminateError(
+            f"retime: terminate notifications are not enabled on {resource} ({before.describe()}); "
+            f"use `vmss-terminate enable --timeout {minutes}m` instead"
+        )
+    return ProfileState.desired(True, minutes), not before.is_enabled_with(minutes), patch.patch_bytes(True, minutes)
+
+
+def _prepare(
+    client: ScaleSetClient, action: str, minutes: Optional[int], options: UpgradeOptions, *, applying: bool = False
+) -> Tuple[Plan, ScaleSetState, bytes]:
+    """Read live state and compute the plan: the code `plan` and `--dry-run` share with the real run.
+
+    `applying`: when a PATCH will follow and instances will be upgraded, the instance list is read
+    after the PATCH instead (it is what the upgrade needs), saving one full paged listing.
+    """
+    state = parse_scale_set(client.get())
+    desired, change, body = _desired(action, state.profile, minutes, client.resource)
+    if applying and change and options.upgrade:
+        upgrade_plan = make_plan(state.upgrade_mode, [], options)  # replaced by the caller after the PATCH
+    else:
+        instances, note = _inventory(client, state)
+        upgrade_plan = make_plan(state.upgrade_mode, instances, options, model_changes=change, unavailable_note=note)
+    resolved = client.resolved
+    request = (
+        f"PATCH {resolved.base_url}{client.resource_path}?api-version={resolved.effective_api_version()}"
+        if change
+        else None
+    )
+    result = Plan(
+        action=action,
+        **client.target,
+        before=state.profile,
+        desired=desired,
+        profile_change=change,
+        request=request,
+        patch_body=body.decode("utf-8") if change else None,
+        upgrade=upgrade_plan,
+    )
+    return result, state, body
+
+
+def _change(
+    action: str,
+    resource_group: str,
+    name: str,
+    timeout: Optional[Union[int, str]],
+    connection: Connection,
+    options: UpgradeOptions,
+    dry_run: bool,
+    progress: Optional[Progress],
+    clock: Clock,
+) -> ChangeResult:
+    minutes = _check_inputs(action, timeout)
+    with ScaleSetClient(connection, resource_group, name) as client:
+        the_plan, state, body = _prepare(client, action, minutes, options, applying=not dry_run)
+        if dry_run:
+            return ChangeResult(action, changed=False, dry_run=True, plan=the_plan)
+        after = state.profile
+        if the_plan.profile_change:
+            client.patch(body)
+            after = parse_profile(client.get())
+            _check_applied(action, the_plan.desired, after, client.resource)
+            if options.upgrade:  # the new model made instances stale: plan from the list read now
+                instances, note = _inventory(client, state)
+                the_plan.upgrade = make_plan(state.upgrade_mode, instances, options, unavailable_note=note)
+        upgraded = _upgrade(
+            client, state, the_plan.upgrade, options, progress, clock, profile_changed=the_plan.profile_change
+        )
+        return ChangeResult(
+            action, changed=the_plan.profile_change, dry_run=False, plan=the_plan, after=after, upgrade=upgraded
+        )
+
+
+def _check_applied(action: str, desired: ProfileState, after: ProfileState, resource: str) -> None:
+    """Read-back check: Azure has been seen to accept a re-enable after a disable and ignore it."""
+    ok = after.is_off if action == DISABLE else after.is_enabled_with(desired.timeout_minutes or 0)
+    if ok:
+        return
+    raise AzureError(
+        f"{action}: Azure accepted the PATCH but {resource} still reads: {after.describe()} "
+        f"(wanted: {desired.describe()}); no instances were upgraded. This is a known Azure behaviour when "
+        "re-enabling after a disable (MicrosoftDocs/azure-docs#41434): apply the change together with another "
+        "virtualMachineProfile change (e.g. in your template), then check with `vmss-terminate status`"
+    )
+
+
+def _inventory(client: ScaleSetClient, state: ScaleSetState) -> Tuple[Optional[List[InstanceState]], Optional[str]]:
+    """Instances with latestModelApplied. Flexible: the scale-set VM API may refuse (Flexible
+    members are standalone VMs without latestModelApplied); then None and a note naming the members."""
+    flexible = state.orchestration_mode.lower() == "flexible"
+    try:
+        instances = [parse_instance(vm) for vm in client.list_instances()]
+    except ArmRequestError as exc:
+        if not flexible or not _refused_for_flexible(exc):
+            raise
+        members = ""
+        if state.resource_id:
+            names = [vm.get("name") or "?" for vm in client.list_flexible_members(state.resource_id)]
+            members = f"; {len(names)} member VM(s): {', '.join(names[:10])}{' ...' if len(names) > 10 else ''}"
+        return None, (
+            "per-instance latestModelApplied is not available for Flexible orchestration "
+            f"(the scale-set VM list answers {exc.code or 'an error'}, HTTP {exc.status}){members}"
+        )
+    if flexible and instances and all(i.latest_model_applied is None for i in instances):
+        return None, (
+            f"per-instance latestModelApplied is not available: the {len(instances)} Flexible instance(s) "
+            "do not report it"
+        )
+    return instances, None
+
+
+def _refused_for_flexible(exc: ArmRequestError) -> bool:
+    """The scale-set VM API refusing a Flexible set (409 OperationNotAllowed; any 400/404/409) means
+    "not offered here"; throttling, auth and server errors are failures, not missing information."""
+    return exc.status in (400, 404, 409)
+
+
+def _upgrade(
+    client: ScaleSetClient,
+    state: ScaleSetState,
+    the_plan: UpgradePlan,
+    options: UpgradeOptions,
+    progress: Optional[Progress],
+    clock: Clock,
+    *,
+    profile_changed: bool,
+) -> UpgradeResult:
+    """Carry out an upgrade plan; an incomplete upgrade raises UpgradeIncomplete with the partial result."""
+    prefix = "profile changed; " if profile_changed else ""
+    rerun = f"vmss-terminate upgrade -g {client.resource_group} -n {client.name}"
+    if the_plan.mode == SKIPPED:
+        return UpgradeResult(SKIPPED, the_plan.upgrade_policy, the_plan.total, remaining=list(the_plan.stale))
+    if the_plan.mode == UNAVAILABLE:
+        return UpgradeResult(UNAVAILABLE, the_plan.upgrade_policy, 0, note=the_plan.note)
+    if the_plan.mode == MANUAL:
+        result = run_manual(client.manual_upgrade, the_plan, progress)
+        if not result.complete:
+            raise UpgradeIncomplete(
+                f"{prefix}upgrade incomplete: {len(result.upgraded)} done, {len(result.remaining)} remaining; "
+                f"re-run `{rerun}` ({result.error})",
+                result,
+            )
+        return result
+    assert the_plan.mode == PLATFORM
+    if not options.wait or not the_plan.stale:
+        return UpgradeResult(
+            PLATFORM, the_plan.upgrade_policy, the_plan.total, remaining=list(the_plan.stale), note=the_plan.note
+        )
+
+    def current() -> List[InstanceState]:
+        found, _ = _inventory(client, state)
+        return found or []
+
+    result = wait_until_current(
+        current,
+        the_plan,
+        timeout=options.wait_timeout,
+        poll_interval=options.poll_interval,
+        clock=clock,
+        progress=progress,
+    )
+    if not result.complete:
+        done = result.total - len(result.remaining)
+        raise UpgradeIncomplete(
+            f"{prefix}upgrade incomplete: {done} done, {len(result.remaining)} remaining ({result.error}; upgrade "
+            f"policy {the_plan.upgrade_policy}: Azure applies it); re-run `{rerun} --wait` or check "
+            f"`vmss-terminate status -g {client.resource_group} -n {client.name}`",
+            result,
+        )
+    return result

@@ -1,0 +1,172 @@
+"""Result objects the control-plane API returns: `to_dict()` for `--output json`, `lines()` for people."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+from vmss_terminate.control.state import InstanceState, ProfileState
+from vmss_terminate.control.upgrade import MANUAL, UpgradePlan, UpgradeResult
+
+
+@dataclass
+class StatusResult:
+    subscription_id: str
+    resource_group: str
+    name: str
+    resource_id: Optional[str]
+    orchestration_mode: str
+    upgrade_policy: str
+    profile: ProfileState
+    instances: Optional[List[InstanceState]]
+    instances_note: Optional[str]
+    api_version: str
+    notes: List[str] = field(default_factory=list)
+
+    @property
+    def stale(self) -> Optional[List[str]]:
+        if self.instances is None:
+            return None
+        return [i.instance_id for i in self.instances if i.latest_model_applied is False]
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {
+            **_target(self),
+            "resource_id": self.resource_id,
+            "orchestration_mode": self.orchestration_mode,
+            "upgrade_policy": self.upgrade_policy,
+            "terminate_notification": self.profile.to_dict(),
+            "instances": None if self.instances is None else [i.to_dict() for i in self.instances],
+            "instance_count": None if self.instances is None else len(self.instances),
+            "stale_instances": self.stale,
+            "instances_note": self.instances_note,
+            "api_version": self.api_version,
+            "notes": list(self.notes),
+        }
+
+    def lines(self) -> List[str]:
+        out = [
+            f"scale set:          {self.resource_group}/{self.name}",
+            f"orchestration mode: {self.orchestration_mode}",
+            f"upgrade policy:     {self.upgrade_policy}",
+            f"terminate notify:   {self.profile.describe()}",
+        ]
+        if self.instances is None:
+            out.append(f"instances:          {self.instances_note or 'per-instance information not available'}")
+        else:
+            stale = self.stale or []
+            out.append(f"instances:          {len(self.instances)}, {len(stale)} not on the latest model")
+            if self.instances_note:
+                out.append(f"                    {self.instances_note}")
+            if self.instances:
+                out.append("")
+                out.append(f"{'INSTANCE':<10} {'NAME':<32} LATEST MODEL")
+                for inst in self.instances:
+                    latest = {True: "yes", False: "NO", None: "unknown"}[inst.latest_model_applied]
+                    out.append(f"{inst.instance_id:<10} {inst.name or '-':<32} {latest}")
+        out.extend(f"note: {n}" for n in self.notes)
+        return out
+
+
+@dataclass
+class Plan:
+    """What a change command would do now, computed from live state; nothing is written.
+
+    `patch_body` is exactly `control.body.patch_bytes(...)` decoded: the bytes `enable` sends.
+    """
+
+    action: str
+    subscription_id: str
+    resource_group: str
+    name: str
+    before: ProfileState
+    desired: ProfileState
+    profile_change: bool
+    request: Optional[str]
+    patch_body: Optional[str]
+    upgrade: UpgradePlan
+
+    @property
+    def changes_pending(self) -> bool:
+        """True when applying would write: a PATCH or at least one manualupgrade."""
+        return self.profile_change or (self.upgrade.mode == MANUAL and bool(self.upgrade.stale))
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {
+            "action": self.action,
+            **_target(self),
+            "changes_pending": self.changes_pending,
+            "profile_change": self.profile_change,
+            "before": self.before.to_dict(),
+            "desired": self.desired.to_dict(),
+            "request": self.request,
+            "patch_body": self.patch_body,
+            "upgrade": self.upgrade.to_dict(),
+        }
+
+    def lines(self) -> List[str]:
+        out = [f"{self.action} {self.resource_group}/{self.name}"]
+        out.append(f"  terminate notify now: {self.before.describe()}")
+        if self.profile_change:
+            out.append(f"  would change to:      {self.desired.describe()}")
+            out.append("")
+            out.append(str(self.request))
+            out.append((self.patch_body or "").rstrip("\n"))
+            out.append("")
+        else:
+            out.append("  profile: no change")
+        out.append(f"  {self.upgrade.describe()}")
+        for number, batch in enumerate(self.upgrade.batches if self.upgrade.mode == MANUAL else [], start=1):
+            out.append(f"    batch {number}: {_ids(batch)}")
+        if self.upgrade.note:
+            out.append(f"  note: {self.upgrade.note}")
+        out.append("changes pending" if self.changes_pending else "no changes")
+        return out
+
+
+@dataclass
+class ChangeResult:
+    """Outcome of enable / disable / retime (or their --dry-run, which carries only the plan)."""
+
+    action: str
+    changed: bool
+    dry_run: bool
+    plan: Plan
+    after: Optional[ProfileState] = None
+    upgrade: Optional[UpgradeResult] = None
+
+    @property
+    def message(self) -> str:
+        if self.dry_run:
+            return "dry run: nothing written"
+        profile = f"profile {self.after.describe()}" if self.changed and self.after else "profile: no change"
+        if self.upgrade is not None:
+            return f"{profile}; {self.upgrade.describe()}"
+        return profile
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {
+            "action": self.action,
+            "changed": self.changed,
+            "dry_run": self.dry_run,
+            "message": self.message,
+            "plan": self.plan.to_dict(),
+            "after": self.after.to_dict() if self.after else None,
+            "upgrade": self.upgrade.to_dict() if self.upgrade else None,
+        }
+
+    def lines(self) -> List[str]:
+        if self.dry_run:
+            return self.plan.lines() + [self.message]
+        return [f"{self.action} {self.plan.resource_group}/{self.plan.name}: {self.message}"]
+
+
+def _target(result: Any) -> Dict[str, Any]:
+    """The scale set a result is about, as every JSON result names it."""
+    return {"subscription_id": result.subscription_id, "resource_group": result.resource_group, "name": result.name}
+
+
+def _ids(ids: List[str]) -> str:
+    if len(ids) <= 8:
+        return ", ".join(ids)
+    return f"{', '.join(ids[:3])}, ... {ids[-1]} ({len(ids)} instances)"

@@ -1,0 +1,137 @@
+"""What a scale set looks like to the control plane, parsed from ARM's wire JSON.
+
+Tolerant by design: a scale set created without the feature has no `scheduledEventsProfile` at
+all (azure-cli#12692 crashed on exactly that), a disable can leave `{}` behind (azure-docs#41434),
+and a profile may lack `enable`.
+
+"Enabled" means `terminateNotificationProfile.enable` is literally `true`. A profile without
+`enable` is reported as `enabled: false` with `enable_field: "missing"` — we cannot prove Azure
+sends Terminate events for it, so `enable` writes `"enable": true` explicitly rather than trust it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Dict, List, Optional
+
+from vmss_terminate.timeout import iso_to_minutes_lenient, to_iso
+
+ABSENT = "absent"  # no scheduledEventsProfile key at all
+EMPTY = "empty"  # scheduledEventsProfile without (or with an empty) terminateNotificationProfile
+SET = "set"  # terminateNotificationProfile with at least one field
+
+
+@dataclass
+class ProfileState:
+    """The scale set model's terminateNotificationProfile as Azure reports it."""
+
+    presence: str
+    enabled: bool
+    timeout: Optional[str] = None  # exactly as Azure returns it, e.g. "PT10M"
+    enable_field: str = "missing"  # "true" | "false" | "missing"
+
+    @property
+    def timeout_minutes(self) -> Optional[int]:
+        return iso_to_minutes_lenient(self.timeout) if self.timeout else None
+
+    def is_enabled_with(self, minutes: int) -> bool:
+        return self.enabled and self.timeout_minutes == minutes
+
+    @property
+    def is_off(self) -> bool:
+        """No Terminate events: nothing configured, or `enable` explicitly false."""
+        return self.presence in (ABSENT, EMPTY) or self.enable_field == "false"
+
+    def describe(self) -> str:
+        if self.presence == ABSENT:
+            return "not configured (no scheduledEventsProfile)"
+        if self.presence == EMPTY:
+            return "disabled (empty scheduledEventsProfile)"
+        state = {"true": "enabled", "false": "disabled", "missing": "enable not set (treated as disabled)"}
+        text = state[self.enable_field]
+        if self.timeout:
+            text += f", notBeforeTimeout {self.timeout}"
+        return text
+
+    def to_dict(self) -> Dict[str, Any]:
+        data = asdict(self)
+        data["timeout_minutes"] = self.timeout_minutes
+        return data
+
+    @classmethod
+    def desired(cls, enable: bool, minutes: Optional[int]) -> "ProfileState":
+        return cls(SET, enable, to_iso(minutes) if minutes is not None else None, "true" if enable else "false")
+
+
+def parse_profile(scale_set: Dict[str, Any]) -> ProfileState:
+    vm_profile = _dict(_dict(scale_set.get("properties")).get("virtualMachineProfile"))
+    events = vm_profile.get("scheduledEventsProfile")
+    if events is None or not isinstance(events, dict):
+        return ProfileState(ABSENT, False)
+    terminate = events.get("terminateNotificationProfile")
+    if not isinstance(terminate, dict) or not terminate:
+        return ProfileState(EMPTY, False)
+    enable = terminate.get("enable")
+    enable_field = "true" if enable is True else "false" if enable is False else "missing"
+    timeout = terminate.get("notBeforeTimeout")
+    return ProfileState(SET, enable is True, str(timeout) if timeout else None, enable_field)
+
+
+@dataclass
+class InstanceState:
+    instance_id: str
+    name: Optional[str]
+    latest_model_applied: Optional[bool]
+    provisioning_state: Optional[str] = None
+
+    def to_dict(self) -> Dict[str, Any]:
+        return asdict(self)
+
+
+def parse_instance(vm: Dict[str, Any]) -> InstanceState:
+    props = _dict(vm.get("properties"))
+    latest = props.get("latestModelApplied")
+    instance_id = vm.get("instanceId") or vm.get("name") or ""
+    return InstanceState(
+        instance_id=str(instance_id),
+        name=vm.get("name"),
+        latest_model_applied=latest if isinstance(latest, bool) else None,
+        provisioning_state=props.get("provisioningState"),
+    )
+
+
+@dataclass
+class ScaleSetState:
+    """Model-level facts the commands decide on. Defaults follow ARM's: Uniform, Manual."""
+
+    resource_id: Optional[str]
+    orchestration_mode: str
+    upgrade_mode: str
+    profile: ProfileState
+    raw_orchestration_mode: Optional[str] = None
+    raw_upgrade_mode: Optional[str] = None
+    notes: List[str] = field(default_factory=list)
+
+
+def parse_scale_set(scale_set: Dict[str, Any]) -> ScaleSetState:
+    props = _dict(scale_set.get("properties"))
+    raw_orch = props.get("orchestrationMode")
+    raw_upgrade = _dict(props.get("upgradePolicy")).get("mode")
+    notes = []
+    if raw_orch is None:
+        notes.append("orchestrationMode not reported (older api-version): Uniform assumed")
+    if raw_upgrade is None:
+        notes.append("upgradePolicy.mode not reported: Manual assumed")
+    return ScaleSetState(
+        resource_id=scale_set.get("id"),
+        orchestration_mode=str(raw_orch or "Uniform"),
+        upgrade_mode=str(raw_upgrade or "Manual"),
+        profile=parse_profile(scale_set),
+        raw_orchestration_mode=raw_orch,
+        raw_upgrade_mode=raw_upgrade,
+        notes=notes,
+    )
+
+
+def _dict(value: Any) -> Dict[str, Any]:
+    return value if isinstance(value, dict) else {}

@@ -1,0 +1,261 @@
+"""Bringing instances to the latest scale set model after a profile change.
+
+A new `notBeforeTimeout` only reaches an instance once it runs the latest model (the Terminate
+event otherwise carries the old NotBefore). What to do depends on the upgrade policy:
+
+* Manual: we POST `manualupgrade` for the stale instances (latestModelApplied false), in batches,
+  awaiting each batch and stopping at the first failure. Only stale instances are sent, so a
+  re-run resumes where a failed run stopped.
+* Automatic / Rolling: the platform rolls the model out; we report, and with `wait` poll (bounded,
+  on an injectable clock) until every instance is current.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+from vmss_terminate.clock import SYSTEM_CLOCK, Clock
+from vmss_terminate.control.state import InstanceState
+from vmss_terminate.errors import AzureError, UsageError
+
+Progress = Callable[[int, int], None]
+"""progress(done, total): instances upgraded (or current) so far."""
+
+MANUAL = "manual"  # we send manualupgrade
+PLATFORM = "platform"  # Automatic / Rolling: Azure applies the model
+SKIPPED = "skipped"  # --no-upgrade
+UNAVAILABLE = "unavailable"  # no per-instance model information (Flexible without VM list)
+
+_BATCH = re.compile(r"^\s*(\d+)\s*(%?)\s*$")
+
+
+@dataclass(frozen=True)
+class BatchSize:
+    """`--batch-size`: a count (`5`) or a share of all instances (`20%`), never below 1."""
+
+    value: int
+    percent: bool = True
+
+    @classmethod
+    def parse(cls, text: Any) -> "BatchSize":
+        match = _BATCH.match(str(text))
+        if not match:
+            raise UsageError(f"invalid --batch-size {text!r}: use a count (5) or a percentage (20%)")
+        value, percent = int(match.group(1)), bool(match.group(2))
+        if value < 1 or (percent and value > 100):
+            raise UsageError(f"invalid --batch-size {text!r}: must be 1..100% or a count >= 1")
+        return cls(value, percent)
+
+    def for_total(self, total_instances: int) -> int:
+        if not self.percent:
+            return self.value
+        return max(1, math.floor(total_instances * self.value / 100))
+
+    def __str__(self) -> str:
+        return f"{self.value}%" if self.percent else str(self.value)
+
+
+DEFAULT_BATCH = BatchSize(20, True)
+
+
+@dataclass(frozen=True)
+class UpgradeOptions:
+    """How (and whether) to upgrade after a change. `wait_timeout` / `poll_interval` are seconds
+    on `clock`'s scale; waiting applies to Automatic/Rolling policies only."""
+
+    upgrade: bool = True
+    batch_size: BatchSize = DEFAULT_BATCH
+    wait: bool = False
+    wait_timeout: float = 1800.0
+    poll_interval: float = 10.0
+
+    def __post_init__(self) -> None:
+        if self.wait_timeout < 0:
+            raise UsageError(f"invalid wait timeout {self.wait_timeout}: must be >= 0 seconds")
+        if self.poll_interval <= 0:
+            raise UsageError(f"invalid poll interval {self.poll_interval}: must be > 0 seconds")
+
+
+@dataclass
+class UpgradePlan:
+    """What an upgrade would do now; shared by plan, --dry-run and the real run."""
+
+    mode: str
+    upgrade_policy: str
+    total: int
+    stale: List[str]
+    batch_size: int
+    note: Optional[str] = None
+
+    @property
+    def batches(self) -> List[List[str]]:
+        size = max(1, self.batch_size)
+        return [self.stale[i : i + size] for i in range(0, len(self.stale), size)]
+
+    @property
+    def writes(self) -> int:
+        """manualupgrade POSTs this plan sends."""
+        return len(self.batches) if self.mode == MANUAL else 0
+
+    def describe(self) -> str:
+        if self.mode == SKIPPED:
+            return f"upgrade skipped (--no-upgrade); {len(self.stale)} of {self.total} instances not on the latest model"
+        if self.mode == UNAVAILABLE:
+            return f"upgrade: {self.note or 'per-instance model information not available'}"
+        if not self.stale:
+            return f"all {self.total} instances on the latest model; nothing to upgrade"
+        if self.mode == MANUAL:
+            return (
+                f"manualupgrade {len(self.stale)} of {self.total} instances in {len(self.batches)} "
+                f"batch(es) of up to {self.batch_size}"
+            )
+        return (
+            f"upgrade policy {self.upgrade_policy}: Azure applies the model to {len(self.stale)} of "
+            f"{self.total} instances itself"
+        )
+
+    def to_dict(self) -> Dict[str, Any]:
+        data = asdict(self)
+        data["batches"] = len(self.batches)
+        data["writes"] = self.writes
+        return data
+
+
+def make_plan(
+    upgrade_policy: str,
+    instances: Optional[Sequence[InstanceState]],
+    options: UpgradeOptions,
+    *,
+    model_changes: bool = False,
+    unavailable_note: Optional[str] = None,
+) -> UpgradePlan:
+    """Plan from the current inventory. `model_changes`: a PATCH is about to make every instance stale."""
+    if instances is None:
+        return UpgradePlan(UNAVAILABLE, upgrade_policy, 0, [], 0, unavailable_note)
+    total = len(instances)
+    if model_changes:
+        stale = [i.instance_id for i in instances]
+    else:
+        stale = [i.instance_id for i in instances if i.latest_model_applied is False]
+    size = options.batch_size.for_total(total)
+    if not options.upgrade:
+        mode = SKIPPED
+    elif upgrade_policy.lower() == "manual":
+        mode = MANUAL
+    else:
+        mode = PLATFORM
+    unknown = sum(1 for i in instances if i.latest_model_applied is None)
+    note = f"{unknown} instance(s) do not report latestModelApplied" if unknown else None
+    return UpgradePlan(mode, upgrade_policy, total, stale, size, note)
+
+
+@dataclass
+class UpgradeResult:
+    mode: str
+    upgrade_policy: str
+    total: int
+    upgraded: List[str] = field(default_factory=list)
+    remaining: List[str] = field(default_factory=list)
+    batches_done: int = 0
+    batch_size: int = 0
+    waited: bool = False
+    complete: bool = True
+    error: Optional[str] = None
+    note: Optional[str] = None
+
+    def describe(self) -> str:
+        if self.mode == MANUAL and not self.upgraded and not self.remaining:
+            return f"all {self.total} instances on the latest model; nothing to upgrade"
+        if self.mode == MANUAL:
+            text = f"upgraded {len(self.upgraded)} instance(s) in {self.batches_done} batch(es)"
+            if self.remaining:
+                text += f"; {len(self.remaining)} remaining"
+            return text
+        if self.mode == PLATFORM:
+            if self.waited and self.complete:
+                return f"all {self.total} instances on the latest model (applied by Azure, policy {self.upgrade_policy})"
+            if self.waited:  # --wait ran out: say so, do not suggest --wait again
+                return f"upgrade policy {self.upgrade_policy}: Azure applies the model; {self.error}"
+            if self.remaining:
+                return (
+                    f"upgrade policy {self.upgrade_policy}: Azure applies the model; {len(self.remaining)} of "
+                    f"{self.total} instances not yet current (use --wait to wait for them)"
+                )
+            return f"all {self.total} instances on the latest model"
+        if self.mode == SKIPPED:
+            text = f"upgrade skipped (--no-upgrade); {len(self.remaining)} instance(s) not on the latest model"
+            if self.upgrade_policy.lower() != "manual":
+                text += f" (policy {self.upgrade_policy}: Azure applies the model itself)"
+            return text
+        return f"upgrade: {self.note or 'not available'}"
+
+    def to_dict(self) -> Dict[str, Any]:
+        return asdict(self)
+
+
+class UpgradeIncomplete(AzureError):
+    """Some instances were not upgraded. Carries the partial result so the CLI can still print it."""
+
+    def __init__(self, message: str, result: UpgradeResult) -> None:
+        super().__init__(message)
+        self.result = result
+
+
+def run_manual(
+    upgrade_one_batch: Callable[[List[str]], None],
+    plan: UpgradePlan,
+    progress: Optional[Progress] = None,
+) -> UpgradeResult:
+    """Send the plan's batches in order, awaiting each; stop at the first failure (error recorded)."""
+    result = UpgradeResult(MANUAL, plan.upgrade_policy, plan.total, batch_size=plan.batch_size)
+    result.remaining = list(plan.stale)
+    total = len(plan.stale)
+    if progress and total:
+        progress(0, total)
+    for batch in plan.batches:
+        try:
+            upgrade_one_batch(batch)
+        except AzureError as exc:
+            result.complete = False
+            result.error = str(exc)
+            return result
+        result.upgraded.extend(batch)
+        result.remaining = result.remaining[len(batch) :]
+        result.batches_done += 1
+        if progress:
+            progress(len(result.upgraded), total)
+    return result
+
+
+def wait_until_current(
+    list_instances: Callable[[], List[InstanceState]],
+    plan: UpgradePlan,
+    *,
+    timeout: float,
+    poll_interval: float,
+    clock: Clock = SYSTEM_CLOCK,
+    progress: Optional[Progress] = None,
+) -> UpgradeResult:
+    """Poll the instance list until every instance reports latestModelApplied, or `timeout` passes."""
+    result = UpgradeResult(PLATFORM, plan.upgrade_policy, plan.total, waited=True)
+    deadline = clock.now() + timeout
+    while True:
+        instances = list_instances()
+        stale = [i.instance_id for i in instances if i.latest_model_applied is not True]
+        result.total = len(instances)
+        result.remaining = stale
+        if progress:
+            progress(len(instances) - len(stale), len(instances))
+        if not stale:
+            result.complete = True
+            return result
+        if clock.now() >= deadline:
+            result.complete = False
+            result.error = (
+                f"{len(stale)} of {len(instances)} instances still not on the latest model after {timeout:g}s"
+            )
+            return result
+        clock.sleep(min(poll_interval, max(0.0, deadline - clock.now())))
