@@ -60,14 +60,29 @@ function Invoke-Checked([string] $Exe, [string[]] $Arguments) {
     if ($LASTEXITCODE -ne 0) { throw "vmss-terminate install: '$Exe $($Arguments -join ' ')' failed with exit code $LASTEXITCODE" }
 }
 
+function Test-Python([string[]] $Command) {
+    # True when $Command runs a Python 3.9+. A probe may write to stderr (the Microsoft Store "python"
+    # alias, a py launcher without Python 3): Windows PowerShell turns redirected stderr into an error,
+    # which $ErrorActionPreference = 'Stop' would make fatal, so the probe runs with 'Continue' (local
+    # to this function) and any failure just means "not this one".
+    $ErrorActionPreference = 'Continue'
+    try {
+        $rest = @($Command | Select-Object -Skip 1)
+        & $Command[0] @rest -c 'import sys; sys.exit(0 if sys.version_info >= (3, 9) else 1)' 2>$null | Out-Null
+        return ($LASTEXITCODE -eq 0)
+    } catch {
+        return $false
+    }
+}
+
 function Find-Python {
     if ($Python) { return @($Python) }
     foreach ($candidate in @(@('py', '-3'), @('python'))) {
-        $command = Get-Command $candidate[0] -ErrorAction SilentlyContinue
+        # -First 1: with several on PATH, Get-Command returns them all.
+        $command = Get-Command $candidate[0] -CommandType Application -ErrorAction SilentlyContinue | Select-Object -First 1
         if ($command) {
-            $rest = @($candidate | Select-Object -Skip 1)
-            & $command.Source @rest -c 'import sys; sys.exit(0 if sys.version_info >= (3, 9) else 1)' 2>$null
-            if ($LASTEXITCODE -eq 0) { return @($command.Source) + $rest }
+            $full = @($command.Source) + @($candidate | Select-Object -Skip 1)
+            if (Test-Python $full) { return $full }
         }
     }
     if ($PythonInstallerUri) {
@@ -121,8 +136,12 @@ while ($true) {
     # foreach enumerates the JSON array (Windows PowerShell 5.1 returns it as one object).
     if (Test-Path $argsFile) { foreach ($item in (Get-Content -Raw -Path $argsFile | ConvertFrom-Json)) { $extra += [string]$item } }
     if ((Test-Path $log) -and (Get-Item $log).Length -gt 10MB) { Move-Item -Force $log "$log.1" }
-    & $agentExe agent run --state-file (Join-Path $dataDir 'state.json') @extra *>> $log
-    "$(Get-Date -Format o) vmss-terminate agent exited with code $LASTEXITCODE; restarting in 5 s" >> $log
+    # 2>&1 and "$_": the agent logs on stderr, and Windows PowerShell would write each such line to the
+    # log wrapped in error-record noise ("+ CategoryInfo ..."); as plain strings they stay one line each.
+    & $agentExe agent run --state-file (Join-Path $dataDir 'state.json') @extra 2>&1 |
+        ForEach-Object { "$_" } | Add-Content -Encoding UTF8 -Path $log
+    $code = $LASTEXITCODE
+    Add-Content -Encoding UTF8 -Path $log -Value "$(Get-Date -Format o) vmss-terminate agent exited with code $code; restarting in 5 s"
     Start-Sleep -Seconds 5
 }
 '@

@@ -26,10 +26,7 @@ class Imds:
     group: PlacementGroup
     app: ImdsEmulator
     server: EmulatorServer
-
-    @property
-    def url(self) -> str:
-        return self.server.url
+    url: str = ""  # the server's base URL, filled in by the fixture
 
     def approved_ids(self) -> List[str]:
         return [a.event_id for a in self.group.approvals if a.accepted]
@@ -51,7 +48,7 @@ def imds(_imds_server: EmulatorServer) -> Iterator[Imds]:
     _imds_server.app = app
     _imds_server.faults.clear()
     _imds_server.log.clear()
-    yield Imds(group, app, _imds_server)
+    yield Imds(group, app, _imds_server, _imds_server.url)
     _imds_server.faults.clear()
 
 
@@ -72,14 +69,8 @@ class Recorder:
             return [d.kind for d in self.items if event_id is None or d.event_id == event_id]
 
     def wait_for(self, predicate: Callable[[List[Decision]], bool], timeout: float = 10.0) -> bool:
-        deadline = time.monotonic() + timeout
         with self.cond:
-            while not predicate(list(self.items)):
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return False
-                self.cond.wait(left)
-            return True
+            return self.cond.wait_for(lambda: predicate(list(self.items)), timeout)
 
     def wait_kind(self, kind: str, event_id: Optional[str] = None, timeout: float = 10.0) -> bool:
         return self.wait_for(lambda items: any(d.kind == kind and (event_id is None or d.event_id == event_id)

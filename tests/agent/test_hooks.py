@@ -114,10 +114,11 @@ def test_shared_terminate_runs_hooks_but_is_not_approved_by_default(imds: Imds, 
     assert imds.approved_ids() == [shared]
 
 
-def test_deadline_stops_a_long_hook_and_its_children(imds: Imds, tmp_path: Path) -> None:
+@pytest.mark.parametrize("prefix", ["", "trap \"\" TERM; "], ids=["plain", "ignores-sigterm"])
+def test_deadline_stops_a_long_hook_and_its_children(imds: Imds, tmp_path: Path, prefix: str) -> None:
     pidfile = tmp_path / "child.pid"
     eid = imds.group.add_event("Terminate", [VM], not_before=format_not_before(time.time() + 3))
-    hook = f"sh -c 'sleep 60 & echo $! > \"$0\"; wait' {shlex.quote(str(pidfile))}"
+    hook = f"sh -c '{prefix}sleep 60 & echo $! > \"$0\"; wait' {shlex.quote(str(pidfile))}"
     agent = make_agent(imds.url, hooks=[hook], safety_margin=1.0)
     with Running(agent) as running:
         assert running.decisions.wait_kind("hook_failed", eid, timeout=10)

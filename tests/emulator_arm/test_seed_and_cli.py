@@ -7,7 +7,6 @@ import contextlib
 import json
 import os
 import queue
-import signal
 import subprocess
 import sys
 import threading
@@ -16,6 +15,7 @@ from typing import Any, Dict, Iterator, List, Tuple
 
 import pytest
 import requests
+from helpers import interrupt
 
 from vmss_terminate.emulator.arm import ArmState, InstanceRecord, ScaleSetRecord
 
@@ -95,13 +95,8 @@ def _serving(*args: str) -> Iterator[List[str]]:
     try:
         yield _read_until(proc, "env as JSON:")
     finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=10)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-    assert proc.returncode == 0
+        code = interrupt(proc)
+    assert code == 0
 
 
 def test_cli_serves_in_the_foreground_and_prints_how_to_connect() -> None:

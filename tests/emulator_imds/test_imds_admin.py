@@ -61,7 +61,11 @@ def test_patch_start_delete(vm, imds, group) -> None:
     started = imds.admin("POST", vm, f"/events/{eid}/start")
     assert started.status_code == 200 and started.json()["EventStatus"] == "Started"
     assert started.json()["StartedAt"] == group.clock.now()
+    fetched = imds.admin("GET", vm, f"/events/{eid}")
+    assert fetched.status_code == 200 and fetched.json() == started.json()
+    assert "GET /emulator/events/{id}" in imds.admin("GET", vm, "")   .json()["routes"]
     assert imds.admin("DELETE", vm, f"/events/{eid}").status_code == 204
+    assert imds.admin("GET", vm, f"/events/{eid}").status_code == 404
     assert imds.events(vm)["Events"] == []
     assert imds.admin("DELETE", vm, f"/events/{eid}").status_code == 404
     assert imds.admin("PATCH", vm, f"/events/{eid}", json={"Description": "x"}).status_code == 404

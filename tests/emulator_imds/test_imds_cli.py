@@ -6,7 +6,6 @@ import json
 import os
 import queue
 import re
-import signal
 import subprocess
 import sys
 import threading
@@ -15,8 +14,10 @@ from typing import List
 
 import pytest
 from click.testing import CliRunner
+from helpers import interrupt
 
 from vmss_terminate.cli import main
+from vmss_terminate.commands.emulator_imds import SCHEDULED_EVENTS_QUERY
 from vmss_terminate.emulator.imds_launch import load_scenario, parse_event_spec, start_imds
 from vmss_terminate.errors import UsageError
 
@@ -47,26 +48,37 @@ class Lines:
             assert line != "<EOF>", f"process ended before {pattern!r}: {self.seen}"
 
 
+class At:
+    """What the `imds` client fixture wants: an object with `.url`."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+
+def _start(*args: str) -> "subprocess.Popen[str]":
+    return subprocess.Popen([sys.executable, "-u", "-m", "vmss_terminate", "emulator", "imds", "--port", "0", *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ))
+
+
 def test_command_serves_prints_urls_and_stops_on_ctrl_c(imds, tmp_path: Path) -> None:
     scenario = tmp_path / "scenario.json"
     scenario.write_text(json.dumps({"Events": [{"EventType": "Freeze", "Resources": ["myvmss_0", "myvmss_1"]}]}))
-    proc = subprocess.Popen(
-        [sys.executable, "-u", "-m", "vmss_terminate", "emulator", "imds", "--port", "0",
-         "--vm-name", "myvmss_0", "--vm-name", "myvmss_1", "--event", "Terminate:myvmss_1",
-         "--scenario", str(scenario), "--rate-limit", "0"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ),
-    )
+    proc = _start("--vm-name", "myvmss_0", "--vm-name", "myvmss_1", "--event", "Terminate:myvmss_1",
+                  "--scenario", str(scenario), "--rate-limit", "0")
     try:
         out = Lines(proc.stdout)
         url0 = out.until(r"IMDS for myvmss_0 .*: (http://127\.0\.0\.1:\d+)").group(1)
         assert out.until(r"export VMSS_TERMINATE_IMDS_URL=(\S+)").group(1) == url0
         url1 = out.until(r"IMDS for myvmss_1 .*: (http://127\.0\.0\.1:\d+)").group(1)
+        # The guidance is copy-pasteable: a GET with the Metadata header and an admin POST, on real URLs.
+        assert out.until(r"curl -H Metadata:true '(\S+)'").group(1) == url0 + SCHEDULED_EVENTS_QUERY
+        add = out.until(r"curl -X POST -d '(\S+)' (\S+)")
+        assert json.loads(add.group(1)) == {"EventType": "Terminate", "Resources": ["myvmss_0"]}
+        assert add.group(2) == url0 + "/emulator/events"
         out.until(r"Ctrl-C")
-        assert any("added" in line and "Terminate" in line for line in out.seen)
-
-        class At:  # the client helper wants an object with .url
-            def __init__(self, url: str) -> None:
-                self.url = url
+        # Seeded events are printed after the banner, not above the URLs.
+        seeded = [out.until(r"^added\s+(\w+) ").group(1) for _ in range(2)]
+        assert sorted(seeded) == ["Freeze", "Terminate"]
 
         vm0, vm1 = At(url0), At(url1)
         events = imds.events(vm1)["Events"]
@@ -79,18 +91,35 @@ def test_command_serves_prints_urls_and_stops_on_ctrl_c(imds, tmp_path: Path) ->
         assert added.status_code == 201
         assert len(imds.events(vm1)["Events"]) == 3  # one group behind both servers
         assert imds.approve(vm1, terminate).status_code == 200
-        out.until(r"approved\s+Terminate " + terminate + r" .* by myvmss_1$")
-        assert imds.approve(vm0, terminate).status_code == 200  # a neighbour's approval is flagged
+        line = out.until(r"approved\s+Terminate " + terminate + r" .* by myvmss_1").string
+        assert "NOT in the event's Resources" not in line
+        assert imds.approve(vm0, terminate).status_code == 200  # a neighbour's approval is flagged live
+        out.until(r"approved\s+Terminate " + terminate + r" .* by myvmss_0  <-- NOT in the event's Resources")
+        assert imds.approve(vm0, "00000000-0000-0000-0000-000000000000").status_code == 400
+        out.until(r"refused\s+approval of unknown EventId 00000000-0000-0000-0000-000000000000 by myvmss_0")
     finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=10)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-    assert proc.returncode == 0, proc.stderr.read()
-    summary = out.until(r"stopped; 2 approval\(s\): (.*)").group(1)
-    assert summary == f"{terminate} by myvmss_1, {terminate} by myvmss_0 (NOT in the event's Resources)"
+        code = interrupt(proc)
+    assert code == 0, proc.stderr.read()
+    out.until(r"stopped; 3 approval\(s\):$")
+    assert [out.until(r"^  (.*)$").group(1) for _ in range(3)] == [
+        f"{terminate} by myvmss_1",
+        f"{terminate} by myvmss_0 (NOT in the event's Resources)",
+        "00000000-0000-0000-0000-000000000000 by myvmss_0 (unknown EventId, refused)",
+    ]
+
+
+def test_without_vm_name_it_serves_myvmss_0(imds) -> None:
+    proc = _start("--rate-limit", "0")
+    try:
+        out = Lines(proc.stdout)
+        url = out.until(r"IMDS for myvmss_0 \(scale set myvmss\): (\S+)").group(1)
+        out.until(r"Ctrl-C")
+        assert imds.get(At(url), "/metadata/instance/compute/name",
+                        {"api-version": "2021-02-01", "format": "text"}).text == "myvmss_0"
+    finally:
+        code = interrupt(proc)
+    assert code == 0, proc.stderr.read()
+    out.until(r"stopped; 0 approval\(s\)$")
 
 
 @pytest.mark.parametrize("args, message", [
@@ -102,7 +131,6 @@ def test_command_serves_prints_urls_and_stops_on_ctrl_c(imds, tmp_path: Path) ->
     (["--vm-name", "a", "--vm-name", "b", "--port", "65535"], "no room"),
     (["--vm-name", "a", "--scenario", "/nonexistent/scenario.json"], "cannot read scenario"),
     (["--vm-name", "a", "--rate-limit", "-1"], "rate-limit"),
-    ([], "vm-name"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args, message) -> None:
     result = CliRunner().invoke(main, ["emulator", "imds", *args])

@@ -106,6 +106,10 @@ def test_compute_fields_follow_the_version(vm, imds) -> None:
     assert "vmScaleSetName" not in compute("2017-08-01") and "subscriptionId" in compute("2017-08-01")
     assert "vmScaleSetName" in compute("2017-12-01") and "resourceId" not in compute("2019-02-01")
     assert "resourceId" in compute("2019-03-11")
+    oldest = compute("2017-04-02")
+    assert {"azEnvironment", "provider", "tags", "tagsList"}.isdisjoint(oldest) and "name" in oldest
+    assert {"azEnvironment", "provider", "tags"} <= set(compute("2018-10-01"))
+    assert "tagsList" not in compute("2019-06-01") and "tagsList" in compute("2019-06-04")
     assert imds.get(vm, "/metadata/instance/compute/resourceId",
                     {"api-version": "2019-02-01", "format": "text"}).status_code == 404
 

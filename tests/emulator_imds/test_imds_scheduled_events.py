@@ -227,6 +227,21 @@ def test_malformed_approval_is_400_and_records_nothing(vm, imds, group, body) ->
     assert imds.events(vm)["Events"][0]["EventStatus"] == "Scheduled"
 
 
+@pytest.mark.parametrize("shape", [
+    lambda eid: {"StartRequests": [{"EventId": eid, "Resources": ["myvmss_3"]}]},
+    lambda eid: {"StartRequests": [{"EventId": eid}], "Approve": True},
+    lambda eid: {"StartRequests": [{"EventId": eid}, {"EventId": eid, "Extra": 1}]},
+    lambda eid: {"StartRequests": [{"EventId": [eid]}]},
+    lambda eid: {"startrequests": [{"EventId": eid}]},
+])
+def test_extra_or_misspelt_keys_are_malformed_even_with_a_valid_event_id(vm, imds, group, shape) -> None:
+    eid = group.add_event("Terminate", ["myvmss_3"])
+    reply = imds.post(vm, shape(eid))
+    assert reply.status_code == 400 and reply.json()["error"].startswith("Bad request. Expected")
+    assert group.approvals == []
+    assert imds.events(vm)["Events"][0]["EventStatus"] == "Scheduled"
+
+
 def test_unknown_event_id_is_400_and_nothing_in_the_request_is_approved(vm, imds, group) -> None:
     eid = group.add_event("Terminate", ["myvmss_3"])
     reply = imds.approve(vm, eid, "00000000-0000-0000-0000-000000000000")

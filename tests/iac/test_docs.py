@@ -9,6 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from vmss_terminate.cli import main
+from vmss_terminate.iac import render
 
 from .conftest import ROOT
 
@@ -46,3 +47,11 @@ def test_other_examples_parse(words: List[str]) -> None:
     args = [w.replace("$(RESOURCE_GROUP)", "rg").replace("$(VMSS_NAME)", "web") for w in words[2:]]
     ctx = command.make_context(words[1], args)
     assert ctx.params["resource_group"] and ctx.params["name"]
+
+
+def test_the_terraform_example_is_what_render_prints() -> None:
+    text = DOC.read_text(encoding="utf-8")
+    intro = "`--format terraform --timeout 10m`:\n\n```hcl\n"
+    assert intro in text
+    shown = text.split(intro, 1)[1].split("```", 1)[0]
+    assert shown == render("terraform", "10m")

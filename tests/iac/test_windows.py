@@ -80,6 +80,29 @@ def test_supervisor_restarts_the_agent() -> None:
     assert "& $agentExe agent run --state-file" in body
 
 
+def _function(script: str, name: str) -> str:
+    match = re.search(r"^function " + name + r"\b.*?^\}", script, re.MULTILINE | re.DOTALL)
+    assert match, f"no function {name}"
+    return match.group(0)
+
+
+def test_python_probe_cannot_abort_the_install() -> None:
+    # Windows PowerShell + ErrorActionPreference Stop + redirected stderr of a native command = a fatal
+    # NativeCommandError; the Store "python" alias writes to stderr. The probe must contain that.
+    script = _script()
+    probe = _function(script, "Test-Python")
+    assert "$ErrorActionPreference = 'Continue'" in probe and "catch" in probe and "2>$null" in probe
+    finder = _function(script, "Find-Python")
+    assert "2>$null" not in finder and "Test-Python" in finder
+    assert "Select-Object -First 1" in finder  # Get-Command returns every match on PATH
+
+
+def test_supervisor_logs_stderr_as_plain_lines() -> None:
+    body = re.search(r"@'\n(.*?)\n'@", _script(), re.DOTALL).group(1)
+    assert "*>>" not in body  # would wrap every stderr line in error-record noise on Windows PowerShell
+    assert re.search(r"@extra 2>&1 \|\s+ForEach-Object \{ \"\$_\" \} \| Add-Content", body)
+
+
 def test_pwsh_parses_the_script() -> None:
     pwsh = shutil.which("pwsh") or shutil.which("powershell")
     if pwsh is None:

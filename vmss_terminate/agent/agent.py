@@ -88,6 +88,7 @@ class Agent:
         self._retry_reports = 0
         self._error_backoff = Backoff(base=1.0, cap=30.0)
         self._resume_checked: Set[str] = set()
+        self._approve_retry_for: Optional[float] = None  # run_once: its retry_for; run: 5 polls
         if "Terminate" not in self.config.approve_types:
             log.warning("Terminate is not in the approve types: Terminate events will wait for NotBefore")
 
@@ -113,7 +114,12 @@ class Agent:
                 return
             while not self._stop.is_set():
                 began = self.clock.now()
-                self.poll(retry_for=None)
+                try:
+                    self.poll(retry_for=None)
+                except Exception as exc:  # a bug or an absurd answer must not end the agent
+                    log.exception("poll failed unexpectedly")
+                    self._imds_trouble(ImdsError(f"unexpected {exc.__class__.__name__}: {exc}"))
+                    self.clock.wait(self._stop, self._error_backoff.next())
                 left = self.config.poll_interval - (self.clock.now() - began)
                 if left > 0:
                     self.clock.wait(self._stop, left)
@@ -123,7 +129,8 @@ class Agent:
     def run_once(self, stop: Optional[threading.Event] = None,
                  retry_for: float = 70.0) -> Optional[EventsDocument]:
         """Fetch the document once, handle every event in it, wait for the hooks it started and
-        their approvals. Raises ImdsError if IMDS stays unavailable for `retry_for` seconds;
+        their approvals. Raises ImdsError if IMDS stays unavailable for `retry_for` seconds (also
+        when an approval could not be sent in that time);
         returns None if `stop` was set while waiting for IMDS."""
         self._stop = stop if stop is not None else threading.Event()
         try:
@@ -131,12 +138,21 @@ class Agent:
             document = self.client.get_events(retry_for=retry_for, stop=self._stop, on_retry=self._on_retry)
         except Stopped:
             return None
-        self.handle_document(document)
-        for job in self._running_jobs():
-            while not job.done.is_set() and not self._stop.is_set():
-                self.clock.wait(job.done, 1.0)
+        failures: List[str] = []
+        unsubscribe = self.subscribe(lambda d: failures.append(d.message) if d.kind == D.APPROVAL_FAILED else None)
+        self._approve_retry_for = retry_for  # one shot: no next poll to try the approval again
+        try:
+            self.handle_document(document)
+            for job in self._running_jobs():
+                while not job.done.is_set() and not self._stop.is_set():
+                    self.clock.wait(job.done, 1.0)
+        finally:
+            unsubscribe()
+            self._approve_retry_for = None
         if self._stop.is_set():
             self.shutdown()
+        if failures:  # --once must not report success when an approval it owed was not sent
+            raise ImdsError("; ".join(failures))
         return document
 
     def poll(self, retry_for: Optional[float] = None) -> Optional[EventsDocument]:
@@ -357,6 +373,8 @@ class Agent:
                 self._once(D.APPROVAL_WITHHELD, eid, f"not approving {eid}: a hook failed and "
                                                      f"--on-hook-failure=wait; it starts at NotBefore")
                 return
+            if not event.names(vm):
+                return  # no longer ours (Resources changed): never approve another VM's event
             others = event.others(vm)
             if others and not self.config.approve_shared:
                 self._once(D.SHARED_NOT_APPROVED, eid, f"not approving {event.event_type} {eid}: it also names "
@@ -369,14 +387,20 @@ class Agent:
                 return  # left the document meanwhile
             self.state.update(eid, approval_started=self.clock.now())
             try:
-                self.client.approve(eid, vm, retry_for=self.config.poll_interval * 5, stop=self._stop,
-                                    on_retry=self._on_retry)
+                retry_for = self._approve_retry_for or self.config.poll_interval * 5
+                self.client.approve(eid, vm, retry_for=retry_for, stop=self._stop,
+                                    on_retry=self._on_retry, allow_shared=self.config.approve_shared,
+                                    event_type=event.event_type)
             except ForeignEventError as exc:
+                # The re-check right before the POST saw a changed event; nothing was sent.
                 if exc.absent:  # it left the document while we were about to approve: nothing to do
                     log.info("not approving %s: %s", eid, exc)
-                    return
-                log.error("approval guard refused: %s (this is a bug; nothing was sent)", exc)
-                self._once(D.APPROVAL_FAILED, eid, f"approval guard refused {eid}: {exc}")
+                elif exc.others:
+                    self._once(D.SHARED_NOT_APPROVED, eid, f"not approving {event.event_type} {eid}: it now also "
+                                                           f"names {', '.join(exc.others)} (re-checked right before "
+                                                           f"approving); it starts at NotBefore", others=exc.others)
+                else:
+                    self._once(D.APPROVAL_WITHHELD, eid, f"not approving {eid}: {exc}; nothing was sent")
                 return
             except Stopped:
                 return

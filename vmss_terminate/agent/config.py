@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, replace
 from typing import Collection, Optional, Sequence, Tuple
 
 from vmss_terminate.agent.events import parse_types
+from vmss_terminate.agent.hooks import redact_url
 from vmss_terminate.agent.imds import check_api_version, resolve_imds_url, DEFAULT_API_VERSION
 from vmss_terminate.errors import UsageError
 
@@ -54,6 +56,10 @@ class AgentConfig:
 
     def validated(self) -> "AgentConfig":
         """A normalised copy; UsageError (exit 2) on any bad value, before any request."""
+        for name in ("poll_interval", "safety_margin", "request_timeout", "first_call_timeout", "kill_grace"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise UsageError(f"invalid {name.replace('_', ' ')} {value!r}: expected a finite number of seconds")
         if self.poll_interval <= 0 or self.poll_interval > 3600:
             raise UsageError(f"invalid poll interval {self.poll_interval!r}: expected 0 < seconds <= 3600")
         if self.safety_margin < 0:
@@ -61,19 +67,20 @@ class AgentConfig:
         if self.on_hook_failure not in ON_HOOK_FAILURE:
             raise UsageError(f"invalid --on-hook-failure {self.on_hook_failure!r}: use approve or wait")
         for name in ("request_timeout", "first_call_timeout", "kill_grace"):
-            if getattr(self, name) <= 0:
-                raise UsageError(f"invalid {name} {getattr(self, name)!r}: expected seconds > 0")
+            if not 0 < getattr(self, name) <= 3600:
+                raise UsageError(f"invalid {name} {getattr(self, name)!r}: expected 0 < seconds <= 3600")
         if not 1 <= int(self.max_requests_per_second) <= 1000:
             raise UsageError("invalid max_requests_per_second: expected 1..1000")
-        if self.webhook is not None and not re.match(r"^https?://\S+$", self.webhook):
-            raise UsageError(f"invalid --webhook {self.webhook!r}: expected an http(s) URL")
+        if self.webhook is not None and (not re.match(r"^https?://\S+$", self.webhook)
+                                         or redact_url(self.webhook) == "<unparseable URL>"):
+            raise UsageError(f"invalid --webhook {redact_url(self.webhook)!r}: expected an http(s) URL")
         if self.vm_name is not None and not self.vm_name.strip():
             raise UsageError("empty --vm-name")
         hooks: Tuple[str, ...] = tuple(self.hooks)
-        from vmss_terminate.agent.process import split_command
+        from vmss_terminate.agent.process import check_program, split_command
 
         for hook in hooks:
-            split_command(hook)
+            check_program(split_command(hook))
         return replace(
             self,
             imds_url=resolve_imds_url(self.imds_url),

@@ -12,6 +12,7 @@ not `vmss_10`.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from email.utils import parsedate_to_datetime
@@ -56,6 +57,23 @@ def canonical_type(value: str) -> str:
     return str(value)
 
 
+def canonical_status(value: Any) -> str:
+    """`scheduled` -> `Scheduled`, `STARTED` -> `Started`; other statuses are returned unchanged."""
+    text = str(value or "")
+    for known in (SCHEDULED, STARTED):
+        if known.lower() == text.lower():
+            return known
+    return text
+
+
+def _resource_names(value: Any) -> Tuple[str, ...]:
+    """Resources as names. An entry that is not a string is kept as its JSON text: it is not this
+    VM, and dropping it would make a shared event look like ours alone (and approvable)."""
+    if not isinstance(value, list):
+        return ()
+    return tuple(r if isinstance(r, str) else json.dumps(r, sort_keys=True, default=str) for r in value)
+
+
 def same_name(a: str, b: str) -> bool:
     """Whole-name, case-insensitive comparison of two Azure VM names."""
     return a.casefold() == b.casefold()
@@ -81,9 +99,6 @@ class Event:
     def from_json(cls, data: Mapping[str, Any]) -> "Event":
         if not isinstance(data, Mapping) or not isinstance(data.get("EventId"), str) or not data["EventId"]:
             raise MalformedDocument(f"event without an EventId: {data!r}"[:200])
-        resources = data.get("Resources") or []
-        if not isinstance(resources, list):
-            resources = []
         duration = data.get("DurationInSeconds")
         try:
             duration = int(duration) if duration is not None and duration != "" else None
@@ -92,10 +107,10 @@ class Event:
         not_before_raw = data.get("NotBefore") if isinstance(data.get("NotBefore"), str) else ""
         return cls(
             event_id=data["EventId"],
-            event_type=str(data.get("EventType") or ""),
+            event_type=canonical_type(str(data.get("EventType") or "")),
             resource_type=str(data.get("ResourceType") or ""),
-            resources=tuple(r for r in resources if isinstance(r, str)),
-            status=str(data.get("EventStatus") or ""),
+            resources=_resource_names(data.get("Resources")),
+            status=canonical_status(data.get("EventStatus")),
             not_before_raw=not_before_raw,
             not_before=parse_not_before(not_before_raw),
             description=data.get("Description"),
@@ -161,6 +176,11 @@ class EventsDocument:
                 return event
         wanted = event_id.lower()
         return next((e for e in self.events if e.event_id.lower() == wanted), None)
+
+    def all_with_id(self, event_id: str) -> List[Event]:
+        """Every entry with this EventId (case-insensitive): a document may repeat one."""
+        wanted = event_id.lower()
+        return [e for e in self.events if e.event_id.lower() == wanted]
 
     def ours(self, vm_name: str) -> List[Event]:
         return [e for e in self.events if e.names(vm_name)]

@@ -143,9 +143,12 @@ def redact_url(url: str) -> str:
     """scheme://host/path only: credentials and query strings (tokens) never reach the log."""
     from urllib.parse import urlsplit
 
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    port = f":{parts.port}" if parts.port else ""
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:  # unparseable (bad IPv6 literal or port): show nothing that could be a secret
+        return "<unparseable URL>"
     return f"{parts.scheme}://{host}{port}{parts.path}"
 
 

@@ -21,14 +21,17 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import random
 import re
 import threading
 import time
 from collections import deque
+from datetime import datetime
 from email.utils import parsedate_to_datetime
-from typing import Any, Callable, Deque, Dict, Optional
+from typing import Any, Callable, Deque, Dict, Optional, Sequence
+from urllib.parse import urlsplit
 
 import requests
 
@@ -67,12 +70,13 @@ class ForeignEventError(VmssTerminateError):
     """Refused to POST an approval for an event that does not name this VM (the guard).
 
     `absent` is True when the EventId is simply not in the latest document (it left, or was never
-    there) rather than naming other VMs.
+    there) rather than naming other VMs; `others` lists the other VMs of a shared event.
     """
 
-    def __init__(self, message: str, absent: bool = False) -> None:
+    def __init__(self, message: str, absent: bool = False, others: Sequence[str] = ()) -> None:
         super().__init__(message)
         self.absent = absent
+        self.others = list(others)  # non-empty: ours, but shared with these VMs
 
 
 class Stopped(VmssTerminateError):
@@ -82,7 +86,13 @@ class Stopped(VmssTerminateError):
 def resolve_imds_url(url: Optional[str] = None) -> str:
     """--imds-url, else $VMSS_TERMINATE_IMDS_URL, else http://169.254.169.254; UsageError if not http(s)."""
     value = (url or os.environ.get(IMDS_URL_ENV) or DEFAULT_IMDS_URL).strip().rstrip("/")
-    if not re.match(r"^https?://[^/\s]+$", value):
+    if not re.match(r"^https?://[^/\s?#@]+$", value):
+        raise UsageError(f"invalid IMDS URL {value!r}: expected http://HOST[:PORT] with no path")
+    try:
+        valid = bool(urlsplit(value).hostname) and (urlsplit(value).port or 1) > 0
+    except ValueError:  # a port that is not a number or out of range
+        valid = False
+    if not valid:
         raise UsageError(f"invalid IMDS URL {value!r}: expected http://HOST[:PORT] with no path")
     return value
 
@@ -92,6 +102,10 @@ def check_api_version(version: str) -> str:
     text = str(version).strip()
     if not re.match(r"^\d{4}-\d{2}-\d{2}$", text):
         raise UsageError(f"invalid api-version {text!r}: expected YYYY-MM-DD, e.g. {DEFAULT_API_VERSION}")
+    try:
+        datetime.strptime(text, "%Y-%m-%d")
+    except ValueError:
+        raise UsageError(f"invalid api-version {text!r}: not a date, e.g. {DEFAULT_API_VERSION}") from None
     if text < MIN_API_VERSION:
         raise UsageError(
             f"api-version {text} is older than {MIN_API_VERSION}, which has no Terminate events; "
@@ -159,6 +173,8 @@ def _retry_after(value: Optional[str], clock: Clock) -> Optional[float]:
             seconds = parsedate_to_datetime(value).timestamp() - clock.now()
         except (TypeError, ValueError, IndexError):
             return None
+    if math.isnan(seconds):
+        return None
     return min(max(seconds, 0.0), 60.0)
 
 
@@ -233,29 +249,61 @@ class ImdsClient:
     def approve(self, event_id: str, vm_name: str, allow_foreign: bool = False,
                 retry_for: Optional[float] = GONE_RETRY_SECONDS,
                 stop: Optional[threading.Event] = None,
-                on_retry: Optional[Callable[[ImdsError, float], None]] = None) -> None:
-        """POST `{"StartRequests": [{"EventId": event_id}]}` for one event, after the guard."""
-        self.guard_approval(event_id, vm_name, allow_foreign)
-        body = json.dumps({"StartRequests": [{"EventId": event_id}]})
-        self._call("POST", EVENTS_PATH, {"api-version": self.api_version}, body, self.read_timeout,
-                   retry_for, stop, on_retry, parse=None,
-                   before_send=lambda: self.guard_approval(event_id, vm_name, allow_foreign))
+                on_retry: Optional[Callable[[ImdsError, float], None]] = None,
+                allow_shared: bool = False, event_type: Optional[str] = None) -> None:
+        """POST `{"StartRequests": [{"EventId": event_id}]}` for one event, after the guard.
 
-    def guard_approval(self, event_id: str, vm_name: str, allow_foreign: bool = False) -> None:
-        """Raise ForeignEventError unless the latest fetched document has `event_id` naming `vm_name`."""
+        Right before every attempt the document is fetched again and the guard re-checked on it,
+        so Resources that changed since the caller decided (another VM added, or ours removed)
+        stop the POST. `allow_shared` permits other VMs next to ours; `event_type` (if given) must
+        still be the event's type. `allow_foreign` (`agent approve --force`) skips all checks.
+        """
+        self.guard_approval(event_id, vm_name, allow_foreign, allow_shared, event_type)
+        body = json.dumps({"StartRequests": [{"EventId": event_id}]})
+
+        def before_send() -> None:
+            if allow_foreign:
+                return
+            self._refresh_document()
+            self.guard_approval(event_id, vm_name, allow_foreign, allow_shared, event_type)
+
+        self._call("POST", EVENTS_PATH, {"api-version": self.api_version}, body, self.read_timeout,
+                   retry_for, stop, on_retry, parse=None, before_send=before_send)
+
+    def guard_approval(self, event_id: str, vm_name: str, allow_foreign: bool = False,
+                       allow_shared: bool = False, event_type: Optional[str] = None) -> None:
+        """Raise ForeignEventError unless the latest fetched document has `event_id` naming `vm_name`
+        (and, unless `allow_shared`, no other VM; every entry with that EventId counts)."""
         if allow_foreign:
             return
         document = self.last_document
-        event = document.get(event_id) if document is not None else None
-        if event is None:
+        matches = document.all_with_id(event_id) if document is not None else []
+        if not matches:
             raise ForeignEventError(
                 f"refusing to approve {event_id}: it is not in the latest scheduled events document", absent=True)
-        if event.event_id != event_id:
-            raise ForeignEventError(f"refusing to approve {event_id}: EventId differs from {event.event_id}")
-        if not owns(event.resources, vm_name):
+        if any(event.event_id != event_id for event in matches):
+            raise ForeignEventError(f"refusing to approve {event_id}: EventId differs from {matches[0].event_id}")
+        resources = [r for event in matches for r in event.resources]
+        if not all(owns(event.resources, vm_name) for event in matches):
             raise ForeignEventError(
-                f"refusing to approve {event_id}: it is for {', '.join(event.resources) or 'no VM'}, "
+                f"refusing to approve {event_id}: it is for {', '.join(resources) or 'no VM'}, "
                 f"not this VM ({vm_name})")
+        others = sorted({r for r in resources if r.casefold() != vm_name.casefold()})
+        if others and not allow_shared:
+            raise ForeignEventError(
+                f"refusing to approve {event_id}: it also names {', '.join(others)}; approving would "
+                f"release them too", others=others)
+        if event_type is not None and any(event.event_type != event_type for event in matches):
+            raise ForeignEventError(
+                f"refusing to approve {event_id}: it is now a {matches[0].event_type}, not a {event_type}")
+
+    def _refresh_document(self) -> None:
+        """One GET (no retry of its own: the caller's loop retries) to re-check right before a POST."""
+        data = self._send("GET", EVENTS_PATH, {"api-version": self.api_version}, None, self.read_timeout,
+                          EventsDocument.from_json)
+        with self._lock:
+            self._events_called = True
+            self._last_document = data
 
     def close(self) -> None:
         self._session.close()
@@ -335,7 +383,7 @@ class ImdsClient:
             return None
         try:
             return parse(response.json())
-        except (ValueError, MalformedDocument) as exc:
+        except (ValueError, MalformedDocument, RecursionError) as exc:  # RecursionError: absurdly nested JSON
             raise ImdsError(f"malformed answer: {_snippet(str(exc))}", status=status) from exc
 
 

@@ -29,6 +29,13 @@ class EventsView:
         }
 
 
+def check_retry_for(seconds: float) -> float:
+    """UsageError unless 0 <= seconds <= 1 day (NaN included: it would retry forever)."""
+    if not 0 <= seconds <= 86400:
+        raise UsageError(f"invalid --retry-for {seconds!r}: expected 0 <= seconds <= 86400")
+    return seconds
+
+
 def _client(imds_url: Optional[str], api_version: str, client: Optional[ImdsClient]) -> ImdsClient:
     return client or ImdsClient(imds_url, api_version=api_version)
 
@@ -37,6 +44,7 @@ def list_events(imds_url: Optional[str] = None, api_version: str = DEFAULT_API_V
                 vm_name: Optional[str] = None, client: Optional[ImdsClient] = None,
                 retry_for: float = 70.0) -> EventsView:
     """Fetch this VM's name and the current Scheduled Events document."""
+    check_retry_for(retry_for)
     imds = _client(imds_url, api_version, client)
     name = vm_name or imds.vm_name(retry_for=retry_for)
     return EventsView(name, imds.get_events(retry_for=retry_for))
@@ -49,6 +57,7 @@ def approve_event(event_id: str, imds_url: Optional[str] = None, api_version: st
     VM's, or shared with other VMs, unless `force` -- approving releases every VM in Resources."""
     if not event_id or not event_id.strip():
         raise UsageError("empty EVENT_ID")
+    check_retry_for(retry_for)
     imds = _client(imds_url, api_version, client)
     view = list_events(vm_name=vm_name, client=imds, retry_for=retry_for)
     event = view.document.get(event_id.strip())

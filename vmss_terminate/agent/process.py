@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import threading
@@ -32,10 +33,24 @@ def split_command(command: str) -> Union[List[str], str]:
     try:
         argv = shlex.split(command)
     except ValueError as exc:
-        raise UsageError(f"cannot parse --hook {command!r}: {exc}") from None
+        program = command.split()[0]  # arguments may hold secrets: never echo them
+        raise UsageError(f"cannot parse --hook {program}...: {exc}") from None
     if not argv:
         raise UsageError("empty --hook command")
     return argv
+
+
+def check_program(argv: Union[List[str], str]) -> None:
+    """UsageError now if a POSIX hook's program cannot be found or run, rather than a failed drain
+    at scale-in time. (Windows strings go to CreateProcess unparsed, so they are not checked.)"""
+    if not isinstance(argv, list):
+        return
+    program = argv[0]
+    if os.sep in program or (os.altsep and os.altsep in program):
+        if not os.path.isfile(program) or not os.access(program, os.X_OK):
+            raise UsageError(f"--hook program {program!r} does not exist or is not executable")
+    elif shutil.which(program) is None:
+        raise UsageError(f"--hook program {program!r} is not on PATH")
 
 
 def start(command: str, env: Dict[str, str], stdin: bytes) -> subprocess.Popen:

@@ -80,6 +80,7 @@ class StateStore:
         self.path = path
         self._lock = threading.RLock()
         self._events: Dict[str, Dict[str, Any]] = {}
+        self._save_failed = False
         self._load()
 
     # -- reading --------------------------------------------------------------------------------
@@ -126,7 +127,9 @@ class StateStore:
         try:
             with open(self.path, "r", encoding="utf-8") as handle:
                 data = json.load(handle)
-            events = data.get("events", {}) if isinstance(data, dict) else {}
+            events = data.get("events") if isinstance(data, dict) else None
+            if not isinstance(events, dict):
+                raise ValueError("not a state file (no events object)")
             self._events = {str(k): dict(v) for k, v in events.items() if isinstance(v, dict)}
         except (OSError, ValueError) as exc:
             # A corrupt file must not stop the agent; the worst case is rerunning an idempotent hook.
@@ -134,8 +137,23 @@ class StateStore:
             self._events = {}
 
     def _save(self) -> None:
+        """Persist; a failure (disk full, read-only file system) is logged, never raised: losing
+        restart memory is bad, but blocking the drain or the approval would be worse."""
         if self.path == MEMORY:
             return
+        try:
+            self._write()
+        except OSError as exc:
+            if not self._save_failed:
+                log.error("cannot write state file %s (%s); keeping state in memory until it works again",
+                          self.path, exc)
+            self._save_failed = True
+            return
+        if self._save_failed:
+            log.warning("state file %s written again", self.path)
+        self._save_failed = False
+
+    def _write(self) -> None:
         payload = json.dumps({"version": self.VERSION, "events": self._events}, indent=1, sort_keys=True)
         directory = os.path.dirname(os.path.abspath(self.path))
         fd, tmp = tempfile.mkstemp(prefix=".state-", suffix=".tmp", dir=directory)  # created 0600

@@ -60,16 +60,19 @@ def agent_group() -> None:
               help="Read timeout of the first Scheduled Events call (IMDS may take 2 minutes to enable).")
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True,
               help="Logs on stderr: human-readable lines, or one JSON object per line.")
+@_RETRY_FOR
 def run_command(imds_url: Optional[str], hooks: Tuple[str, ...], hook_events: str, webhook: Optional[str],
                 poll_interval: float, state_file: Optional[str], once: bool, approve_types: str,
                 approve_shared: bool, on_hook_failure: str, safety_margin: float, no_rerun_interrupted: bool,
                 api_version: str, vm_name: Optional[str], request_timeout: float, first_call_timeout: float,
-                log_format: str) -> None:
+                log_format: str, retry_for: float) -> None:
     """Poll Scheduled Events; run hooks; approve only this VM's own events."""
     from vmss_terminate.agent import Agent, AgentConfig
     from vmss_terminate.agent.logs import configure
+    from vmss_terminate.agent.ops import check_retry_for
 
     configure(log_format)
+    check_retry_for(retry_for)
     config = AgentConfig(
         imds_url=imds_url, hooks=hooks, hook_events=hook_events, poll_interval=poll_interval,
         state_file=state_file, approve_types=approve_types, on_hook_failure=on_hook_failure,
@@ -81,7 +84,7 @@ def run_command(imds_url: Optional[str], hooks: Tuple[str, ...], hook_events: st
     stop = threading.Event()
     _stop_on_signals(stop)
     if once:
-        agent.run_once(stop)
+        agent.run_once(stop, retry_for=retry_for)
     else:
         agent.run(stop)
 

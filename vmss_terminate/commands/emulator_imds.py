@@ -7,14 +7,20 @@ it runs, the admin endpoint (`POST /emulator/events`, see `vmss_terminate.emulat
 
 from __future__ import annotations
 
+import json
 import signal
 import threading
-from typing import Callable, List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import click
 
 from vmss_terminate.emulator.imds import Approval, EmulatedEvent, ImdsEmulator, PlacementGroup
 from vmss_terminate.emulator.imds_launch import load_scenario, parse_event_spec, start_imds
+from vmss_terminate.emulator.server import EmulatorServer
+
+
+DEFAULT_VM_NAME = "myvmss_0"
+SCHEDULED_EVENTS_QUERY = "/metadata/scheduledevents?api-version=2019-01-01"
 
 
 def _describe(kind: str, event: EmulatedEvent) -> str:
@@ -27,21 +33,79 @@ def _approval_line(approval: Approval) -> str:
     return f"{approval.event_id} by {approval.vm_name}{note}"
 
 
-def _printer(group_ref: List[PlacementGroup]) -> Callable[[str, EmulatedEvent], None]:
-    """Print every change; an approval line names the approving VM (the group's latest approval of it)."""
+class _Console:
+    """Prints the group's changes as they happen, after the banner (changes before it are held).
 
-    def show(kind: str, event: EmulatedEvent) -> None:
+    An "approved" line names the approving VM: the n-th "approved" change of an event is its n-th
+    accepted approval (the group records both under one lock, in the same order), so concurrent
+    approvals by two VMs are each attributed right. Refused approvals (unknown EventId) cause no
+    change, so `poll_refused` finds them in the approval list.
+    """
+
+    def __init__(self) -> None:
+        self.group: Optional[PlacementGroup] = None
+        self._held: List[Tuple[str, EmulatedEvent]] = []
+        self._approved_seen: Dict[str, int] = {}
+        self._approvals_read = 0
+        self._lock = threading.Lock()
+
+    def on_change(self, kind: str, event: EmulatedEvent) -> None:
+        with self._lock:
+            if self.group is None:
+                self._held.append((kind, event))
+            else:
+                click.echo(self._line(kind, event))
+
+    def ready(self, group: PlacementGroup) -> None:
+        """The banner is out: print what was held, then every change as it comes."""
+        with self._lock:
+            self.group = group
+            for kind, event in self._held:
+                click.echo(self._line(kind, event))
+            self._held = []
+
+    def poll_refused(self) -> None:
+        if self.group is None:
+            return
+        with self._lock:
+            approvals = self.group.approvals
+            for approval in approvals[self._approvals_read:]:
+                if not approval.accepted:
+                    click.echo(f"refused  approval of unknown EventId {approval.event_id} by {approval.vm_name} (400)")
+            self._approvals_read = len(approvals)
+
+    def _line(self, kind: str, event: EmulatedEvent) -> str:
         line = _describe(kind, event)
-        if kind == "approved" and group_ref:
-            mine = [a for a in group_ref[0].approvals if a.event_id == event.event_id]
-            line += f" by {mine[-1].vm_name}" if mine else ""
-        click.echo(line)
+        if kind != "approved" or self.group is None:
+            return line
+        nth = self._approved_seen.get(event.event_id, 0)
+        self._approved_seen[event.event_id] = nth + 1
+        accepted = [a for a in self.group.approvals if a.accepted and a.event_id == event.event_id]
+        if nth < len(accepted):
+            approval = accepted[nth]
+            line += f" by {approval.vm_name}"
+            if approval.foreign:
+                line += "  <-- NOT in the event's Resources: this VM approved another VM's event"
+        return line
 
-    return show
+
+def _banner(servers: List[EmulatorServer]) -> None:
+    for server in servers:
+        app: ImdsEmulator = server.app  # type: ignore[assignment]
+        click.echo(f"IMDS for {app.vm_name} (scale set {app.vmss_name or '-'}): {server.url}")
+        click.echo(f"  export VMSS_TERMINATE_IMDS_URL={server.url}")
+    first: ImdsEmulator = servers[0].app  # type: ignore[assignment]
+    url = servers[0].url
+    add = json.dumps({"EventType": "Terminate", "Resources": [first.vm_name]}, separators=(",", ":"))
+    click.echo("Try it (the admin routes under /emulator work on every server; all share one event list):")
+    click.echo(f"  curl -H Metadata:true '{url}{SCHEDULED_EVENTS_QUERY}'")
+    click.echo(f"  curl -X POST -d '{add}' {url}/emulator/events")
+    click.echo(f"  curl {url}/emulator/approvals        (every route: curl {url}/emulator)")
+    click.echo("Press Ctrl-C to stop.")
 
 
 @click.command("imds")
-@click.option("--vm-name", "vm_names", multiple=True, required=True,
+@click.option("--vm-name", "vm_names", multiple=True, default=(DEFAULT_VM_NAME,), show_default=True,
               help="VM name (e.g. myvmss_3); repeat for several VMs of one placement group, one server each.")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option("--port", default=0, type=click.IntRange(0, 65535), show_default=True,
@@ -70,21 +134,17 @@ def imds_command(vm_names: Tuple[str, ...], host: str, port: int, vmss_name: Opt
     seeded = [parse_event_spec(spec) for spec in event_specs]
     if scenario:
         seeded += load_scenario(scenario)
-    group_ref: List[PlacementGroup] = []
+    console = _Console()
     group, servers = start_imds(vm_names, host, port, vmss_name, first_call_delay, rate_limit or None,
-                                started_ttl, not no_auto_start, seeded, listener=_printer(group_ref))
-    group_ref.append(group)
-    for server in servers:
-        app: ImdsEmulator = server.app  # type: ignore[assignment]
-        click.echo(f"IMDS for {app.vm_name} (scale set {app.vmss_name or '-'}): {server.url}")
-        click.echo(f"  export VMSS_TERMINATE_IMDS_URL={server.url}")
-    click.echo(f"admin: curl {servers[0].url}/emulator/events   (POST a JSON event to add one)")
-    click.echo("Press Ctrl-C to stop.")
+                                started_ttl, not no_auto_start, seeded, listener=console.on_change)
+    _banner(servers)
+    console.ready(group)
     stop = threading.Event()
     previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
         while not stop.wait(0.2):
             group.tick()  # so "started"/"removed" are printed as they happen
+            console.poll_refused()
     except KeyboardInterrupt:
         pass
     finally:
@@ -92,4 +152,6 @@ def imds_command(vm_names: Tuple[str, ...], host: str, port: int, vmss_name: Opt
         for server in servers:
             server.stop()
         approvals = group.approvals
-        click.echo(f"stopped; {len(approvals)} approval(s): " + ", ".join(_approval_line(a) for a in approvals))
+        click.echo(f"stopped; {len(approvals)} approval(s)" + (":" if approvals else ""))
+        for approval in approvals:
+            click.echo(f"  {_approval_line(approval)}")

@@ -13,8 +13,9 @@ events (as in Azure) and every approval is recorded with the approving VM's name
 IMDS rules enforced, from the reference docs (checked in this order):
   * rate limit: more than `rate_limit` requests in a sliding `rate_window` (1 s) per VM -> 429;
     `rate_limit=None` or 0 disables it (real monotonic time);
-  * `X-Forwarded-For` present -> 400; `Metadata: true` missing -> 400
-    `{"error": "Bad request. Required metadata header not specified"}`;
+  * `X-Forwarded-For` present (any value) -> 400; `Metadata: true` missing -> 400
+    `{"error": "Bad request. Required metadata header not specified"}` (the value is compared
+    case-insensitively: clients send `True` too, and the docs only promise to refuse a missing header);
   * a query parameter given twice -> 400;
   * unknown path -> 404, wrong verb -> 405 (GET everywhere, POST also on scheduledevents);
   * api-version missing or not one of *that endpoint's* versions -> 400 with `error` and
@@ -28,7 +29,8 @@ Scheduled events: the api-version shapes each event (Description from 2019-04-01
 2017-11-01; 2017-03-01 prefixes resource names with `_`).
 
 Approval POST `{"StartRequests": [{"EventId": ...}]}`: 200 (empty body) when every EventId is known,
-even if already approved or Started; 400 for a malformed body. **An unknown EventId gets 400 and
+even if already approved or Started; 400 for a malformed body (anything but exactly that shape:
+not a list, empty, a non-string EventId, extra keys). **An unknown EventId gets 400 and
 nothing in that request is approved** (real IMDS leaves this undocumented; the doc promises 200 only
 "if it's passed a valid event ID"). Why 400: a silent 200 would let a client believe a stale or
 mistyped approval released its VM; a 404 could be mistaken for "no IMDS here". All-or-nothing keeps
@@ -45,6 +47,7 @@ Admin endpoint (emulator only, NOT part of IMDS; no Metadata header, no rate lim
                                               optional NotBefore (RFC 1123 / epoch) | NotBeforeIn (seconds),
                                               EventId, EventStatus, Description, EventSource,
                                               DurationInSeconds}  -> 201 {"EventId": ...}
+    GET    /emulator/events/{id}             -> 200 event (404 if unknown)
     PATCH  /emulator/events/{id}             same keys, partial -> 200 event
     DELETE /emulator/events/{id}             -> 204 (404 if unknown)
     POST   /emulator/events/{id}/start       -> 200 event (Started)
@@ -231,19 +234,26 @@ class ImdsEmulator:
 
 
 def parse_start_requests(request: Request) -> Optional[List[str]]:
-    """EventIds of an approval body, or None when it is malformed."""
+    """EventIds of an approval body, or None when it is malformed.
+
+    Exactly the documented shape `{"StartRequests": [{"EventId": "<id>"}, ...]}`: a non-empty list
+    of objects whose only key is a non-empty string EventId. Extra keys are malformed too (the doc
+    gives no others): an agent sending more than the documented body should fail here, not in Azure.
+    """
     try:
         data = request.json()
     except ValueError:  # includes undecodable bytes
         return None
-    if not isinstance(data, dict):
+    if not isinstance(data, dict) or set(data) != {"StartRequests"}:
         return None
-    start_requests = data.get("StartRequests")
+    start_requests = data["StartRequests"]
     if not isinstance(start_requests, list) or not start_requests:
         return None
     ids: List[str] = []
     for item in start_requests:
-        if not isinstance(item, dict) or not isinstance(item.get("EventId"), str) or not item["EventId"]:
+        if not isinstance(item, dict) or set(item) != {"EventId"}:
+            return None
+        if not isinstance(item["EventId"], str) or not item["EventId"]:
             return None
         ids.append(item["EventId"])
     return ids

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 ROUTES = [
     "GET /emulator/events",
     "POST /emulator/events",
+    "GET /emulator/events/{id}",
     "PATCH /emulator/events/{id}",
     "DELETE /emulator/events/{id}",
     "POST /emulator/events/{id}/start",

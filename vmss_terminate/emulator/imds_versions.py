@@ -66,14 +66,19 @@ def scheduled_events_document(incarnation: int, events: Sequence[Dict[str, Any]]
 
 
 # Instance metadata: fields of `compute` introduced after the first instance version
-# (the "Version introduced" column of the IMDS doc's compute table).
+# (the "Version introduced" column of the IMDS doc's compute table; the rows the reference excerpt
+# drops -- azEnvironment, provider, tags, tagsList -- are from the full table of the same doc).
 COMPUTE_FIELD_SINCE = {
     "placementGroupId": "2017-08-01",
     "resourceGroupName": "2017-08-01",
     "subscriptionId": "2017-08-01",
+    "tags": "2017-08-01",
     "vmScaleSetName": "2017-12-01",
     "zone": "2017-12-01",
+    "azEnvironment": "2018-10-01",
+    "provider": "2018-10-01",
     "resourceId": "2019-03-11",
+    "tagsList": "2019-06-04",
     "osProfile": "2020-07-15",
     "virtualMachineScaleSet": "2021-03-01",
 }

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import ssl
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -233,6 +234,14 @@ class _HTTPServer(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
     host: "EmulatorServer"
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client hanging up before its answer is written (its read timeout during an injected delay
+        or `first_call_delay`, Ctrl-C) is normal: a debug line, not a traceback on a foreground console."""
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            log.debug("client %s went away before its answer: %s", client_address, sys.exc_info()[1])
+            return
+        super().handle_error(request, client_address)
 
 
 class EmulatorServer:

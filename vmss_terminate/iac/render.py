@@ -78,6 +78,7 @@ def _terraform(enable: bool, minutes: Optional[int], _rg: Optional[str], _name: 
     profile = scheduled_events_profile(enable, minutes)["terminateNotificationProfile"]
     lines = [
         "# inside azurerm_linux_virtual_machine_scale_set or azurerm_windows_virtual_machine_scale_set",
+        "# (azurerm 3.0 or later; older providers spell the block terminate_notification)",
         "termination_notification {",
     ]
     width = max(len(TERRAFORM_FIELDS[key]) for key in profile)
