@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import signal
 import subprocess
+from typing import Any, Sequence
+
+from click.testing import CliRunner, Result
 
 
 def interrupt(proc: "subprocess.Popen[str]", timeout: float = 10.0) -> int:
@@ -20,3 +23,33 @@ def interrupt(proc: "subprocess.Popen[str]", timeout: float = 10.0) -> int:
         proc.kill()
         proc.wait(timeout=timeout)
     return proc.returncode
+
+
+def invoke_cli(command: Any, args: Sequence[str], **kwargs: Any) -> "CliResult":
+    """`CliRunner().invoke` with click 8.2's result semantics on every click we support.
+
+    Python 3.9 gets click 8.1, whose runner mixes stderr into stdout unless `mix_stderr=False`
+    (an argument click 8.2 removed); there `.output` is then stdout only. The wrapper keeps
+    `.stdout` / `.stderr` separate and `.output` holding both, as click 8.2 does.
+    """
+    try:
+        runner = CliRunner(mix_stderr=False)  # type: ignore[call-arg]  # click < 8.2
+        separate = True
+    except TypeError:
+        runner, separate = CliRunner(), False
+    return CliResult(runner.invoke(command, list(args), **kwargs), separate)
+
+
+class CliResult:
+    def __init__(self, result: Result, separate: bool) -> None:
+        self._result = result
+        self._separate = separate
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._result, name)
+
+    @property
+    def output(self) -> str:
+        if self._separate:
+            return self._result.stdout + self._result.stderr
+        return self._result.output

@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 import click
-from click.testing import CliRunner
+from helpers import invoke_cli
 
 from vmss_terminate import cli
 from vmss_terminate.commands.options import TIMEOUT
@@ -27,7 +27,7 @@ def _probe(kind: str, timeout: int) -> None:
 def _run(*args: str) -> "click.testing.Result":
     cli.main.add_command(_probe)
     try:
-        return CliRunner().invoke(cli.main, list(args))
+        return invoke_cli(cli.main, list(args))
     finally:
         cli.main.commands.pop("probe-errors", None)
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Iterator, List
 
-import click.testing
 import pytest
+from helpers import CliResult, invoke_cli
 
 from vmss_terminate import cli
 from vmss_terminate.control import Connection
@@ -49,8 +49,8 @@ def conn(arm: ArmServers) -> Connection:
     return Connection(subscription_id=SUB, arm_endpoint=arm.arm_url, retry_total=2, retry_backoff_factor=0.0)
 
 
-def run(*args: str) -> click.testing.Result:
-    return click.testing.CliRunner().invoke(cli.main, list(args))
+def run(*args: str) -> CliResult:
+    return invoke_cli(cli.main, args)
 
 
 def writes(arm: ArmServers) -> List[str]:

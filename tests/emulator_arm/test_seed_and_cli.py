@@ -117,13 +117,13 @@ def test_cli_serves_in_the_foreground_and_prints_how_to_connect() -> None:
 
 
 def test_cli_refuses_a_bad_seed(tmp_path: Path) -> None:
-    from click.testing import CliRunner
+    from helpers import invoke_cli
 
     from vmss_terminate.cli import main
 
     bad = tmp_path / "seed.json"
     bad.write_text("{not json")
-    result = CliRunner().invoke(main, ["emulator", "arm", "--seed", str(bad)])
+    result = invoke_cli(main, ["emulator", "arm", "--seed", str(bad)])
     assert result.exit_code == 2
     assert "invalid seed" in result.output + (result.stderr if hasattr(result, "stderr") else "")
 
@@ -143,11 +143,11 @@ def test_cli_serves_https_with_a_given_certificate(tmp_path: Path) -> None:
 
 
 def test_cli_refuses_a_key_without_a_certificate(tmp_path: Path) -> None:
-    from click.testing import CliRunner
+    from helpers import invoke_cli
 
     from vmss_terminate.cli import main
 
     key = tmp_path / "key.pem"
     key.write_text("x")
-    result = CliRunner().invoke(main, ["emulator", "arm", "--tls-key", str(key)])
+    result = invoke_cli(main, ["emulator", "arm", "--tls-key", str(key)])
     assert result.exit_code == 2

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import List
 
 import pytest
-from click.testing import CliRunner
+from helpers import invoke_cli
 from helpers import interrupt
 
 from vmss_terminate.cli import main
@@ -133,7 +133,7 @@ def test_without_vm_name_it_serves_myvmss_0(imds) -> None:
     (["--vm-name", "a", "--rate-limit", "-1"], "rate-limit"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args, message) -> None:
-    result = CliRunner().invoke(main, ["emulator", "imds", *args])
+    result = invoke_cli(main, ["emulator", "imds", *args])
     assert result.exit_code == 2, result.output
     assert message in result.output and "Traceback" not in result.output
 

@@ -6,7 +6,7 @@ import shlex
 from typing import List
 
 import pytest
-from click.testing import CliRunner
+from helpers import invoke_cli
 
 from vmss_terminate.cli import main
 from vmss_terminate.iac import render
@@ -35,7 +35,7 @@ def test_the_doc_shows_the_pipeline_commands() -> None:
 
 @pytest.mark.parametrize("words", [w for w in _commands() if w[1] == "render"], ids=" ".join)
 def test_render_examples_run(words: List[str]) -> None:
-    result = CliRunner().invoke(main, words[1:])
+    result = invoke_cli(main, words[1:])
     assert result.exit_code == 0, result.output
 
 

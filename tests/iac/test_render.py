@@ -8,7 +8,7 @@ from typing import Any, Dict
 
 import hcl2
 import pytest
-from click.testing import CliRunner
+from helpers import invoke_cli
 
 from vmss_terminate.cli import main
 from vmss_terminate.control.body import patch_body, patch_bytes
@@ -24,7 +24,7 @@ def _expected(enable: bool, minutes: Any) -> Dict[str, Any]:
 
 
 def _cli(*args: str) -> Any:
-    return CliRunner().invoke(main, ["render", *args])
+    return invoke_cli(main, ["render", *args])
 
 
 @pytest.mark.parametrize("minutes", MINUTES)
