@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import ipaddress
 import socket
 from typing import Any
 
 import pytest
+
+from vmss_terminate.net import is_loopback_host
 
 _AMBIENT = (
     "AZURE_CLIENT_ID", "AZURE_CLIENT_SECRET", "AZURE_TENANT_ID", "AZURE_SUBSCRIPTION_ID",
@@ -22,13 +23,7 @@ _real_connect = socket.socket.connect
 def _is_loopback(address: Any) -> bool:
     if not isinstance(address, tuple):
         return True  # AF_UNIX paths
-    host = address[0]
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+    return is_loopback_host(str(address[0]))
 
 
 def _guarded_connect(self: socket.socket, address: Any) -> Any:

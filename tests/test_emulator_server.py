@@ -53,3 +53,13 @@ def test_wait_for_is_bounded(server: EmulatorServer) -> None:
     assert server.log.wait_for(lambda items: len(items) >= 1, timeout=0.05) is False
     requests.get(f"{server.url}/z", timeout=5)
     assert server.log.wait_for(lambda items: len(items) >= 1, timeout=5) is True
+
+
+def test_suite_network_guard_refuses_non_loopback() -> None:
+    """tests/conftest.py must stop any test from reaching IMDS's real address or Azure."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.settimeout(1)
+        with pytest.raises(ConnectionRefusedError, match="only loopback"):
+            sock.connect(("169.254.169.254", 80))
