@@ -1,3 +1,161 @@
-"""CLI commands (sandbox). Placeholder until implemented."""
+"""`vmss-terminate demo` and `vmss-terminate sandbox`: the local sandbox from the command line.
 
-COMMANDS: list = []
+Thin wrappers over `vmss_terminate.sandbox.run_demo` and `vmss_terminate.sandbox.Sandbox`.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import threading
+from typing import Optional
+
+import click
+
+from vmss_terminate.commands.options import TIMEOUT
+from vmss_terminate.errors import VmssTerminateError
+
+
+@click.command("demo")
+@click.option("--instances", type=int, default=4, show_default=True, help="Instances in the scale set (2..20).")
+@click.option("--scale-in", type=int, default=2, show_default=True, help="How many instances the scale-in removes.")
+@click.option("--timeout", type=TIMEOUT, default="PT5M", show_default=True,
+              help="notBeforeTimeout the control plane enables (5..15 minutes: 10, 10m, PT10M).")
+@click.option("--speed", type=float, default=60.0, show_default=True,
+              help="Sandbox clock speed: sandbox seconds per real second (60: PT5M passes in 5 s).")
+@click.option("--hook", default=None, metavar="CMD",
+              help="Drain hook command for every agent (default: python -m vmss_terminate.sandbox.demo_hook).")
+@click.option("--deadline", type=click.FloatRange(min=1.0), default=30.0, show_default=True,
+              help="Real seconds the story may take before the demo fails.")
+@click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text", show_default=True)
+def demo(instances: int, scale_in: int, timeout: int, speed: float, hook: Optional[str], deadline: float,
+         output: str) -> None:
+    """Run the whole story on local emulators, no Azure: enable terminate notifications and upgrade
+    (real control plane and Azure SDK), one real agent per instance with a drain hook, scale in,
+    drain, approve, delete. Prints a timeline; exits 1 if the story does not complete."""
+    from vmss_terminate.sandbox.demo import DemoOptions, header, render_text, run_demo, shown
+    from vmss_terminate.sandbox.timeline import format_entry
+
+    options = DemoOptions(instances=instances, scale_in=scale_in, timeout_minutes=timeout, speed=speed,
+                          deadline=deadline, hook=hook).validated()
+    printing = threading.Lock()
+
+    def live(entry):  # type: ignore[no-untyped-def]
+        if shown(entry):
+            with printing:
+                click.echo(format_entry(entry))
+
+    if output == "text":
+        for line in header(options):
+            click.echo(line)
+    result = run_demo(options, on_entry=live if output == "text" else None)
+    if output == "json":
+        click.echo(json.dumps(result.to_dict(), indent=2))
+    else:
+        with printing:
+            for line in render_text(result):
+                click.echo(line)
+    if not result.ok:
+        raise VmssTerminateError(f"demo failed: {result.failure}")
+
+
+@click.command("sandbox")
+@click.option("--instances", type=int, default=4, show_default=True, help="Instances in the scale set (1..100).")
+@click.option("--timeout", type=TIMEOUT, default="PT5M", show_default=True,
+              help="notBeforeTimeout the scale set starts with (ignored with --no-feature).")
+@click.option("--no-feature", is_flag=True, help="Create the scale set without terminate notifications "
+                                                  "(then try `vmss-terminate enable` against it).")
+@click.option("--speed", type=float, default=1.0, show_default=True,
+              help="Sandbox clock speed. Agents you start yourself run on real time, so keep 1 for them.")
+@click.option("--port-base", type=int, default=0, show_default=True,
+              help="ARM on this port, token endpoint +1, IMDS of each instance +2, +3, ... (0: free ports).")
+@click.option("--name", default="myvmss", show_default=True, help="Scale set name.")
+@click.option("--resource-group", default="sandbox-rg", show_default=True, help="Resource group name.")
+@click.option("--duration", type=click.FloatRange(min=0), default=None,
+              help="Stop after this many real seconds (default: run until Ctrl-C).")
+@click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text", show_default=True,
+              help="json: one JSON object with the endpoints, then the timeline as JSON lines.")
+def sandbox(instances: int, timeout: int, no_feature: bool, speed: float, port_base: int, name: str,
+            resource_group: str, duration: Optional[float], output: str) -> None:
+    """Keep a local sandbox running (ARM, token endpoint, one IMDS per instance) and print the
+    environment that points the CLI, the Azure SDK and agents at it, to try your own hooks.
+    Deleting instances (scale-in, delete) publishes Terminate events; the timeline is printed live."""
+    from vmss_terminate.sandbox.environment import Sandbox, SandboxConfig
+    from vmss_terminate.sandbox.fleet import demo_hook_command
+    from vmss_terminate.sandbox.timeline import format_entry
+
+    config = SandboxConfig(instances=instances, timeout_minutes=None if no_feature else timeout, speed=speed,
+                           name=name, resource_group=resource_group, port_base=port_base).validated()
+    box = Sandbox(config)
+    printing = threading.Lock()
+
+    def live(entry):  # type: ignore[no-untyped-def]
+        with printing:
+            click.echo(json.dumps(entry.to_dict()) if output == "json" else format_entry(entry))
+
+    try:
+        box.start()
+    except OSError as exc:
+        raise VmssTerminateError(f"cannot start the sandbox: {exc}") from None
+    try:
+        with printing:
+            if output == "json":
+                click.echo(json.dumps({"env": box.env(), "imds": box.imds_urls(), "resource_group": resource_group,
+                                       "name": name, "speed": box.speed}))
+            else:
+                _print_endpoints(box, demo_hook_command())
+        box.timeline.subscribe(live)
+        stop = threading.Event()
+        try:
+            if duration is not None:
+                stop.wait(duration)
+            else:
+                while not stop.wait(0.5):  # a bounded wait keeps Ctrl-C responsive on every platform
+                    pass
+        except KeyboardInterrupt:
+            pass
+    finally:
+        box.stop()
+        if output == "text":
+            for line in box.report():
+                click.echo(line)
+            click.echo("sandbox stopped")
+
+
+def _print_endpoints(box, hook: str) -> None:  # type: ignore[no-untyped-def]
+    cfg = box.config
+    feature = "no terminate notification" if cfg.timeout_minutes is None else \
+        f"terminate notification PT{cfg.timeout_minutes}M"
+    click.echo(f"sandbox: scale set {cfg.resource_group}/{cfg.name}, {cfg.instances} instances "
+               f"(Uniform, Manual upgrade policy), {feature}, clock x{box.speed:g}")
+    click.echo("")
+    click.echo("# Point the CLI and the Azure SDK at the sandbox (this shell only):")
+    for key, value in box.env().items():
+        click.echo(f"export {key}={shlex.quote(value)}")
+    click.echo("")
+    click.echo("# One agent per instance, each in its own terminal:")
+    for vm, url in box.imds_urls().items():
+        click.echo(f"VMSS_TERMINATE_IMDS_URL={url} vmss-terminate agent run --state-file :memory: "
+                   f"--hook {shlex.quote(hook)}   # {vm}")
+    click.echo("")
+    click.echo("# Then, with the exports above:")
+    click.echo(f"vmss-terminate status -g {cfg.resource_group} -n {cfg.name}")
+    if cfg.timeout_minutes is None:
+        click.echo(f"vmss-terminate enable -g {cfg.resource_group} -n {cfg.name} --timeout PT5M")
+    click.echo(f"curl -s -H 'Metadata: true' '{next(iter(box.imds_urls().values()))}"
+               f"/metadata/scheduledevents?api-version=2019-01-01'")
+    click.echo("# Scale in: get a token from the sandbox's identity endpoint, then lower sku.capacity")
+    click.echo("# (or POST .../delete {\"instanceIds\": [...]}, or DELETE .../virtualMachines/ID):")
+    click.echo('TOKEN=$(curl -s -H "X-IDENTITY-HEADER: $IDENTITY_HEADER" '
+               '"$IDENTITY_ENDPOINT?api-version=2019-08-01&resource=https://management.azure.com" '
+               "| python3 -c 'import json,sys; print(json.load(sys.stdin)[\"access_token\"])')")
+    resource = (f"$VMSS_TERMINATE_ARM_ENDPOINT/subscriptions/$AZURE_SUBSCRIPTION_ID/resourceGroups/"
+                f"{cfg.resource_group}/providers/Microsoft.Compute/virtualMachineScaleSets/{cfg.name}")
+    click.echo(f'curl -s -X PATCH -H "Authorization: Bearer $TOKEN" -H "Content-Type: application/json" '
+               f"-d '{{\"sku\": {{\"capacity\": {max(cfg.instances - 1, 0)}}}}}' "
+               f'"{resource}?api-version=2019-03-01"')
+    click.echo("")
+    click.echo("# Ctrl-C stops the sandbox. Timeline:")
+
+
+COMMANDS = [demo, sandbox]

@@ -1,0 +1,48 @@
+"""Helpers for end-to-end tests (import as `from e2e_helpers import ...`): a started sandbox, the real
+Azure SDK pointed at it, IMDS reads."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Dict, Iterator, List
+
+import requests
+
+from vmss_terminate.control.client import build_compute_client, build_credential
+from vmss_terminate.sandbox import Sandbox, SandboxConfig
+
+NO_PROXY = {"http": None, "https": None}
+
+
+@contextlib.contextmanager
+def running(**config: Any) -> Iterator[Sandbox]:
+    box = Sandbox(SandboxConfig(**config)).start()
+    try:
+        yield box
+    finally:
+        box.stop()
+
+
+@contextlib.contextmanager
+def compute_client(box: Sandbox) -> Iterator[Any]:
+    """azure-mgmt-compute's client, built by the control plane's own factory, with DefaultAzureCredential
+    reaching the sandbox's token endpoint through the environment."""
+    with box.azure_env():
+        credential = build_credential()
+        client = build_compute_client(box.connection().resolve(), credential)
+        try:
+            yield client
+        finally:
+            client.close()
+            credential.close()
+
+
+def imds_events(url: str) -> Dict[str, Any]:
+    response = requests.get(f"{url}/metadata/scheduledevents", params={"api-version": "2019-01-01"},
+                            headers={"Metadata": "true"}, proxies=NO_PROXY, timeout=5, allow_redirects=False)
+    response.raise_for_status()
+    return response.json()
+
+
+def resources_by_event(document: Dict[str, Any]) -> Dict[str, List[str]]:
+    return {e["EventId"]: e["Resources"] for e in document["Events"]}

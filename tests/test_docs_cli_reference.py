@@ -1,0 +1,75 @@
+"""docs/cli-reference.md and the click commands must agree, both ways.
+
+If this fails after you changed a command, regenerate the reference:
+    python -m vmss_terminate.sandbox.docgen > docs/cli-reference.md
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Dict, Set, Tuple
+
+from vmss_terminate.cli import main
+from vmss_terminate.sandbox.docgen import documented_params, param_names, render, walk
+
+DOC = Path(__file__).resolve().parents[1] / "docs" / "cli-reference.md"
+HEADING = re.compile(r"^#{2,6} `(vmss-terminate[^`]*)`\s*$")
+ROW = re.compile(r"^\| (.+?) \| ")
+
+
+def _documented() -> Dict[str, Set[str]]:
+    """Command path -> names listed in the first column of its option table."""
+    sections: Dict[str, Set[str]] = {}
+    current = None
+    for line in DOC.read_text(encoding="utf-8").splitlines():
+        match = HEADING.match(line)
+        if match:
+            current = match.group(1)
+            assert current not in sections, f"{current} documented twice"
+            sections[current] = set()
+            continue
+        row = ROW.match(line)
+        if current and row and row.group(1) not in ("option", "---"):
+            # each code span is `--option METAVAR`, `-o METAVAR`, `--flag` or `ARGUMENT`
+            sections[current] |= {span.split()[0] for span in re.findall(r"`([^`]+)`", row.group(1))}
+    return sections
+
+
+def _cli() -> Dict[str, Set[str]]:
+    tree: Dict[str, Set[str]] = {}
+    for path, command in walk(main):
+        tree[" ".join(path)] = {n for p in documented_params(command) for n in param_names(p)}
+    return tree
+
+
+def test_every_command_and_option_is_documented() -> None:
+    documented, cli = _documented(), _cli()
+    missing_commands = sorted(set(cli) - set(documented))
+    assert not missing_commands, f"undocumented commands {missing_commands}; regenerate {DOC.name}"
+    for command, names in cli.items():
+        missing = sorted(names - documented[command])
+        assert not missing, f"{command}: undocumented options {missing}; regenerate {DOC.name}"
+
+
+def test_nothing_documented_is_missing_from_the_cli() -> None:
+    documented, cli = _documented(), _cli()
+    stale = sorted(set(documented) - set(cli))
+    assert not stale, f"documented commands that do not exist: {stale}"
+    for command, names in documented.items():
+        gone = sorted(names - cli[command])
+        assert not gone, f"{command}: documented options that do not exist: {gone}"
+
+
+def test_core_commands_are_in_the_reference() -> None:
+    documented = _documented()
+    for command in ("vmss-terminate demo", "vmss-terminate sandbox"):
+        assert command in documented
+    assert {"--instances", "--scale-in", "--timeout", "--speed", "--output"} <= documented["vmss-terminate demo"]
+
+
+def test_generator_covers_every_command() -> None:
+    text = render(main)
+    paths: Tuple[str, ...] = tuple(" ".join(p) for p, _ in walk(main))
+    for path in paths:
+        assert f"`{path}`" in text

@@ -1,0 +1,244 @@
+"""`vmss-terminate demo`: the whole story on local emulators, with the production code paths.
+
+1. a sandbox scale set (Manual upgrade policy) without terminate notifications;
+2. the real control plane (`vmss_terminate.control.enable`, Azure SDK + DefaultAzureCredential
+   against the sandbox's token endpoint) enables the timeout and upgrades every instance;
+3. one real agent per instance, each polling its own IMDS, with a real command hook;
+4. a scale-in (PATCH sku.capacity through the SDK);
+5. each removed instance's agent drains and approves its own event; the sandbox deletes them by
+   Azure's rules. The demo fails (exit 1) unless every removed instance was deleted after its own
+   agent drained and approved it, within the deadline, and nobody approved a foreign event.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional
+
+from vmss_terminate.clock import ScaledClock
+from vmss_terminate.errors import UsageError
+from vmss_terminate.sandbox.environment import Sandbox, SandboxConfig
+from vmss_terminate.sandbox.fleet import AgentFleet, demo_hook_command
+from vmss_terminate.sandbox.timeline import HEADER as TIMELINE_HEADER
+from vmss_terminate.sandbox.timeline import Entry, Timeline
+from vmss_terminate.timeout import MAX_MINUTES, MIN_MINUTES
+
+AGENT_KINDS_SHOWN = {
+    "hook_started", "hook_finished", "hook_failed", "approval_sent", "approval_failed",
+    "approval_withheld", "shared_not_approved",
+}
+MAX_SPEED = 10_000.0  # agents poll every 0.2 real s = 0.2 * speed clock s, which must stay <= 3600
+
+
+@dataclass(frozen=True)
+class DemoOptions:
+    instances: int = 4
+    scale_in: int = 2
+    timeout_minutes: int = 5
+    speed: float = 60.0
+    deadline: float = 30.0  # real seconds for the whole story
+    hook: Optional[str] = None  # None: the demo drain hook (python -m vmss_terminate.sandbox.demo_hook)
+
+    def validated(self) -> "DemoOptions":
+        if not 2 <= self.instances <= 20:
+            raise UsageError(f"invalid --instances {self.instances}: expected 2..20")
+        if not 1 <= self.scale_in < self.instances:
+            raise UsageError(f"invalid --scale-in {self.scale_in}: expected 1..{self.instances - 1} "
+                             f"(at least one instance stays)")
+        if not MIN_MINUTES <= self.timeout_minutes <= MAX_MINUTES:
+            raise UsageError(f"invalid --timeout {self.timeout_minutes}: expected {MIN_MINUTES}..{MAX_MINUTES} minutes")
+        if not 1.0 <= self.speed <= MAX_SPEED:
+            raise UsageError(f"invalid --speed {self.speed:g}: expected 1..{MAX_SPEED:g}")
+        if self.deadline <= 0:
+            raise UsageError("the deadline must be positive")
+        return self
+
+
+@dataclass
+class DemoResult:
+    ok: bool
+    options: DemoOptions
+    entries: List[Entry]
+    report: List[str]
+    totals: Dict[str, Any]
+    failure: Optional[str] = None
+    deleted: List[str] = field(default_factory=list)
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "failure": self.failure,
+            "options": {"instances": self.options.instances, "scale_in": self.options.scale_in,
+                        "timeout": f"PT{self.options.timeout_minutes}M", "speed": self.options.speed},
+            "deleted": self.deleted,
+            "totals": self.totals,
+            "report": self.report,
+            "timeline": [e.to_dict() for e in self.entries],
+        }
+
+
+def shown(entry: Entry) -> bool:
+    """Entries the text timeline prints (the JSON output has all of them)."""
+    if entry.source != "agent":
+        return True
+    return entry.kind in AGENT_KINDS_SHOWN
+
+
+def run_demo(options: DemoOptions = DemoOptions(), on_entry: Optional[Callable[[Entry], None]] = None) -> DemoResult:
+    """Run the story; never raises for a story that does not complete (see `DemoResult.failure`)."""
+    options = options.validated()
+    clock = ScaledClock(speed=options.speed)
+    timeline = Timeline(clock)
+    if on_entry is not None:
+        timeline.subscribe(on_entry)
+    real_start = time.monotonic()
+    deadline = real_start + options.deadline
+    config = SandboxConfig(instances=options.instances, timeout_minutes=None, speed=options.speed)
+    sandbox = Sandbox(config, clock=clock, timeline=timeline)
+    fleet: Optional[AgentFleet] = None
+    failure: Optional[str] = None
+    removed: List[str] = []
+    scale_in_at: Optional[Entry] = None
+    try:
+        sandbox.start()
+        failure, removed, scale_in_at, fleet = _story(sandbox, options, deadline)
+    finally:
+        if fleet is not None:
+            fleet.stop()
+        sandbox.stop()
+    if failure is None:
+        failure = _check(sandbox, removed)
+    totals = _totals(sandbox, options, removed, scale_in_at, time.monotonic() - real_start)
+    timeline.record("demo", "done" if failure is None else "failed", "",
+                    "story complete" if failure is None else failure)
+    return DemoResult(failure is None, options, timeline.entries(), sandbox.report(), totals, failure, removed)
+
+
+def _story(sandbox: Sandbox, options: DemoOptions, deadline: float):  # type: ignore[no-untyped-def]
+    from vmss_terminate.control import enable
+    from vmss_terminate.control.client import ScaleSetClient
+
+    cfg = sandbox.config
+    record = sandbox.timeline.record
+    connection = sandbox.connection()
+
+    record("control", "enable", "", f"vmss-terminate enable --timeout PT{options.timeout_minutes}M "
+                                    f"(PATCH scheduledEventsProfile, then upgrade every instance)")
+    with sandbox.azure_env():
+        result = enable(cfg.resource_group, cfg.name, options.timeout_minutes, connection=connection,
+                        clock=sandbox.clock)
+    record("control", "enabled", "", result.message, result=result.to_dict())
+
+    fleet = AgentFleet(sandbox, hooks=[options.hook or demo_hook_command()]).start()
+    if not fleet.wait_ready(max(0.0, deadline - time.monotonic())):
+        return "the agents did not learn their VM names from IMDS in time", [], None, fleet
+    record("demo", "agents_ready", "", f"{len(fleet.agents)} agents running, one per instance, each "
+                                       f"polling its own IMDS with a drain hook")
+
+    target = options.instances - options.scale_in
+    scale_in_at = record("control", "scale_in", "", f"scale in: PATCH sku.capacity {options.instances} -> {target}")
+    with sandbox.azure_env(), ScaleSetClient(connection, cfg.resource_group, cfg.name) as client:
+        client.patch(json.dumps({"sku": {"capacity": target}}).encode("utf-8"))
+    removed = [d.vm_name for d in sandbox.scheduler.deletions()]
+    if len(removed) != options.scale_in:
+        return f"expected {options.scale_in} deletions after the scale-in, saw {len(removed)}", removed, scale_in_at, fleet
+    if not sandbox.scheduler.wait_deleted(removed, max(0.0, deadline - time.monotonic())):
+        pending = [d.vm_name for d in sandbox.scheduler.deletions() if d.deleted_at is None]
+        return (f"not deleted within the {options.deadline:g} s deadline: {', '.join(pending)}",
+                removed, scale_in_at, fleet)
+    return None, removed, scale_in_at, fleet
+
+
+def _check(sandbox: Sandbox, removed: List[str]) -> Optional[str]:
+    """The story is graceful only if each removed instance drained and approved its own event."""
+    foreign = sandbox.group.foreign_approvals()
+    if foreign:
+        return "an agent approved an event that was not its own: " + ", ".join(
+            f"{a.vm_name} approved {a.event_id}" for a in foreign)
+    entries = sandbox.timeline.entries()
+    for deletion in sandbox.scheduler.deletions():
+        vm = deletion.vm_name
+        if deletion.event_id is None:
+            return f"{vm} got no Terminate event (its model has no notification)"
+        if deletion.approved_by != vm:
+            hint = ""
+            if deletion.start_reason.startswith("NotBefore passed"):
+                hint = ("; its NotBefore passed before its agent drained and approved it: lower --speed "
+                        f"(x{sandbox.speed:g} runs the timeout in {deletion.timeout_s / sandbox.speed:.2f} real s)")
+            return f"{vm} was not approved by its own agent ({deletion.start_reason}){hint}"
+        if not deletion.start_reason.startswith("approved"):
+            return f"{vm} was deleted without a completed approval ({deletion.start_reason})"
+        failed = [e for e in entries if e.vm == vm and e.source == "agent" and e.kind == "hook_failed"]
+        if failed:
+            return (f"{vm}'s drain hook failed ({failed[0].message}); its agent approved anyway "
+                    f"(on_hook_failure=approve), so the instance went without draining")
+        if not any(e.vm == vm and e.source == "agent" and e.kind == "hook_finished" for e in entries):
+            return f"{vm}'s drain hook did not finish before its deletion"
+    stayed = set(sandbox.vm_names())
+    approved_by_stayers = [a for a in sandbox.group.approvals if a.vm_name in stayed]
+    if approved_by_stayers:
+        return f"{approved_by_stayers[0].vm_name} approved an event although it was not being deleted"
+    return None
+
+
+def _totals(sandbox: Sandbox, options: DemoOptions, removed: List[str], scale_in_at: Optional[Entry],
+            real_elapsed: float) -> Dict[str, Any]:
+    entries = sandbox.timeline.entries()
+    deleted = [e for e in entries if e.kind == "deleted"]
+    totals: Dict[str, Any] = {
+        "instances_before": options.instances,
+        "instances_after": len(sandbox.vm_names()),
+        "deleted": len(deleted),
+        "drained_and_approved": sum(1 for d in sandbox.scheduler.deletions()
+                                    if d.deleted_at is not None and d.approved_by == d.vm_name
+                                    and d.start_reason.startswith("approved")),
+        "hooks_finished": sum(1 for e in entries if e.source == "agent" and e.kind == "hook_finished"),
+        "approvals": len([a for a in sandbox.group.approvals if a.accepted]),
+        "foreign_approvals": len(sandbox.group.foreign_approvals()),
+        "foreign_events_ignored": sum(1 for e in entries if e.source == "agent" and e.kind == "not_ours"),
+        "held_back": sum(1 for e in entries if e.kind == "held_back"),
+        "not_before_timeout_s": options.timeout_minutes * 60,
+        "speed": options.speed,
+        "real_s": round(real_elapsed, 2),
+    }
+    if scale_in_at is not None and len(deleted) == len(removed) and deleted:
+        last = deleted[-1]
+        totals["scale_in_to_deleted_sandbox_s"] = round(last.sandbox_s - scale_in_at.sandbox_s, 1)
+        totals["scale_in_to_deleted_real_s"] = round(last.real_s - scale_in_at.real_s, 2)
+    return totals
+
+
+def render_text(result: DemoResult) -> List[str]:
+    """The summary printed after the live timeline."""
+    o, t = result.options, result.totals
+    lines = ["", "What happened to each removed instance:"]
+    lines += [f"  {line}" for line in result.report] or ["  (no deletion)"]
+    lines.append("")
+    lines.append(
+        f"Totals: {t['deleted']}/{o.scale_in} instances deleted, {t['drained_and_approved']} of them after "
+        f"their own agent drained and approved, "
+        f"{t['hooks_finished']} drain hooks finished, {t['approvals']} approvals "
+        f"({t['foreign_approvals']} foreign), {t['foreign_events_ignored']} foreign events ignored by agents, "
+        f"{t['instances_after']} instances left."
+    )
+    if "scale_in_to_deleted_sandbox_s" in t:
+        line = (f"Scale-in to last deletion: {t['scale_in_to_deleted_sandbox_s']:.0f} s sandbox time "
+                f"({t['scale_in_to_deleted_real_s']:.2f} s real)")
+        if result.ok:
+            line += f" instead of waiting out the {t['not_before_timeout_s']} s NotBefore timeout"
+        lines.append(line + ".")
+    lines.append(f"Wall time: {t['real_s']:.2f} s (sandbox clock x{o.speed:g}).")
+    lines.append("OK: graceful scale-in completed." if result.ok else f"FAILED: {result.failure}")
+    return lines
+
+
+def header(options: DemoOptions) -> List[str]:
+    return [
+        f"vmss-terminate demo: {options.instances} instances, scale in by {options.scale_in}, "
+        f"notBeforeTimeout PT{options.timeout_minutes}M, sandbox clock x{options.speed:g} "
+        f"(local emulators, no Azure)",
+        "",
+        TIMELINE_HEADER,
+    ]

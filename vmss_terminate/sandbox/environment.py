@@ -1,0 +1,335 @@
+"""The sandbox: a local ARM endpoint and one IMDS per instance, linked the way Azure links them.
+
+    with Sandbox(SandboxConfig(instances=4, speed=60)) as sb:
+        sb.env()          # VMSS_TERMINATE_ARM_ENDPOINT, AZURE_SUBSCRIPTION_ID, IDENTITY_ENDPOINT/HEADER
+        sb.imds_urls()    # {"myvmss_0": "http://127.0.0.1:PORT", ...}
+        ...               # run the control plane and agents against them
+        sb.report()       # what happened to every deleted instance, and why
+
+Deleting instances through ARM (scale-in by sku.capacity, POST .../delete, DELETE .../virtualMachines/{id})
+calls the ARM state's `deleter`, which hands each instance to the `DeletionScheduler` with the
+timeout of the model *that instance* runs. The scheduler publishes the Terminate event in the shared
+placement group (every instance's IMDS shows it), applies Azure's approval rules, and when the deletion
+completes the sandbox removes the instance from ARM and stops its IMDS server.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Dict, Iterator, List, Optional
+
+from vmss_terminate.clock import Clock, ScaledClock
+from vmss_terminate.control import body as patch_body
+from vmss_terminate.control.client import Connection
+from vmss_terminate.control.state import parse_profile
+from vmss_terminate.emulator.arm import ArmServers, ArmState, InstanceRecord, ScaleSetRecord, start_arm
+from vmss_terminate.emulator.imds import ImdsEmulator, PlacementGroup
+from vmss_terminate.emulator.server import EmulatorServer
+from vmss_terminate.errors import UsageError
+from vmss_terminate.sandbox.scheduler import Deletion, DeletionScheduler
+from vmss_terminate.sandbox.timeline import Timeline
+from vmss_terminate.timeout import MAX_MINUTES, MIN_MINUTES
+
+log = logging.getLogger(__name__)
+
+DEFAULT_SUBSCRIPTION = "00000000-0000-0000-0000-000000000000"
+DEFAULT_TIMEOUT_IF_UNSET_S = 5 * 60.0  # swagger: notBeforeTimeout "default value is 5 minutes (PT5M)"
+MAX_INSTANCES = 100
+
+HIDDEN_CREDENTIAL_VARS = (
+    # Anything that would make DefaultAzureCredential pick another identity (or reach real Azure)
+    # before the managed-identity endpoint of the sandbox.
+    "AZURE_CLIENT_ID", "AZURE_CLIENT_SECRET", "AZURE_TENANT_ID", "AZURE_CLIENT_CERTIFICATE_PATH",
+    "AZURE_CLIENT_CERTIFICATE_PASSWORD", "AZURE_USERNAME", "AZURE_PASSWORD", "AZURE_FEDERATED_TOKEN_FILE",
+    "AZURE_AUTHORITY_HOST", "MSI_ENDPOINT", "MSI_SECRET", "IMDS_ENDPOINT", "IDENTITY_SERVER_THUMBPRINT",
+)
+
+
+@dataclass(frozen=True)
+class SandboxConfig:
+    """What the sandbox creates. Times are sandbox seconds unless named otherwise.
+
+    timeout_minutes  the scale set's notBeforeTimeout; None = created without the feature
+    speed            sandbox seconds per real second (60: PT5M passes in 5 s)
+    delete_duration  from the deletion starting (event Started) to the instance being gone
+    port_base        0: free ports; else ARM on port_base, token endpoint +1, IMDS +2, +3, ...
+    """
+
+    instances: int = 4
+    timeout_minutes: Optional[int] = None
+    speed: float = 60.0
+    name: str = "myvmss"
+    resource_group: str = "sandbox-rg"
+    subscription: str = DEFAULT_SUBSCRIPTION
+    location: str = "westus"
+    host: str = "127.0.0.1"
+    port_base: int = 0
+    delete_duration: float = 30.0
+    imds_rate_limit: Optional[float] = 5.0
+
+    def validated(self) -> "SandboxConfig":
+        if not 1 <= self.instances <= MAX_INSTANCES:
+            raise UsageError(f"invalid --instances {self.instances}: expected 1..{MAX_INSTANCES}")
+        if not self.speed > 0:
+            raise UsageError(f"invalid --speed {self.speed}: expected a positive factor (60 = a minute per second)")
+        if self.timeout_minutes is not None and not MIN_MINUTES <= self.timeout_minutes <= MAX_MINUTES:
+            raise UsageError(f"invalid --timeout {self.timeout_minutes}: expected {MIN_MINUTES}..{MAX_MINUTES} minutes")
+        if self.port_base and not 1024 <= self.port_base <= 65535 - self.instances - 2:
+            raise UsageError(f"invalid --port-base {self.port_base}: expected 1024..{65535 - self.instances - 2}")
+        if self.delete_duration < 0:
+            raise UsageError("delete_duration must be >= 0")
+        return self
+
+
+def notification_timeout(applied_profile: Optional[Dict[str, Any]]) -> Optional[float]:
+    """Seconds of notice the model an instance runs gives, or None when it publishes no Terminate event.
+
+    Uses the control plane's reading of the profile, so "enabled" means the same thing on both sides.
+    """
+    state = parse_profile({"properties": {"virtualMachineProfile": {"scheduledEventsProfile": applied_profile}}})
+    if not state.enabled:
+        return None
+    minutes = state.timeout_minutes
+    return DEFAULT_TIMEOUT_IF_UNSET_S if minutes is None else minutes * 60.0
+
+
+class Sandbox:
+    """ARM + token endpoint + one IMDS per instance + the deletion scheduler, on one clock."""
+
+    def __init__(self, config: SandboxConfig = SandboxConfig(), clock: Optional[Clock] = None,
+                 timeline: Optional[Timeline] = None) -> None:
+        self.config = config.validated()
+        self.clock: Clock = clock if clock is not None else ScaledClock(speed=self.config.speed)
+        self.timeline = timeline if timeline is not None else Timeline(self.clock)
+        self.state = ArmState(clock=self.clock, location=self.config.location)
+        self.group = PlacementGroup(clock=self.clock, started_ttl=max(self.config.delete_duration, 1.0),
+                                    auto_start=False)
+        self.scheduler = DeletionScheduler(
+            self.group, clock=self.clock, timeline=self.timeline,
+            delete_duration=self.config.delete_duration, on_deleted=self._complete_deletion,
+        )
+        self.scale_set: Optional[ScaleSetRecord] = None
+        self.arm: Optional[ArmServers] = None
+        self._imds: Dict[str, EmulatorServer] = {}  # vm name -> its IMDS server
+        self._imds_gone: Dict[str, threading.Event] = {}
+        self._stoppers: List[threading.Thread] = []
+        self._next_port = self.config.port_base + 2 if self.config.port_base else 0
+        self._lock = threading.RLock()
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    def start(self) -> "Sandbox":
+        cfg = self.config
+        profile = None
+        if cfg.timeout_minutes is not None:
+            profile = {"terminateNotificationProfile": patch_body.profile(True, cfg.timeout_minutes)}
+        self.state.add_listener(self._on_arm_change)
+        self.scale_set = self.state.add_scale_set(
+            cfg.subscription, cfg.resource_group, cfg.name, orchestration="Uniform", upgrade_policy="Manual",
+            capacity=cfg.instances, scheduled_events_profile=profile, location=cfg.location,
+        )
+        self.state.deleter = self._on_delete
+        try:
+            self.arm = start_arm(self.state, host=cfg.host, port=cfg.port_base,
+                                 token_port=cfg.port_base + 1 if cfg.port_base else 0)
+            for instance in list(self.scale_set.instances.values()):
+                self._serve_imds(instance)
+            self.scheduler.start()
+        except BaseException:
+            self.stop()
+            raise
+        self.timeline.record(
+            "sandbox", "sandbox_started", "",
+            f"scale set {cfg.name}: {cfg.instances} instances, Manual upgrade policy, "
+            + (f"terminate notification PT{cfg.timeout_minutes}M" if profile else "no terminate notification")
+            + f"; clock x{self.speed:g}",
+        )
+        return self
+
+    def stop(self) -> None:
+        """Stop everything; servers stop in parallel (each waits up to half a second for its loop)."""
+        self.scheduler.stop()
+        with self._lock:
+            servers = list(self._imds.values())
+            self._imds.clear()
+            stoppers = list(self._stoppers)
+        if self.arm is not None:
+            servers += [self.arm.arm_server, self.arm.token_server]
+            self.arm = None
+        for server in servers:
+            stopper = threading.Thread(target=server.stop, daemon=True, name=f"stop:{server.port}")
+            stopper.start()
+            stoppers.append(stopper)
+        for stopper in stoppers:
+            stopper.join(timeout=5)
+
+    def __enter__(self) -> "Sandbox":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    # -- what users point things at ------------------------------------------------------------
+
+    @property
+    def speed(self) -> float:
+        return float(getattr(self.clock, "speed", 1.0))
+
+    def _servers(self) -> ArmServers:
+        if self.arm is None:
+            raise RuntimeError("the sandbox is not running: call start() first")
+        return self.arm
+
+    @property
+    def arm_url(self) -> str:
+        return self._servers().arm_url
+
+    def env(self) -> Dict[str, str]:
+        """Environment that points the CLI (`enable`, `status`, ...) and the Azure SDK at this sandbox."""
+        arm = self._servers()
+        env = {"VMSS_TERMINATE_ARM_ENDPOINT": arm.arm_url, "AZURE_SUBSCRIPTION_ID": self.config.subscription}
+        env.update(arm.env)
+        return env
+
+    def connection(self, **overrides: Any) -> Connection:
+        """The control plane's Connection to this sandbox (credential: DefaultAzureCredential)."""
+        overrides.setdefault("subscription_id", self.config.subscription)
+        overrides.setdefault("arm_endpoint", self.arm_url)
+        return Connection(**overrides)
+
+    @contextmanager
+    def azure_env(self) -> Iterator[Dict[str, str]]:
+        """Point DefaultAzureCredential and the SDK at this sandbox through the process environment,
+        for the duration of the block only (restored afterwards, also on error). Ambient Azure
+        credentials are hidden meanwhile, so nothing can reach real Azure."""
+        wanted = self.env()
+        loopback = "127.0.0.1,localhost"
+        no_proxy = os.environ.get("NO_PROXY") or os.environ.get("no_proxy")
+        wanted["NO_PROXY"] = wanted["no_proxy"] = f"{no_proxy},{loopback}" if no_proxy else loopback
+        names = set(wanted) | set(HIDDEN_CREDENTIAL_VARS)
+        saved = {name: os.environ.get(name) for name in names}
+        try:
+            for name in HIDDEN_CREDENTIAL_VARS:
+                os.environ.pop(name, None)
+            os.environ.update(wanted)
+            yield wanted
+        finally:
+            for name, value in saved.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
+
+    def imds_urls(self) -> Dict[str, str]:
+        """Live instances' IMDS base URLs (VMSS_TERMINATE_IMDS_URL of each), by VM name."""
+        with self._lock:
+            return {name: server.url for name, server in sorted(self._imds.items(), key=_vm_order)}
+
+    def _scale_set(self) -> ScaleSetRecord:
+        if self.scale_set is None:
+            raise RuntimeError("the sandbox is not running: call start() first")
+        return self.scale_set
+
+    def vm_names(self) -> List[str]:
+        """Instances still in the scale set (including those being deleted), in instance-id order."""
+        scale_set = self._scale_set()
+        with self.state.lock:
+            return sorted((i.name for i in scale_set.instances.values()), key=_name_order)
+
+    def wait_imds_gone(self, vm_name: str, timeout: float) -> bool:
+        """Block (at most `timeout` real seconds) until the deleted instance's IMDS stopped answering."""
+        with self._lock:
+            gone = self._imds_gone.setdefault(vm_name, threading.Event())
+        return gone.wait(timeout)
+
+    def instance(self, vm_name: str) -> Optional[InstanceRecord]:
+        scale_set = self._scale_set()
+        with self.state.lock:
+            return next((i for i in scale_set.instances.values() if i.name == vm_name), None)
+
+    # -- the links between ARM and IMDS -----------------------------------------------------------
+
+    def _on_delete(self, scale_set: ScaleSetRecord, instances: List[InstanceRecord]) -> None:
+        """ARM's deleter: each instance gets a Terminate event with its own model's timeout (or none)."""
+        for instance in instances:
+            with self.state.lock:
+                timeout = notification_timeout(instance.applied_profile)
+                latest = instance.latest_model_applied
+            if not latest:
+                self.timeline.record(
+                    "sandbox", "stale_model", instance.name,
+                    "runs an older model than the scale set (not upgraded): "
+                    + ("no terminate notification" if timeout is None else f"its timeout is {timeout / 60:.0f} min"),
+                )
+            self.scheduler.request(scale_set.resource_id.lower(), instance.instance_id, instance.name, timeout)
+
+    def _complete_deletion(self, deletion: Deletion) -> None:
+        self.state.remove_instances(self._scale_set(), [deletion.instance_id])
+        with self._lock:
+            server = self._imds.pop(deletion.vm_name, None)
+            gone = self._imds_gone.setdefault(deletion.vm_name, threading.Event())
+        if server is None:
+            gone.set()
+            return
+        # Stopping a server waits for its accept loop (up to half a second): do it aside, so the
+        # scheduler keeps its pace; `wait_imds_gone` tells when the address stopped answering.
+        stopper = threading.Thread(target=_stop_then_set, args=(server, gone), daemon=True,
+                                   name=f"imds-stop:{deletion.vm_name}")
+        stopper.start()
+        with self._lock:
+            self._stoppers.append(stopper)
+
+    def _on_arm_change(self, kind: str, scale_set: ScaleSetRecord, instances: List[InstanceRecord]) -> None:
+        if kind == "added" and scale_set is self.scale_set:
+            for instance in instances:
+                self._serve_imds(instance)
+                self.timeline.record("sandbox", "instance_added", instance.name, "scale-out: new instance")
+        elif kind == "upgraded" and scale_set is self.scale_set:
+            names = ", ".join(sorted((i.name for i in instances), key=_name_order))
+            self.timeline.record("sandbox", "instances_upgraded", "", f"now on the latest model: {names}")
+        elif kind == "model_changed" and scale_set is self.scale_set:
+            with self.state.lock:
+                profile = scale_set.scheduled_events_profile
+            timeout = notification_timeout(profile)
+            what = "no terminate notification" if timeout is None else f"terminate notification {timeout / 60:.0f} min"
+            self.timeline.record("sandbox", "model_changed", "", f"scale set model changed: {what}")
+
+    def _serve_imds(self, instance: InstanceRecord) -> None:
+        cfg = self.config
+        app = ImdsEmulator(
+            self.group, vm_name=instance.name, vmss_name=cfg.name, resource_id=instance.resource_id,
+            rate_limit=cfg.imds_rate_limit, subscription_id=cfg.subscription, resource_group=cfg.resource_group,
+            location=cfg.location,
+        )
+        with self._lock:
+            port = self._next_port
+            if self._next_port:
+                self._next_port += 1
+            self._imds[instance.name] = EmulatorServer(app, host=cfg.host, port=port).start()
+
+    # -- the story so far -------------------------------------------------------------------------
+
+    def report(self) -> List[str]:
+        """One line per deleted (or pending) instance explaining what happened and why."""
+        origin = self.timeline.sandbox_start
+        return [d.explain(origin) for d in self.scheduler.deletions()]
+
+
+def _stop_then_set(server: EmulatorServer, done: threading.Event) -> None:
+    try:
+        server.stop()
+    finally:
+        done.set()
+
+
+def _name_order(name: str) -> Any:
+    suffix = name.rsplit("_", 1)[-1]
+    return (0, int(suffix), name) if suffix.isdigit() else (1, 0, name)
+
+
+def _vm_order(item: Any) -> Any:
+    return _name_order(item[0])
