@@ -20,7 +20,7 @@ from typing import Any, Callable, Dict, List, Optional
 from vmss_terminate.clock import ScaledClock
 from vmss_terminate.errors import UsageError
 from vmss_terminate.sandbox.environment import Sandbox, SandboxConfig
-from vmss_terminate.sandbox.fleet import AgentFleet, demo_hook_command
+from vmss_terminate.sandbox.fleet import POLL_REAL_SECONDS, AgentFleet, demo_hook_command
 from vmss_terminate.sandbox.timeline import HEADER as TIMELINE_HEADER
 from vmss_terminate.sandbox.timeline import Entry, Timeline
 from vmss_terminate.timeout import MAX_MINUTES, MIN_MINUTES
@@ -29,7 +29,8 @@ AGENT_KINDS_SHOWN = {
     "hook_started", "hook_finished", "hook_failed", "approval_sent", "approval_failed",
     "approval_withheld", "shared_not_approved",
 }
-MAX_SPEED = 10_000.0  # agents poll every 0.2 real s = 0.2 * speed clock s, which must stay <= 3600
+MAX_AGENT_POLL_S = 3600.0  # the agent refuses a longer poll interval
+MAX_SPEED = MAX_AGENT_POLL_S / POLL_REAL_SECONDS  # agents poll every POLL_REAL_SECONDS real s = that * speed clock s
 
 
 @dataclass(frozen=True)

@@ -19,8 +19,9 @@ from vmss_terminate.agent.state import MEMORY
 from vmss_terminate.sandbox.environment import Sandbox
 from vmss_terminate.sandbox.timeline import Entry, wait_until
 
-POLL_REAL_SECONDS = 0.2
-"""Real seconds between an agent's polls: under IMDS's 5 requests/s, whatever the clock speed."""
+POLL_REAL_SECONDS = 0.5
+"""Real seconds between an agent's polls. Two GETs a second leave room, under the agent's own 4/s limiter
+(IMDS allows 5/s), for the GET + POST of an approval, which would otherwise queue behind polls."""
 
 
 def demo_hook_command(python: Optional[str] = None) -> str:
