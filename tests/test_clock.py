@@ -32,3 +32,18 @@ def test_scaled_clock_runs_faster_than_real_time() -> None:
 def test_scaled_clock_rejects_non_positive_speed() -> None:
     with pytest.raises(ValueError):
         ScaledClock(speed=0)
+
+
+def test_wait_until_returns_when_the_check_holds_and_is_bounded_otherwise() -> None:
+    from vmss_terminate.clock import wait_until
+
+    condition, items = threading.Condition(), []
+    assert wait_until(condition, lambda: bool(items), 0.05) is False
+
+    def produce() -> None:
+        with condition:
+            items.append(1)
+            condition.notify_all()
+
+    threading.Thread(target=produce).start()
+    assert wait_until(condition, lambda: bool(items), 5) is True

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Optional, Protocol
+from typing import Callable, Optional, Protocol
 
 
 class Clock(Protocol):
@@ -86,3 +86,17 @@ class ManualClock:
 
 
 SYSTEM_CLOCK = SystemClock()
+
+
+def wait_until(condition: threading.Condition, check: Callable[[], bool], timeout: float) -> bool:
+    """Wait on `condition` (notified on every change) until `check()` holds, at most `timeout` real
+    seconds; `check` runs with the condition's lock held. How tests and the sandbox wait for state,
+    instead of sleeping."""
+    deadline = time.monotonic() + timeout
+    with condition:
+        while not check():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            condition.wait(remaining)
+        return True

@@ -19,6 +19,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable, Dict, List, Optional, Protocol, Union
 from urllib.parse import parse_qs, urlsplit
 
+from vmss_terminate.clock import wait_until
+
 log = logging.getLogger(__name__)
 
 JsonValue = Union[Dict[str, Any], List[Any], str, int, float, bool, None]
@@ -172,14 +174,7 @@ class RequestLog:
 
     def wait_for(self, predicate: Callable[[List[RecordedRequest]], bool], timeout: float) -> bool:
         """Block until `predicate(all requests)` holds or `timeout` real seconds pass."""
-        deadline = time.monotonic() + timeout
-        with self._changed:
-            while not predicate(list(self._items)):
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return False
-                self._changed.wait(remaining)
-            return True
+        return wait_until(self._changed, lambda: predicate(list(self._items)), timeout)
 
 
 class _Handler(BaseHTTPRequestHandler):

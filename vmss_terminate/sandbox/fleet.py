@@ -16,8 +16,9 @@ from typing import Dict, Iterable, List, Optional, Sequence
 
 from vmss_terminate.agent import Agent, AgentConfig, Decision
 from vmss_terminate.agent.state import MEMORY
+from vmss_terminate.clock import wait_until
 from vmss_terminate.sandbox.environment import Sandbox
-from vmss_terminate.sandbox.timeline import Entry, wait_until
+from vmss_terminate.sandbox.timeline import Entry
 
 POLL_REAL_SECONDS = 0.5
 """Real seconds between an agent's polls. Two GETs a second leave room, under the agent's own 4/s limiter

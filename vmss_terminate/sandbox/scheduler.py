@@ -23,8 +23,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from vmss_terminate.clock import SYSTEM_CLOCK, Clock
-from vmss_terminate.sandbox.timeline import Timeline, wait_until
+from vmss_terminate.clock import SYSTEM_CLOCK, Clock, wait_until
+from vmss_terminate.sandbox.timeline import Timeline
 
 log = logging.getLogger(__name__)
 

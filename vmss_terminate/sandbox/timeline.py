@@ -13,7 +13,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Dict, List, Optional
 
-from vmss_terminate.clock import SYSTEM_CLOCK, Clock
+from vmss_terminate.clock import SYSTEM_CLOCK, Clock, wait_until
 
 
 @dataclass(frozen=True)
@@ -78,19 +78,6 @@ class Timeline:
     def wait_for(self, predicate: Callable[[List[Entry]], bool], timeout: float) -> bool:
         """Block until `predicate(entries)` holds or `timeout` real seconds pass."""
         return wait_until(self._changed, lambda: predicate(list(self._entries)), timeout)
-
-
-def wait_until(condition: threading.Condition, check: Callable[[], bool], timeout: float) -> bool:
-    """Wait on `condition` (notified on every change) until `check()` holds, at most `timeout` real
-    seconds; `check` runs with the condition's lock held. The sandbox's only way to wait."""
-    deadline = time.monotonic() + timeout
-    with condition:
-        while not check():
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return False
-            condition.wait(remaining)
-        return True
 
 
 def format_entry(entry: Entry) -> str:
