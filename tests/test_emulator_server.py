@@ -63,3 +63,11 @@ def test_suite_network_guard_refuses_non_loopback() -> None:
         sock.settimeout(1)
         with pytest.raises(ConnectionRefusedError, match="only loopback"):
             sock.connect(("169.254.169.254", 80))
+
+
+def test_unlimited_fault_applies_until_cleared(server: EmulatorServer) -> None:
+    server.faults.add(status=503, times=None)
+    assert [requests.get(f"{server.url}/u", timeout=5).status_code for _ in range(3)] == [503, 503, 503]
+    assert server.faults.pending() is None
+    server.faults.clear()
+    assert requests.get(f"{server.url}/u", timeout=5).status_code == 200

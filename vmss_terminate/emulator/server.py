@@ -89,7 +89,7 @@ class Fault:
     garbage: bool = False
     method: Optional[str] = None
     path_contains: Optional[str] = None
-    times: int = 1
+    times: Optional[int] = 1  # None: every matching request, until `FaultInjector.clear()`
 
     def matches(self, request: Request) -> bool:
         if self.method and self.method.upper() != request.method:
@@ -118,15 +118,19 @@ class FaultInjector:
         with self._lock:
             for fault in self._faults:
                 if fault.matches(request):
-                    fault.times -= 1
-                    if fault.times <= 0:
-                        self._faults.remove(fault)
+                    if fault.times is not None:
+                        fault.times -= 1
+                        if fault.times <= 0:
+                            self._faults.remove(fault)
                     return fault
         return None
 
-    def pending(self) -> int:
+    def pending(self) -> Optional[int]:
+        """Uses left; None while an unlimited fault is queued."""
         with self._lock:
-            return sum(f.times for f in self._faults)
+            if any(f.times is None for f in self._faults):
+                return None
+            return sum(f.times or 0 for f in self._faults)
 
 
 @dataclass
