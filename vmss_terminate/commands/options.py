@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any, Optional
 
 import click
@@ -16,8 +17,6 @@ class TimeoutType(click.ParamType):
     name = "timeout"
 
     def convert(self, value: Any, param: Optional[click.Parameter], ctx: Optional[click.Context]) -> int:
-        if isinstance(value, int):
-            return parse_timeout(value)
         try:
             return parse_timeout(value)
         except UsageError as exc:
@@ -26,3 +25,8 @@ class TimeoutType(click.ParamType):
 
 
 TIMEOUT = TimeoutType()
+
+
+def echo_json(data: Any) -> None:
+    """`--output json`: one indented JSON document on stdout (results pass their `to_dict()`)."""
+    click.echo(json.dumps(data, indent=2))
