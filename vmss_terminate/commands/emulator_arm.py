@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 import ssl
-import threading
 from pathlib import Path
 from typing import Optional
 
 import click
 
+from vmss_terminate.emulator.foreground import wait_until_stopped
 from vmss_terminate.errors import UsageError
 
 
@@ -84,8 +84,6 @@ def arm_command(host: str, port: int, token_port: int, seed: Optional[Path], pag
                   f"--name {example.name} " if example else "")
         click.echo(f"  vmss-terminate status {target}--arm-endpoint {servers.arm_url}")
         click.echo("env as JSON: " + json.dumps(connect))
-        threading.Event().wait()  # serve until interrupted
-    except KeyboardInterrupt:
-        pass
+        wait_until_stopped()
     finally:
         servers.stop()

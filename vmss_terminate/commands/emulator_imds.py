@@ -8,12 +8,12 @@ it runs, the admin endpoint (`POST /emulator/events`, see `vmss_terminate.emulat
 from __future__ import annotations
 
 import json
-import signal
 import threading
 from typing import Dict, List, Optional, Tuple
 
 import click
 
+from vmss_terminate.emulator.foreground import wait_until_stopped
 from vmss_terminate.emulator.imds import Approval, EmulatedEvent, ImdsEmulator, PlacementGroup
 from vmss_terminate.emulator.imds_launch import load_scenario, parse_event_spec, start_imds
 from vmss_terminate.emulator.server import EmulatorServer
@@ -139,16 +139,14 @@ def imds_command(vm_names: Tuple[str, ...], host: str, port: int, vmss_name: Opt
                                 started_ttl, not no_auto_start, seeded, listener=console.on_change)
     _banner(servers)
     console.ready(group)
-    stop = threading.Event()
-    previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
+
+    def every() -> None:
+        group.tick()  # so "started"/"removed" are printed as they happen
+        console.poll_refused()
+
     try:
-        while not stop.wait(0.2):
-            group.tick()  # so "started"/"removed" are printed as they happen
-            console.poll_refused()
-    except KeyboardInterrupt:
-        pass
+        wait_until_stopped(every)
     finally:
-        signal.signal(signal.SIGTERM, previous)
         for server in servers:
             server.stop()
         approvals = group.approvals

@@ -4,7 +4,6 @@ and the api-version rules, kept apart from routing so they can be read against t
 
 from __future__ import annotations
 
-import copy
 import re
 import time
 from typing import Any, Dict, Optional
@@ -40,7 +39,9 @@ def error(status: int, code: str, message: str, target: Optional[str] = None,
 
 
 def scale_set(ss: ScaleSetRecord, api_version: str) -> Dict[str, Any]:
-    vm_profile = copy.deepcopy(ss.vm_profile)
+    # A shallow copy is enough: only a top-level key is dropped, and the state replaces
+    # `vm_profile` on every change instead of editing it, so the nested dicts stay as rendered.
+    vm_profile = dict(ss.vm_profile)
     if not supports_scheduled_events(api_version):
         vm_profile.pop("scheduledEventsProfile", None)
     properties: Dict[str, Any] = {

@@ -90,12 +90,10 @@ def start_imds(
             if "not_before_in" in fields:
                 fields["not_before"] = group.clock.now() + fields.pop("not_before_in")
             group.add_event(**fields)
-    except OSError as exc:
+    except BaseException as exc:
         for server in servers:
             server.stop()
-        raise UsageError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
-    except Exception:
-        for server in servers:
-            server.stop()
+        if isinstance(exc, OSError):
+            raise UsageError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
         raise
     return group, servers

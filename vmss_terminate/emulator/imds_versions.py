@@ -9,7 +9,7 @@ that did not exist yet.
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Sequence
 
 SCHEDULED_EVENTS_VERSIONS = (
     "2017-03-01", "2017-08-01", "2017-11-01", "2019-01-01", "2019-04-01", "2019-08-01", "2020-07-01",
@@ -86,8 +86,3 @@ COMPUTE_FIELD_SINCE = {
 
 def shape_compute(compute: Dict[str, Any], api_version: str) -> Dict[str, Any]:
     return {k: v for k, v in compute.items() if api_version >= COMPUTE_FIELD_SINCE.get(k, "")}
-
-
-def pick_version(value: Optional[str], versions: Sequence[str]) -> Optional[str]:
-    """The requested version if this endpoint supports it, else None."""
-    return value if value in versions else None

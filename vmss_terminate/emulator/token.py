@@ -45,11 +45,6 @@ class TokenEndpoint:
         self._tokens: Dict[str, IssuedToken] = {}
         self._lock = threading.Lock()
 
-    @property
-    def issued_count(self) -> int:
-        with self._lock:
-            return len(self._tokens)
-
     def issue(self, resource: str = ARM_AUDIENCES[0]) -> str:
         """Mint a token directly (for tests of the ARM emulator that do not go through azure-identity)."""
         token = "emu." + secrets.token_urlsafe(32)
