@@ -43,22 +43,22 @@ def _cli() -> Dict[str, Set[str]]:
     return tree
 
 
+def _assert_covered(names: Dict[str, Set[str]], by: Dict[str, Set[str]], commands_msg: str, options_msg: str) -> None:
+    """Every command of `names` is in `by`, and so is each of its option names."""
+    missing_commands = sorted(set(names) - set(by))
+    assert not missing_commands, f"{commands_msg} {missing_commands}"
+    for command, options in names.items():
+        missing = sorted(options - by[command])
+        assert not missing, f"{command}: {options_msg} {missing}"
+
+
 def test_every_command_and_option_is_documented() -> None:
-    documented, cli = _documented(), _cli()
-    missing_commands = sorted(set(cli) - set(documented))
-    assert not missing_commands, f"undocumented commands {missing_commands}; regenerate {DOC.name}"
-    for command, names in cli.items():
-        missing = sorted(names - documented[command])
-        assert not missing, f"{command}: undocumented options {missing}; regenerate {DOC.name}"
+    _assert_covered(_cli(), _documented(), "undocumented commands", "undocumented options")
 
 
 def test_nothing_documented_is_missing_from_the_cli() -> None:
-    documented, cli = _documented(), _cli()
-    stale = sorted(set(documented) - set(cli))
-    assert not stale, f"documented commands that do not exist: {stale}"
-    for command, names in documented.items():
-        gone = sorted(names - cli[command])
-        assert not gone, f"{command}: documented options that do not exist: {gone}"
+    _assert_covered(_documented(), _cli(), "documented commands that do not exist:",
+                    "documented options that do not exist:")
 
 
 def test_core_commands_are_in_the_reference() -> None:

@@ -6,14 +6,13 @@ one documented function of `vmss_terminate.control` and prints its result as tex
 
 from __future__ import annotations
 
-import json
 import sys
 from typing import Any, Callable, Dict, List, Optional, TextIO
 
 import click
 
 from vmss_terminate import control
-from vmss_terminate.commands.options import TIMEOUT
+from vmss_terminate.commands.options import TIMEOUT, echo_json
 from vmss_terminate.control.client import CLOUDS, DEFAULT_CLOUD, Connection
 from vmss_terminate.control.upgrade import BatchSize, Progress, UpgradeIncomplete, UpgradeOptions
 from vmss_terminate.errors import UsageError, VmssTerminateError
@@ -106,7 +105,7 @@ def _upgrade_options(kw: Dict[str, Any]) -> UpgradeOptions:
 
 def _emit(result: Any, output: str) -> None:
     if output == "json":
-        click.echo(json.dumps(result.to_dict(), indent=2))
+        echo_json(result.to_dict())
     else:
         for line in result.lines():
             click.echo(line)
@@ -150,7 +149,7 @@ def _reporting_partial(output: str, resource: str, call: Callable[[Optional[Prog
         if progress is not None:
             progress.finish()
         if output == "json":
-            click.echo(json.dumps({"error": str(exc), "upgrade": exc.result.to_dict()}, indent=2))
+            echo_json({"error": str(exc), "upgrade": exc.result.to_dict()})
         else:
             click.echo(f"upgrade {resource}: {exc.result.describe()}")
         raise
@@ -208,14 +207,15 @@ def upgrade_command(**kw: Any) -> None:
         rg, vmss, connection=connection, options=options, progress=progress
     ))
     if output == "json":
-        click.echo(json.dumps(result.to_dict(), indent=2))
+        echo_json(result.to_dict())
     else:
         click.echo(f"upgrade {rg}/{vmss}: {result.describe()}")
 
 
 class _PlanCommand(click.Command):
     """With --detailed-exitcode, exit codes follow Terraform: 0 no change, 1 error, 2 changes pending,
-    so a bad option must be exit 1 here (2 would read as "changes pending")."""
+    so a bad option or input must be exit 1 here (2 would read as "changes pending"): click's parse
+    errors (`make_context`) and the library's UsageError (`invoke`) alike."""
 
     def make_context(self, info_name: Optional[str], args: List[str], parent: Optional[click.Context] = None,
                      **extra: Any) -> click.Context:
@@ -228,6 +228,14 @@ class _PlanCommand(click.Command):
                 raise VmssTerminateError(where + exc.format_message()) from None
             raise
 
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except UsageError as exc:
+            if ctx.params.get("detailed_exitcode"):
+                raise VmssTerminateError(str(exc)) from None
+            raise
+
 
 @click.command("plan", cls=_PlanCommand)
 @scale_set_options
@@ -238,15 +246,10 @@ def plan_command(**kw: Any) -> None:
     """Show what `enable --timeout` would change (profile and stale instances) without writing."""
     output = kw.pop("output")
     detailed = kw.pop("detailed_exitcode")
-    try:
-        result = control.plan(
-            kw.pop("resource_group"), kw.pop("name"), kw.pop("timeout"),
-            connection=_connection(kw), options=UpgradeOptions(batch_size=kw.pop("batch_size")),
-        )
-    except UsageError as exc:
-        if detailed:
-            raise VmssTerminateError(str(exc)) from None
-        raise
+    result = control.plan(
+        kw.pop("resource_group"), kw.pop("name"), kw.pop("timeout"),
+        connection=_connection(kw), options=UpgradeOptions(batch_size=kw.pop("batch_size")),
+    )
     _emit(result, output)
     if detailed and result.changes_pending:
         click.get_current_context().exit(2)

@@ -12,8 +12,9 @@ from typing import Optional
 
 import click
 
-from vmss_terminate.commands.options import TIMEOUT
+from vmss_terminate.commands.options import TIMEOUT, echo_json
 from vmss_terminate.errors import VmssTerminateError
+from vmss_terminate.timeout import to_iso
 
 
 @click.command("demo")
@@ -50,7 +51,7 @@ def demo(instances: int, scale_in: int, timeout: int, speed: float, hook: Option
             click.echo(line)
     result = run_demo(options, on_entry=live if output == "text" else None)
     if output == "json":
-        click.echo(json.dumps(result.to_dict(), indent=2))
+        echo_json(result.to_dict())
     else:
         with printing:
             for line in render_text(result):
@@ -125,7 +126,7 @@ def sandbox(instances: int, timeout: int, no_feature: bool, speed: float, port_b
 def _print_endpoints(box, hook: str) -> None:  # type: ignore[no-untyped-def]
     cfg = box.config
     feature = "no terminate notification" if cfg.timeout_minutes is None else \
-        f"terminate notification PT{cfg.timeout_minutes}M"
+        f"terminate notification {to_iso(cfg.timeout_minutes)}"
     click.echo(f"sandbox: scale set {cfg.resource_group}/{cfg.name}, {cfg.instances} instances "
                f"(Uniform, Manual upgrade policy), {feature}, clock x{box.speed:g}")
     click.echo("")

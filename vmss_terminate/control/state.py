@@ -65,8 +65,12 @@ class ProfileState:
 
 def parse_profile(scale_set: Dict[str, Any]) -> ProfileState:
     vm_profile = _dict(_dict(scale_set.get("properties")).get("virtualMachineProfile"))
-    events = vm_profile.get("scheduledEventsProfile")
-    if events is None or not isinstance(events, dict):
+    return parse_scheduled_events_profile(vm_profile.get("scheduledEventsProfile"))
+
+
+def parse_scheduled_events_profile(events: Any) -> ProfileState:
+    """The same reading from the `scheduledEventsProfile` value alone (None when the key is absent)."""
+    if not isinstance(events, dict):
         return ProfileState(ABSENT, False)
     terminate = events.get("terminateNotificationProfile")
     if not isinstance(terminate, dict) or not terminate:

@@ -23,7 +23,7 @@ from vmss_terminate.sandbox.environment import Sandbox, SandboxConfig
 from vmss_terminate.sandbox.fleet import POLL_REAL_SECONDS, AgentFleet, demo_hook_command
 from vmss_terminate.sandbox.timeline import HEADER as TIMELINE_HEADER
 from vmss_terminate.sandbox.timeline import Entry, Timeline
-from vmss_terminate.timeout import MAX_MINUTES, MIN_MINUTES
+from vmss_terminate.timeout import parse_timeout, to_iso
 
 AGENT_KINDS_SHOWN = {
     "hook_started", "hook_finished", "hook_failed", "approval_sent", "approval_failed",
@@ -48,8 +48,7 @@ class DemoOptions:
         if not 1 <= self.scale_in < self.instances:
             raise UsageError(f"invalid --scale-in {self.scale_in}: expected 1..{self.instances - 1} "
                              f"(at least one instance stays)")
-        if not MIN_MINUTES <= self.timeout_minutes <= MAX_MINUTES:
-            raise UsageError(f"invalid --timeout {self.timeout_minutes}: expected {MIN_MINUTES}..{MAX_MINUTES} minutes")
+        parse_timeout(self.timeout_minutes)  # the one 5..15-minute rule (InvalidTimeout is a UsageError)
         if not 1.0 <= self.speed <= MAX_SPEED:
             raise UsageError(f"invalid --speed {self.speed:g}: expected 1..{MAX_SPEED:g}")
         if self.deadline <= 0:
@@ -72,7 +71,7 @@ class DemoResult:
             "ok": self.ok,
             "failure": self.failure,
             "options": {"instances": self.options.instances, "scale_in": self.options.scale_in,
-                        "timeout": f"PT{self.options.timeout_minutes}M", "speed": self.options.speed},
+                        "timeout": to_iso(self.options.timeout_minutes), "speed": self.options.speed},
             "deleted": self.deleted,
             "totals": self.totals,
             "report": self.report,
@@ -125,7 +124,7 @@ def _story(sandbox: Sandbox, options: DemoOptions, deadline: float):  # type: ig
     record = sandbox.timeline.record
     connection = sandbox.connection()
 
-    record("control", "enable", "", f"vmss-terminate enable --timeout PT{options.timeout_minutes}M "
+    record("control", "enable", "", f"vmss-terminate enable --timeout {to_iso(options.timeout_minutes)} "
                                     f"(PATCH scheduledEventsProfile, then upgrade every instance)")
     with sandbox.azure_env():
         result = enable(cfg.resource_group, cfg.name, options.timeout_minutes, connection=connection,
@@ -238,7 +237,7 @@ def render_text(result: DemoResult) -> List[str]:
 def header(options: DemoOptions) -> List[str]:
     return [
         f"vmss-terminate demo: {options.instances} instances, scale in by {options.scale_in}, "
-        f"notBeforeTimeout PT{options.timeout_minutes}M, sandbox clock x{options.speed:g} "
+        f"notBeforeTimeout {to_iso(options.timeout_minutes)}, sandbox clock x{options.speed:g} "
         f"(local emulators, no Azure)",
         "",
         TIMELINE_HEADER,

@@ -8,6 +8,7 @@ every command and option is documented, and nothing documented is missing from t
 
 from __future__ import annotations
 
+import inspect
 import sys
 from typing import Iterator, List, Optional, Tuple
 
@@ -66,7 +67,7 @@ def render(root: Optional[click.Command] = None) -> str:
         lines.append("")
         help_text = (command.help or command.short_help or "").strip()
         if help_text:
-            lines.append(_dedent(help_text.split("\f")[0]))
+            lines.append(inspect.cleandoc(help_text.split("\f")[0]))
             lines.append("")
         params = documented_params(command)
         if params:
@@ -97,8 +98,6 @@ def _param_cell(param: click.Parameter, ctx: click.Context) -> str:
 
 
 def _takes_ctx(param: click.Parameter) -> bool:
-    import inspect
-
     return "ctx" in inspect.signature(param.make_metavar).parameters
 
 
@@ -131,12 +130,6 @@ def _has_value(default: object) -> bool:
     # click >= 8.2 uses a sentinel object for "no default"
     return default not in (None, (), [], "") and "Sentinel" not in type(default).__name__ and \
         "UNSET" not in repr(default)
-
-
-def _dedent(text: str) -> str:
-    import inspect
-
-    return inspect.cleandoc(text)
 
 
 def main(argv: Optional[List[str]] = None) -> int:

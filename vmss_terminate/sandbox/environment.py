@@ -25,14 +25,14 @@ from typing import Any, Dict, Iterator, List, Optional
 from vmss_terminate.clock import Clock, ScaledClock
 from vmss_terminate.control import body as patch_body
 from vmss_terminate.control.client import Connection
-from vmss_terminate.control.state import parse_profile
+from vmss_terminate.control.state import parse_scheduled_events_profile
 from vmss_terminate.emulator.arm import ArmServers, ArmState, InstanceRecord, ScaleSetRecord, start_arm
 from vmss_terminate.emulator.imds import ImdsEmulator, PlacementGroup
 from vmss_terminate.emulator.server import EmulatorServer
 from vmss_terminate.errors import UsageError
 from vmss_terminate.sandbox.scheduler import Deletion, DeletionScheduler
 from vmss_terminate.sandbox.timeline import Timeline
-from vmss_terminate.timeout import MAX_MINUTES, MIN_MINUTES
+from vmss_terminate.timeout import parse_timeout, to_iso
 
 log = logging.getLogger(__name__)
 
@@ -76,8 +76,8 @@ class SandboxConfig:
             raise UsageError(f"invalid --instances {self.instances}: expected 1..{MAX_INSTANCES}")
         if not self.speed > 0:
             raise UsageError(f"invalid --speed {self.speed}: expected a positive factor (60 = a minute per second)")
-        if self.timeout_minutes is not None and not MIN_MINUTES <= self.timeout_minutes <= MAX_MINUTES:
-            raise UsageError(f"invalid --timeout {self.timeout_minutes}: expected {MIN_MINUTES}..{MAX_MINUTES} minutes")
+        if self.timeout_minutes is not None:
+            parse_timeout(self.timeout_minutes)  # the one 5..15-minute rule (InvalidTimeout is a UsageError)
         if self.port_base and not 1024 <= self.port_base <= 65535 - self.instances - 2:
             raise UsageError(f"invalid --port-base {self.port_base}: expected 1024..{65535 - self.instances - 2}")
         if self.delete_duration < 0:
@@ -90,7 +90,7 @@ def notification_timeout(applied_profile: Optional[Dict[str, Any]]) -> Optional[
 
     Uses the control plane's reading of the profile, so "enabled" means the same thing on both sides.
     """
-    state = parse_profile({"properties": {"virtualMachineProfile": {"scheduledEventsProfile": applied_profile}}})
+    state = parse_scheduled_events_profile(applied_profile)
     if not state.enabled:
         return None
     minutes = state.timeout_minutes
@@ -145,7 +145,7 @@ class Sandbox:
         self.timeline.record(
             "sandbox", "sandbox_started", "",
             f"scale set {cfg.name}: {cfg.instances} instances, Manual upgrade policy, "
-            + (f"terminate notification PT{cfg.timeout_minutes}M" if profile else "no terminate notification")
+            + (f"terminate notification {to_iso(cfg.timeout_minutes)}" if profile else "no terminate notification")
             + f"; clock x{self.speed:g}",
         )
         return self
