@@ -150,3 +150,21 @@ def test_interrupted_hook_is_rerun_unless_disabled(imds: Imds, tmp_path: Path) -
         assert len(calls) == expected_calls
         assert ("hook_rerun" in kinds) is rerun and ("hook_failed" in kinds) is not rerun
         assert "approval_sent" in kinds  # default --on-hook-failure=approve
+
+
+def test_idle_polls_do_not_rewrite_the_state_file(imds: Imds, tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    # The agent polls every second: once an event is handled, polling must not touch the disk.
+    writes: List[int] = []
+    real_write = StateStore._write
+    monkeypatch.setattr(StateStore, "_write", lambda self: (writes.append(1), real_write(self))[1])
+    imds.group.add_event("Terminate", ["myvmss_30"])
+    imds.group.add_event("Terminate", [VM, "myvmss_30"])  # ours but shared: withheld
+    mine = imds.group.add_event("Terminate", [VM])
+    agent = make_agent(imds.url, state_file=str(tmp_path / "state.json"))
+    agent.run_once(retry_for=0)
+    assert imds.approved_ids() == [mine] and writes
+    writes.clear()
+    for _ in range(10):
+        agent.poll(retry_for=0)
+    assert writes == []

@@ -87,7 +87,6 @@ class Agent:
         self._imds_failing = False
         self._retry_reports = 0
         self._error_backoff = Backoff(base=1.0, cap=30.0)
-        self._resume_checked: Set[str] = set()
         self._approve_retry_for: Optional[float] = None  # run_once: its retry_for; run: 5 polls
         if "Terminate" not in self.config.approve_types:
             log.warning("Terminate is not in the approve types: Terminate events will wait for NotBefore")
@@ -196,12 +195,12 @@ class Agent:
             vanished = [eid for eid in self._known if eid not in present]
             for eid in vanished:
                 del self._known[eid]
+            if vanished:
+                self._said = {s for s in self._said if s[0] not in vanished}
             running = set(self._jobs)
         for eid in vanished:
             self._decide(D.EVENT_GONE, eid, f"event {eid} left the document (completed or cancelled)")
-        with self._lock:
-            self._said = {s for s in self._said if s[0] not in vanished}
-        self.state.prune(present | running)
+        self.state.prune(present | running)  # writes the file only when something was dropped
 
     def _handle_event(self, event: Event) -> None:
         vm = self.vm_name or ""
@@ -239,10 +238,9 @@ class Agent:
             return
         steps = self._steps_for(event)
         if steps and not record.get("hooks_finished"):
-            if record.get("hooks_started") and eid not in self._resume_checked:
-                self._resume_checked.add(eid)
-                if not self._resume_interrupted(event, record):
-                    return self._maybe_approve(event)
+            # Started, not finished, and no job of ours runs it: an agent stopped mid-hook.
+            if record.get("hooks_started") and not self._resume_interrupted(event, record):
+                return self._maybe_approve(event)
             self._start_job(event, steps)
             return
         if not steps and event.event_type not in self.config.approve_types:
@@ -270,8 +268,10 @@ class Agent:
         steps: List[_Step] = []
         if event.event_type in self.config.hook_events:
             steps += [_Step(h.name, h) for h in self._commands]
-        steps += [_Step(f"{PythonHook(fn).name}#{i}", PythonHook(fn)) for i, (kind, fn) in
-                  enumerate(self._handlers) if kind in ("*", event.event_type)]
+        for i, (kind, fn) in enumerate(self._handlers):
+            if kind in ("*", event.event_type):
+                hook = PythonHook(fn)
+                steps.append(_Step(f"{hook.name}#{i}", hook))
         if self._webhook is not None and event.event_type in self.config.hook_events:
             steps.append(_Step(self._webhook.name, self._webhook))
         return steps
@@ -338,7 +338,9 @@ class Agent:
                           on_process=lambda pid: self.state.update(eid, hook_pid=pid,
                                                                    hook_token=process_start_token(pid)))
                 result = step.hook.run(run)
-                self.state.update(eid, hook_pid=None, hook_token=None)
+                if result.outcome == OK:
+                    done.append(step.name)
+                self.state.update(eid, hook_pid=None, hook_token=None, steps_done=list(done) or None)
                 if result.outcome == CANCELLED:
                     self._decide(D.HOOK_FAILED, eid, f"hook {step.name} interrupted: agent stopping "
                                                      f"(reruns on restart)", hook=step.name, outcome=CANCELLED)
@@ -348,8 +350,6 @@ class Agent:
                     self._decide(D.HOOK_FAILED, eid, f"hook {step.name} failed: {result.detail}",
                                  hook=step.name, outcome=result.outcome, exit_code=result.exit_code)
                     break
-                done.append(step.name)
-                self.state.update(eid, steps_done=done)
                 self._decide(D.HOOK_FINISHED, eid, f"hook {step.name} finished: {result.detail}",
                              hook=step.name, exit_code=result.exit_code)
             self.state.update(eid, hooks_finished=self.clock.now(), hooks_result="failed" if failed else "ok",
@@ -382,12 +382,10 @@ class Agent:
                                                        f"they drain (use --approve-shared); it starts at NotBefore",
                            others=others)
                 return
-            latest = self.client.last_document
-            if latest is None or latest.get(eid) is None:
-                return  # left the document meanwhile
-            self.state.update(eid, approval_started=self.clock.now())
-            try:
-                retry_for = self._approve_retry_for or self.config.poll_interval * 5
+            self.state.update(eid, approval_started=self.clock.now())  # documented in docs/agent.md
+            try:  # the client's guard re-checks the latest document (an event that left it: `absent`)
+                retry_for = (self._approve_retry_for if self._approve_retry_for is not None
+                             else self.config.poll_interval * 5)  # run_once(retry_for=0) means no retry
                 self.client.approve(eid, vm, retry_for=retry_for, stop=self._stop,
                                     on_retry=self._on_retry, allow_shared=self.config.approve_shared,
                                     event_type=event.event_type)

@@ -10,6 +10,7 @@ from typing import Collection, Optional, Sequence, Tuple
 from vmss_terminate.agent.events import parse_types
 from vmss_terminate.agent.hooks import redact_url
 from vmss_terminate.agent.imds import check_api_version, resolve_imds_url, DEFAULT_API_VERSION
+from vmss_terminate.agent.process import check_program, split_command
 from vmss_terminate.errors import UsageError
 
 ON_HOOK_FAILURE = ("approve", "wait")
@@ -77,8 +78,6 @@ class AgentConfig:
         if self.vm_name is not None and not self.vm_name.strip():
             raise UsageError("empty --vm-name")
         hooks: Tuple[str, ...] = tuple(self.hooks)
-        from vmss_terminate.agent.process import check_program, split_command
-
         for hook in hooks:
             check_program(split_command(hook))
         return replace(

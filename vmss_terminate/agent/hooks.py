@@ -20,6 +20,7 @@ import os
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Optional
+from urllib.parse import urlsplit
 
 from vmss_terminate.agent import process
 from vmss_terminate.agent.events import Event
@@ -141,8 +142,6 @@ def _first_word_windows(command: str) -> str:
 
 def redact_url(url: str) -> str:
     """scheme://host/path only: credentials and query strings (tokens) never reach the log."""
-    from urllib.parse import urlsplit
-
     try:
         parts = urlsplit(url)
         host = parts.hostname or ""

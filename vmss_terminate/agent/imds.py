@@ -36,7 +36,7 @@ from urllib.parse import urlsplit
 import requests
 
 from vmss_terminate import __version__
-from vmss_terminate.agent.events import EventsDocument, MalformedDocument, owns
+from vmss_terminate.agent.events import EventsDocument, MalformedDocument, owns, same_name
 from vmss_terminate.clock import SYSTEM_CLOCK, Clock
 from vmss_terminate.errors import UsageError, VmssTerminateError
 
@@ -225,12 +225,8 @@ class ImdsClient:
         with self._lock:
             first = not self._events_called
         timeout = self.first_call_timeout if first else self.read_timeout
-        data = self._call("GET", EVENTS_PATH, {"api-version": self.api_version}, None, timeout,
-                          retry_for, stop, on_retry, parse=EventsDocument.from_json)
-        with self._lock:
-            self._events_called = True
-            self._last_document = data
-        return data
+        return self._remember(self._call("GET", EVENTS_PATH, {"api-version": self.api_version}, None, timeout,
+                                         retry_for, stop, on_retry, parse=EventsDocument.from_json))
 
     def vm_name(self, retry_for: Optional[float] = GONE_RETRY_SECONDS,
                 stop: Optional[threading.Event] = None,
@@ -288,7 +284,7 @@ class ImdsClient:
             raise ForeignEventError(
                 f"refusing to approve {event_id}: it is for {', '.join(resources) or 'no VM'}, "
                 f"not this VM ({vm_name})")
-        others = sorted({r for r in resources if r.casefold() != vm_name.casefold()})
+        others = sorted({r for r in resources if not same_name(r, vm_name)})
         if others and not allow_shared:
             raise ForeignEventError(
                 f"refusing to approve {event_id}: it also names {', '.join(others)}; approving would "
@@ -299,11 +295,15 @@ class ImdsClient:
 
     def _refresh_document(self) -> None:
         """One GET (no retry of its own: the caller's loop retries) to re-check right before a POST."""
-        data = self._send("GET", EVENTS_PATH, {"api-version": self.api_version}, None, self.read_timeout,
-                          EventsDocument.from_json)
+        self._remember(self._send("GET", EVENTS_PATH, {"api-version": self.api_version}, None,
+                                  self.read_timeout, EventsDocument.from_json))
+
+    def _remember(self, document: EventsDocument) -> EventsDocument:
+        """The document the guard checks approvals against (and: the first, slow, call is done)."""
         with self._lock:
             self._events_called = True
-            self._last_document = data
+            self._last_document = document
+        return document
 
     def close(self) -> None:
         self._session.close()

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Optional
 
 from vmss_terminate.agent.events import Event, EventsDocument
-from vmss_terminate.agent.imds import DEFAULT_API_VERSION, ImdsClient
+from vmss_terminate.agent.imds import DEFAULT_API_VERSION, ForeignEventError, ImdsClient
 from vmss_terminate.errors import UsageError
 
 
@@ -64,14 +64,10 @@ def approve_event(event_id: str, imds_url: Optional[str] = None, api_version: st
     if event is None:
         known = ", ".join(e.event_id for e in view.document.events) or "none"
         raise UsageError(f"no event {event_id} in the scheduled events document (current: {known})")
-    if not event.names(view.vm_name) and not force:
-        raise UsageError(
-            f"refusing to approve {event.event_id}: it is for {', '.join(event.resources) or 'no VM'}, not this VM "
-            f"({view.vm_name}); approving would release that VM before it drains (--force to do it anyway)")
-    others = event.others(view.vm_name)
-    if others and event.names(view.vm_name) and not force:
-        raise UsageError(
-            f"refusing to approve {event.event_id}: it also names {', '.join(others)}; approving releases them "
-            f"too, before they drain (--force to do it anyway)")
+    if not force:  # the client's own guard, checked now so a refusal is bad input (exit 2), not a failure
+        try:
+            imds.guard_approval(event.event_id, view.vm_name)
+        except ForeignEventError as exc:
+            raise UsageError(f"{exc} (--force to do it anyway)") from None
     imds.approve(event.event_id, view.vm_name, allow_foreign=force, retry_for=retry_for)
     return event

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import signal
-import sys
 import threading
 from typing import Any, Optional, Tuple
 
@@ -144,7 +143,6 @@ def approve_command(event_id: str, force: bool, imds_url: Optional[str], api_ver
 
     event = approve_event(event_id, imds_url, api_version, force=force, vm_name=vm_name, retry_for=retry_for)
     click.echo(f"approved {event.event_type} {event.event_id} ({', '.join(event.resources)})")
-    sys.stdout.flush()
 
 
 COMMANDS = [agent_group]
