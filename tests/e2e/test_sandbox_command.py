@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import signal
 import subprocess
 import sys
 import threading
@@ -62,6 +63,33 @@ def test_running_sandbox_serves_the_printed_endpoints_until_sigint(monkeypatch: 
             arm_endpoint=os.environ["VMSS_TERMINATE_ARM_ENDPOINT"]))
         assert result.profile.enabled and result.profile.timeout == "PT5M"
         assert interrupt(proc, timeout=20) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
+@pytest.mark.skipif(os.name == "nt", reason="no SIGTERM on Windows")
+def test_sigterm_stops_the_sandbox_cleanly_with_its_report() -> None:
+    """A service manager stops with SIGTERM: the sandbox must stop its servers and report, not just die."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AZURE_", "IDENTITY_", "MSI_"))}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "vmss_terminate", "sandbox", "--instances", "1", "--duration", "50"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )
+    lines: "queue.Queue[str]" = queue.Queue()
+    reader = threading.Thread(target=_read_lines, args=(proc.stdout, lines), daemon=True)
+    reader.start()
+    try:
+        while "VMSS_TERMINATE_IMDS_URL" not in lines.get(timeout=20):
+            pass  # read until the endpoints are printed: the sandbox is serving
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=20) == 0
+        reader.join(timeout=10)  # stdout reaches EOF once the process is gone: every line is queued
+        rest = []
+        while not lines.empty():
+            rest.append(lines.get())
+        assert "sandbox stopped\n" in rest
     finally:
         if proc.poll() is None:
             proc.kill()

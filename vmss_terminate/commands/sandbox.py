@@ -13,6 +13,7 @@ from typing import Optional
 import click
 
 from vmss_terminate.commands.options import TIMEOUT, echo_json
+from vmss_terminate.emulator.foreground import wait_until_stopped
 from vmss_terminate.errors import VmssTerminateError
 from vmss_terminate.timeout import to_iso
 
@@ -106,15 +107,7 @@ def sandbox(instances: int, timeout: int, no_feature: bool, speed: float, port_b
             else:
                 _print_endpoints(box, demo_hook_command())
         box.timeline.subscribe(live)
-        stop = threading.Event()
-        try:
-            if duration is not None:
-                stop.wait(duration)
-            else:
-                while not stop.wait(0.5):  # a bounded wait keeps Ctrl-C responsive on every platform
-                    pass
-        except KeyboardInterrupt:
-            pass
+        wait_until_stopped(timeout=duration)
     finally:
         box.stop()
         if output == "text":
