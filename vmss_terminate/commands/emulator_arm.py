@@ -9,7 +9,7 @@ from typing import Optional
 
 import click
 
-from vmss_terminate.emulator.foreground import wait_until_stopped
+from vmss_terminate.emulator.foreground import Foreground
 from vmss_terminate.errors import UsageError
 
 
@@ -62,28 +62,29 @@ def arm_command(host: str, port: int, token_port: int, seed: Optional[Path], pag
 
     state = _load_state(seed, page_size)
     context = _tls_context(tls_cert, tls_key)
-    try:
-        servers = start_arm(state, host=host, port=port, token_port=token_port, ssl_context=context)
-    except OSError as exc:
-        raise UsageError(f"cannot listen on {host}: {exc}") from None
-    try:
-        example = state.scale_sets()[0] if state.scale_sets() else None
-        connect = dict(servers.env, VMSS_TERMINATE_ARM_ENDPOINT=servers.arm_url)
-        if example is not None:
-            connect["AZURE_SUBSCRIPTION_ID"] = example.subscription
-        click.echo(f"ARM emulator:    {servers.arm_url}")
-        click.echo(f"token endpoint:  {servers.token_url}")
-        for ss in state.scale_sets():
-            click.echo(f"scale set:       {ss.resource_id} ({ss.orchestration}, {ss.upgrade_policy}, "
-                       f"{len(ss.instances)} instances)")
-        click.echo("")
-        click.echo("Point DefaultAzureCredential and the CLI at it (bash):")
-        for name, value in connect.items():
-            click.echo(f"  export {name}={value}")
-        target = (f"--subscription {example.subscription} --resource-group {example.resource_group} "
-                  f"--name {example.name} " if example else "")
-        click.echo(f"  vmss-terminate status {target}--arm-endpoint {servers.arm_url}")
-        click.echo("env as JSON: " + json.dumps(connect))
-        wait_until_stopped()
-    finally:
-        servers.stop()
+    with Foreground() as foreground:  # before start: a SIGTERM during start-up still stops the servers
+        try:
+            servers = start_arm(state, host=host, port=port, token_port=token_port, ssl_context=context)
+        except OSError as exc:
+            raise UsageError(f"cannot listen on {host}: {exc}") from None
+        try:
+            example = state.scale_sets()[0] if state.scale_sets() else None
+            connect = dict(servers.env, VMSS_TERMINATE_ARM_ENDPOINT=servers.arm_url)
+            if example is not None:
+                connect["AZURE_SUBSCRIPTION_ID"] = example.subscription
+            click.echo(f"ARM emulator:    {servers.arm_url}")
+            click.echo(f"token endpoint:  {servers.token_url}")
+            for ss in state.scale_sets():
+                click.echo(f"scale set:       {ss.resource_id} ({ss.orchestration}, {ss.upgrade_policy}, "
+                           f"{len(ss.instances)} instances)")
+            click.echo("")
+            click.echo("Point DefaultAzureCredential and the CLI at it (bash):")
+            for name, value in connect.items():
+                click.echo(f"  export {name}={value}")
+            target = (f"--subscription {example.subscription} --resource-group {example.resource_group} "
+                      f"--name {example.name} " if example else "")
+            click.echo(f"  vmss-terminate status {target}--arm-endpoint {servers.arm_url}")
+            click.echo("env as JSON: " + json.dumps(connect))
+            foreground.wait()
+        finally:
+            servers.stop()

@@ -13,7 +13,7 @@ from typing import Dict, List, Optional, Tuple
 
 import click
 
-from vmss_terminate.emulator.foreground import wait_until_stopped
+from vmss_terminate.emulator.foreground import Foreground
 from vmss_terminate.emulator.imds import Approval, EmulatedEvent, ImdsEmulator, PlacementGroup
 from vmss_terminate.emulator.imds_launch import load_scenario, parse_event_spec, start_imds
 from vmss_terminate.emulator.server import EmulatorServer
@@ -135,21 +135,22 @@ def imds_command(vm_names: Tuple[str, ...], host: str, port: int, vmss_name: Opt
     if scenario:
         seeded += load_scenario(scenario)
     console = _Console()
-    group, servers = start_imds(vm_names, host, port, vmss_name, first_call_delay, rate_limit or None,
-                                started_ttl, not no_auto_start, seeded, listener=console.on_change)
-    _banner(servers)
-    console.ready(group)
+    with Foreground() as foreground:  # before start: a SIGTERM during start-up still stops the servers
+        group, servers = start_imds(vm_names, host, port, vmss_name, first_call_delay, rate_limit or None,
+                                    started_ttl, not no_auto_start, seeded, listener=console.on_change)
 
-    def every() -> None:
-        group.tick()  # so "started"/"removed" are printed as they happen
-        console.poll_refused()
+        def every() -> None:
+            group.tick()  # so "started"/"removed" are printed as they happen
+            console.poll_refused()
 
-    try:
-        wait_until_stopped(every)
-    finally:
-        for server in servers:
-            server.stop()
-        approvals = group.approvals
-        click.echo(f"stopped; {len(approvals)} approval(s)" + (":" if approvals else ""))
-        for approval in approvals:
-            click.echo(f"  {_approval_line(approval)}")
+        try:
+            _banner(servers)
+            console.ready(group)
+            foreground.wait(every)
+        finally:
+            for server in servers:
+                server.stop()
+            approvals = group.approvals
+            click.echo(f"stopped; {len(approvals)} approval(s)" + (":" if approvals else ""))
+            for approval in approvals:
+                click.echo(f"  {_approval_line(approval)}")

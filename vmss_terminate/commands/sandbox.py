@@ -13,7 +13,7 @@ from typing import Optional
 import click
 
 from vmss_terminate.commands.options import TIMEOUT, echo_json
-from vmss_terminate.emulator.foreground import wait_until_stopped
+from vmss_terminate.emulator.foreground import Foreground
 from vmss_terminate.errors import VmssTerminateError
 from vmss_terminate.timeout import to_iso
 
@@ -95,25 +95,26 @@ def sandbox(instances: int, timeout: int, no_feature: bool, speed: float, port_b
         with printing:
             click.echo(json.dumps(entry.to_dict()) if output == "json" else format_entry(entry))
 
-    try:
-        box.start()
-    except OSError as exc:
-        raise VmssTerminateError(f"cannot start the sandbox: {exc}") from None
-    try:
-        with printing:
-            if output == "json":
-                click.echo(json.dumps({"env": box.env(), "imds": box.imds_urls(), "resource_group": resource_group,
-                                       "name": name, "speed": box.speed}))
-            else:
-                _print_endpoints(box, demo_hook_command())
-        box.timeline.subscribe(live)
-        wait_until_stopped(timeout=duration)
-    finally:
-        box.stop()
-        if output == "text":
-            for line in box.report():
-                click.echo(line)
-            click.echo("sandbox stopped")
+    with Foreground() as foreground:  # before start: a SIGTERM during start-up still gets the report
+        try:
+            box.start()
+        except OSError as exc:
+            raise VmssTerminateError(f"cannot start the sandbox: {exc}") from None
+        try:
+            with printing:
+                if output == "json":
+                    click.echo(json.dumps({"env": box.env(), "imds": box.imds_urls(), "resource_group": resource_group,
+                                           "name": name, "speed": box.speed}))
+                else:
+                    _print_endpoints(box, demo_hook_command())
+            box.timeline.subscribe(live)
+            foreground.wait(timeout=duration)
+        finally:
+            box.stop()
+            if output == "text":
+                for line in box.report():
+                    click.echo(line)
+                click.echo("sandbox stopped")
 
 
 def _print_endpoints(box, hook: str) -> None:  # type: ignore[no-untyped-def]

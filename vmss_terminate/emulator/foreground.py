@@ -5,28 +5,44 @@ from __future__ import annotations
 import signal
 import threading
 import time
-from typing import Callable, Optional
+from types import TracebackType
+from typing import Any, Callable, Optional, Type
 
 
-def wait_until_stopped(every: Optional[Callable[[], None]] = None, interval: float = 0.2,
-                       timeout: Optional[float] = None) -> None:
-    """Block until Ctrl-C (SIGINT), SIGTERM or `timeout` real seconds (None: no limit), calling
-    `every()` each `interval` seconds meanwhile.
+class Foreground:
+    """Stop signals for a foreground server command, installed *before* it starts serving.
 
-    CLI only (main thread): SIGTERM is handled for the duration and the previous handler restored.
-    The bounded wait keeps Ctrl-C responsive on every platform.
+    Use as `with Foreground() as fg: start(); print banner; fg.wait()`. A SIGTERM that arrives while
+    the servers start or the banner prints is remembered (the wait then returns at once) instead of
+    killing the process before its clean-up and report; a Ctrl-C anywhere inside the block ends it
+    cleanly (exit 0) after the block's own `finally` clean-up has run. CLI only (main thread); the
+    previous SIGTERM handler is restored on exit.
     """
-    stop = threading.Event()
-    deadline = None if timeout is None else time.monotonic() + timeout
-    previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    try:
+
+    def __init__(self) -> None:
+        self._stop = threading.Event()
+        self._previous: Any = None
+
+    def __enter__(self) -> "Foreground":
+        self._previous = signal.signal(signal.SIGTERM, lambda *_: self._stop.set())
+        return self
+
+    def __exit__(self, kind: Optional[Type[BaseException]], exc: Optional[BaseException],
+                 tb: Optional[TracebackType]) -> bool:
+        signal.signal(signal.SIGTERM, self._previous)
+        return kind is not None and issubclass(kind, KeyboardInterrupt)
+
+    def wait(self, every: Optional[Callable[[], None]] = None, interval: float = 0.2,
+             timeout: Optional[float] = None) -> bool:
+        """Block until Ctrl-C, SIGTERM or `timeout` real seconds (None: no limit), calling `every()`
+        each `interval` seconds meanwhile; True when SIGTERM ended it. The bounded wait keeps Ctrl-C
+        responsive on every platform."""
+        deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             wait = interval if deadline is None else min(interval, deadline - time.monotonic())
-            if wait <= 0 or stop.wait(wait):
-                break
+            if self._stop.wait(max(wait, 0)):
+                return True
+            if wait <= 0:
+                return False
             if every is not None:
                 every()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        signal.signal(signal.SIGTERM, previous)
