@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import socket
 from typing import Any
 
@@ -18,6 +19,13 @@ _AMBIENT = (
 )
 
 _real_connect = socket.socket.connect
+
+# Tests stop foreground commands with Ctrl-C (SIGINT). A CI runner that starts the suite as a
+# background job without job control hands it SIGINT *ignored*, which every child inherits, and a
+# Python started that way never turns Ctrl-C into KeyboardInterrupt. Handling it here resets it to
+# the default for the children (exec resets handled signals), whatever launched the suite.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _is_loopback(address: Any) -> bool:
