@@ -64,6 +64,38 @@ def test_status_flexible_says_not_available(arm: ArmServers, state: ArmState) ->
     assert "instances:          per-instance latestModelApplied is not available for Flexible" in table
 
 
+def test_flexible_enable_upgrades_every_member_by_name_never_half_silently(arm: ArmServers,
+                                                                          state: ArmState) -> None:
+    """Flexible members report no latestModelApplied, but right after our PATCH every one of them runs
+    the old model: a Manual policy upgrades them all (by VM name, in batches). Without a change their
+    model is unknown: "unavailable" with a note naming `upgrade`, which then upgrades them all."""
+    ss = _ss(state, "flex", orchestration="Flexible", capacity=3)
+    names = sorted(inst.name for inst in ss.instances.values())
+    planned = run("plan", "-g", RG, "-n", "flex", "--timeout", "10m", "--detailed-exitcode", "-o", "json")
+    assert planned.exit_code == 2, planned.output
+    assert sorted(json.loads(planned.stdout)["upgrade"]["stale"]) == names
+
+    result = run("enable", "-g", RG, "-n", "flex", "--timeout", "10m", "--batch-size", "2", "-o", "json")
+    assert result.exit_code == 0, result.output
+    upgrade = json.loads(result.stdout)["upgrade"]
+    assert upgrade["mode"] == "manual" and upgrade["complete"] is True
+    assert sorted(upgrade["upgraded"]) == names and upgrade["batches_done"] == 2
+    assert all(inst.latest_model_applied for inst in ss.instances.values())
+    sent = [json.loads(r.body)["instanceIds"] for r in arm.arm_server.log.find("POST", "/manualupgrade")]
+    assert sorted(sum(sent, [])) == names
+
+    again = run("enable", "-g", RG, "-n", "flex", "--timeout", "10m", "-o", "json")
+    assert again.exit_code == 0, again.output
+    assert arm.arm_server.log.count("POST", "/manualupgrade") == 2 and arm.arm_server.log.count("PATCH") == 1
+    assert json.loads(again.stdout)["upgrade"]["mode"] == "unavailable"
+    assert "`vmss-terminate upgrade` upgrades all 3" in json.loads(again.stdout)["upgrade"]["note"]
+    assert run("plan", "-g", RG, "-n", "flex", "--timeout", "10m", "--detailed-exitcode").exit_code == 0
+
+    explicit = run("upgrade", "-g", RG, "-n", "flex", "-o", "json")
+    assert explicit.exit_code == 0, explicit.output
+    assert sorted(json.loads(explicit.stdout)["upgraded"]) == names
+
+
 def test_enable_patches_once_and_upgrades_then_is_idempotent(arm: ArmServers, state: ArmState) -> None:
     ss = _ss(state, capacity=4)
     result = run("enable", "-g", RG, "-n", "web", "--timeout", "10m")
@@ -153,6 +185,22 @@ def test_missing_empty_and_enable_less_profiles(arm: ArmServers, state: ArmState
         assert result.exit_code == 0, result.output
     assert arm.arm_server.log.count("PATCH") == 3
     assert arm.arm_server.log.count("POST") == 0  # --no-upgrade
+
+
+def test_enabled_profile_without_timeout_already_gives_pt5m(arm: ArmServers, state: ArmState) -> None:
+    """Swagger: notBeforeTimeout defaults to PT5M. Enabling such a scale set with 5 minutes is "no
+    change" (no PATCH, and no needless upgrade of every instance); another timeout is a change."""
+    _ss(state, capacity=2, scheduled_events_profile={"terminateNotificationProfile": {"enable": True}})
+    shown = run("status", "-g", RG, "-n", "web")
+    assert "enabled, notBeforeTimeout not set (Azure default PT5M)" in shown.stdout
+    same = run("enable", "-g", RG, "-n", "web", "--timeout", "PT5M", "-o", "json")
+    assert same.exit_code == 0, same.output
+    assert json.loads(same.stdout)["changed"] is False
+    assert writes(arm) == []
+    other = run("enable", "-g", RG, "-n", "web", "--timeout", "6", "-o", "json")
+    assert other.exit_code == 0, other.output
+    assert json.loads(other.stdout)["after"]["timeout"] == "PT6M"
+    assert arm.arm_server.log.count("PATCH") == 1
 
 
 def test_retime_changes_timeout_and_refuses_when_disabled(arm: ArmServers, state: ArmState) -> None:

@@ -17,7 +17,7 @@ Guarantees:
 
 from __future__ import annotations
 
-from typing import List, Optional, Tuple, Union
+from typing import List, NamedTuple, Optional, Sequence, Tuple, Union
 
 from vmss_terminate.clock import SYSTEM_CLOCK, Clock
 from vmss_terminate.control import body as patch
@@ -58,7 +58,7 @@ def status(resource_group: str, name: str, *, connection: Connection) -> StatusR
     whether it runs the latest model (Flexible: when the API offers it, else a note)."""
     with ScaleSetClient(connection, resource_group, name) as client:
         state = parse_scale_set(client.get())
-        instances, note = _inventory(client, state)
+        instances, note, _ = _inventory(client, state)
         return StatusResult(
             **client.target,
             resource_id=state.resource_id,
@@ -120,8 +120,10 @@ def upgrade(
     Rolling: report, or wait with `options.wait`). Safe to re-run: only stale instances are sent."""
     with ScaleSetClient(connection, resource_group, name) as client:
         state = parse_scale_set(client.get())
-        instances, note = _inventory(client, state)
-        the_plan = make_plan(state.upgrade_mode, instances, options, unavailable_note=note)
+        found = _inventory(client, state)
+        # an explicit upgrade of members whose model is unknown (Flexible) upgrades them all
+        the_plan = make_plan(state.upgrade_mode, found.instances, options, unavailable_note=found.note,
+                             members=found.members, model_changes=found.instances is None)
         return _upgrade(client, state, the_plan, options, progress, clock, profile_changed=False)
 
 
@@ -164,8 +166,9 @@ def _prepare(
     if applying and change and options.upgrade:
         upgrade_plan = make_plan(state.upgrade_mode, [], options)  # replaced by the caller after the PATCH
     else:
-        instances, note = _inventory(client, state)
-        upgrade_plan = make_plan(state.upgrade_mode, instances, options, model_changes=change, unavailable_note=note)
+        found = _inventory(client, state)
+        upgrade_plan = make_plan(state.upgrade_mode, found.instances, options, model_changes=change,
+                                 unavailable_note=found.note, members=found.members)
     resolved = client.resolved
     request = (
         f"PATCH {resolved.base_url}{client.resource_path}?api-version={resolved.effective_api_version()}"
@@ -207,8 +210,11 @@ def _change(
             after = parse_profile(client.get())
             _check_applied(action, the_plan.desired, after, client.resource)
             if options.upgrade:  # the new model made instances stale: plan from the list read now
-                instances, note = _inventory(client, state)
-                the_plan.upgrade = make_plan(state.upgrade_mode, instances, options, unavailable_note=note)
+                found = _inventory(client, state)
+                # instances reporting latestModelApplied show the change; members that do not
+                # (Flexible) are all stale now, since the model just changed
+                the_plan.upgrade = make_plan(state.upgrade_mode, found.instances, options, unavailable_note=found.note,
+                                             members=found.members, model_changes=found.instances is None)
         upgraded = _upgrade(
             client, state, the_plan.upgrade, options, progress, clock, profile_changed=the_plan.profile_change
         )
@@ -230,29 +236,38 @@ def _check_applied(action: str, desired: ProfileState, after: ProfileState, reso
     )
 
 
-def _inventory(client: ScaleSetClient, state: ScaleSetState) -> Tuple[Optional[List[InstanceState]], Optional[str]]:
+class Inventory(NamedTuple):
+    """Instances with latestModelApplied, or (Flexible) None, a note why, and the member VM names."""
+
+    instances: Optional[List[InstanceState]]
+    note: Optional[str] = None
+    members: Sequence[str] = ()
+
+
+def _inventory(client: ScaleSetClient, state: ScaleSetState) -> Inventory:
     """Instances with latestModelApplied. Flexible: the scale-set VM API may refuse (Flexible
-    members are standalone VMs without latestModelApplied); then None and a note naming the members."""
+    members are standalone VMs without latestModelApplied); then no instances, a note, and the
+    members' names (a Flexible instance id is the VM name, which manualupgrade takes)."""
     flexible = state.orchestration_mode.lower() == "flexible"
     try:
         instances = [parse_instance(vm) for vm in client.list_instances()]
     except ArmRequestError as exc:
         if not flexible or not _refused_for_flexible(exc):
             raise
-        members = ""
+        names: List[str] = []
         if state.resource_id:
-            names = [vm.get("name") or "?" for vm in client.list_flexible_members(state.resource_id)]
-            members = f"; {len(names)} member VM(s): {', '.join(names[:10])}{' ...' if len(names) > 10 else ''}"
-        return None, (
+            names = [vm["name"] for vm in client.list_flexible_members(state.resource_id) if vm.get("name")]
+        shown = f"; {len(names)} member VM(s): {', '.join(names[:10])}{' ...' if len(names) > 10 else ''}"
+        return Inventory(None, (
             "per-instance latestModelApplied is not available for Flexible orchestration "
-            f"(the scale-set VM list answers {exc.code or 'an error'}, HTTP {exc.status}){members}"
-        )
+            f"(the scale-set VM list answers {exc.code or 'an error'}, HTTP {exc.status}){shown if names else ''}"
+        ), names)
     if flexible and instances and all(i.latest_model_applied is None for i in instances):
-        return None, (
+        return Inventory(None, (
             f"per-instance latestModelApplied is not available: the {len(instances)} Flexible instance(s) "
             "do not report it"
-        )
-    return instances, None
+        ), [i.instance_id for i in instances])
+    return Inventory(instances)
 
 
 def _refused_for_flexible(exc: ArmRequestError) -> bool:
@@ -277,7 +292,7 @@ def _upgrade(
     if the_plan.mode == SKIPPED:
         return UpgradeResult(SKIPPED, the_plan.upgrade_policy, the_plan.total, remaining=list(the_plan.stale))
     if the_plan.mode == UNAVAILABLE:
-        return UpgradeResult(UNAVAILABLE, the_plan.upgrade_policy, 0, note=the_plan.note)
+        return UpgradeResult(UNAVAILABLE, the_plan.upgrade_policy, the_plan.total, note=the_plan.note)
     if the_plan.mode == MANUAL:
         result = run_manual(client.manual_upgrade, the_plan, progress)
         if not result.complete:
@@ -294,8 +309,7 @@ def _upgrade(
         )
 
     def current() -> List[InstanceState]:
-        found, _ = _inventory(client, state)
-        return found or []
+        return _inventory(client, state).instances or []
 
     result = wait_until_current(
         current,

@@ -14,11 +14,14 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, List, Optional
 
-from vmss_terminate.timeout import iso_to_minutes_lenient, to_iso
+from vmss_terminate.timeout import MIN_MINUTES, iso_to_minutes_lenient, to_iso
 
 ABSENT = "absent"  # no scheduledEventsProfile key at all
 EMPTY = "empty"  # scheduledEventsProfile without (or with an empty) terminateNotificationProfile
 SET = "set"  # terminateNotificationProfile with at least one field
+
+# Swagger (2019-03-01 on): notBeforeTimeout "the default value is 5 minutes (PT5M)".
+AZURE_DEFAULT_TIMEOUT_MINUTES = MIN_MINUTES
 
 
 @dataclass
@@ -34,8 +37,18 @@ class ProfileState:
     def timeout_minutes(self) -> Optional[int]:
         return iso_to_minutes_lenient(self.timeout) if self.timeout else None
 
+    @property
+    def effective_minutes(self) -> Optional[int]:
+        """The notice Azure gives: notBeforeTimeout, or its documented PT5M default when unset;
+        None when disabled (or the timeout is unreadable, so that `enable` rewrites it)."""
+        if not self.enabled:
+            return None
+        return self.timeout_minutes if self.timeout else AZURE_DEFAULT_TIMEOUT_MINUTES
+
     def is_enabled_with(self, minutes: int) -> bool:
-        return self.enabled and self.timeout_minutes == minutes
+        """Already what `enable`/`retime` would write: an enabled profile without notBeforeTimeout
+        already gives PT5M, so enabling it with 5 minutes is "no change" (no PATCH, no upgrade)."""
+        return self.effective_minutes == minutes
 
     @property
     def is_off(self) -> bool:
@@ -51,6 +64,8 @@ class ProfileState:
         text = state[self.enable_field]
         if self.timeout:
             text += f", notBeforeTimeout {self.timeout}"
+        elif self.enabled:
+            text += f", notBeforeTimeout not set (Azure default {to_iso(AZURE_DEFAULT_TIMEOUT_MINUTES)})"
         return text
 
     def to_dict(self) -> Dict[str, Any]:

@@ -131,10 +131,18 @@ def make_plan(
     *,
     model_changes: bool = False,
     unavailable_note: Optional[str] = None,
+    members: Sequence[str] = (),
 ) -> UpgradePlan:
-    """Plan from the current inventory. `model_changes`: a PATCH is about to make every instance stale."""
+    """Plan from the current inventory. `model_changes`: a PATCH is about to make (or has just made)
+    every instance stale.
+
+    `instances` None: the API reports no per-instance model (Flexible); `members` are the VM names.
+    Their model is unknown, so only a change we make (or an explicit `upgrade`, which passes
+    `model_changes`) is known to leave them all stale; then a Manual policy upgrades them all.
+    Otherwise "unavailable" with a note that says so, never a silent "nothing to do".
+    """
     if instances is None:
-        return UpgradePlan(UNAVAILABLE, upgrade_policy, 0, [], 0, unavailable_note)
+        return _plan_without_model_info(upgrade_policy, list(members), options, model_changes, unavailable_note)
     total = len(instances)
     if model_changes:
         stale = [i.instance_id for i in instances]
@@ -150,6 +158,27 @@ def make_plan(
     unknown = sum(1 for i in instances if i.latest_model_applied is None)
     note = f"{unknown} instance(s) do not report latestModelApplied" if unknown else None
     return UpgradePlan(mode, upgrade_policy, total, stale, size, note)
+
+
+def _plan_without_model_info(upgrade_policy: str, members: List[str], options: UpgradeOptions, all_stale: bool,
+                             note: Optional[str]) -> UpgradePlan:
+    total, size = len(members), options.batch_size.for_total(len(members))
+    note = note or "per-instance model information not available"
+    if not members:
+        return UpgradePlan(UNAVAILABLE, upgrade_policy, 0, [], 0, note)
+    if not options.upgrade:
+        return UpgradePlan(SKIPPED, upgrade_policy, total, members if all_stale else [], size, note)
+    if upgrade_policy.lower() != "manual":
+        return UpgradePlan(UNAVAILABLE, upgrade_policy, total, [], 0,
+                           f"{note}; upgrade policy {upgrade_policy}: Azure applies the model itself, "
+                           "and per-member progress cannot be followed here")
+    if all_stale:
+        return UpgradePlan(MANUAL, upgrade_policy, total, members, size,
+                           f"{note}; all {total} member VM(s) are upgraded, since which of them run the "
+                           "latest model is not reported")
+    return UpgradePlan(UNAVAILABLE, upgrade_policy, total, [], 0,
+                       f"{note}; which members run the latest model is unknown: `vmss-terminate upgrade` "
+                       f"upgrades all {total}")
 
 
 @dataclass

@@ -37,7 +37,6 @@ from vmss_terminate.timeout import parse_timeout, to_iso
 log = logging.getLogger(__name__)
 
 DEFAULT_SUBSCRIPTION = "00000000-0000-0000-0000-000000000000"
-DEFAULT_TIMEOUT_IF_UNSET_S = 5 * 60.0  # swagger: notBeforeTimeout "default value is 5 minutes (PT5M)"
 MAX_INSTANCES = 100
 
 HIDDEN_CREDENTIAL_VARS = (
@@ -90,11 +89,8 @@ def notification_timeout(applied_profile: Optional[Dict[str, Any]]) -> Optional[
 
     Uses the control plane's reading of the profile, so "enabled" means the same thing on both sides.
     """
-    state = parse_scheduled_events_profile(applied_profile)
-    if not state.enabled:
-        return None
-    minutes = state.timeout_minutes
-    return DEFAULT_TIMEOUT_IF_UNSET_S if minutes is None else minutes * 60.0
+    minutes = parse_scheduled_events_profile(applied_profile).effective_minutes
+    return None if minutes is None else minutes * 60.0
 
 
 class Sandbox:
