@@ -114,6 +114,22 @@ def test_once_handles_what_is_visible_and_exits(imds: Imds, tmp_path: Path) -> N
     assert imds.approved_ids() == [eid] and len(runs(tmp_path / "out")) == 1
 
 
+def test_approve_names_types_besides_terminate_and_none_approves_nothing(imds: Imds, tmp_path: Path) -> None:
+    """The issue's own example, `--approve Reboot,Redeploy`, must not stop Terminate approvals."""
+    terminate = imds.group.add_event("Terminate", [VM])
+    reboot = imds.group.add_event("Reboot", [VM])
+    freeze = imds.group.add_event("Freeze", [VM])
+    foreign = imds.group.add_event("Reboot", ["myvmss_30"])
+    watching = run_cli("run", "--imds-url", imds.url, "--state-file", ":memory:", "--once", "--approve", "none")
+    assert watching.returncode == 0, watching.stderr
+    assert imds.approved_ids() == []  # observe only
+    result = run_cli("run", "--imds-url", imds.url, "--state-file", ":memory:", "--once",
+                     "--approve", "Reboot,Redeploy")
+    assert result.returncode == 0, result.stderr
+    assert sorted(imds.approved_ids()) == sorted([terminate, reboot])  # not the Freeze, never the foreign Reboot
+    assert freeze not in imds.approved_ids() and foreign not in imds.approved_ids()
+
+
 def test_events_command_marks_own_events(imds: Imds) -> None:
     mine = imds.group.add_event("Terminate", [VM])
     other = imds.group.add_event("Terminate", ["myvmss_30"])

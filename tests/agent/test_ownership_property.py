@@ -1,17 +1,20 @@
 """Property: whatever the document, the agent approves exactly its own approvable events and no
 POST ever carries an EventId whose Resources do not name the posting VM.
 
-Several emulated VMs share one placement group (as in Azure every VM sees every event); the names
-are chosen to collide by prefix (vmss_1 / vmss_10 / vmss_100) and by case.
+Hypothesis generates the VM names themselves (Uniform `{scale set}_{instance id}`, Flexible
+`{scale set}_{8 hex}`), the near misses a substring or prefix match would confuse with ours
+(`vmss_1` / `vmss_10`, a truncated Flexible suffix, a leading or trailing character, a neighbour
+scale set), case variants of our own name (Azure names are case-insensitive: ours), random other
+VMs, event types and statuses, the `--approve` list and `--approve-shared`.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Dict, Iterator, List, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Set
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from vmss_terminate.agent.events import EVENT_TYPES
@@ -20,69 +23,98 @@ from vmss_terminate.emulator.server import EmulatorServer
 
 from .conftest import make_agent
 
-OWN_NAMES = ["vmss_1", "vmss_10", "myvmss_1a2b3c4d", "myvmss_3"]
-OTHER_NAMES = ["vmss_100", "vmss_", "vmss_1 ", "xvmss_1", "myvmss_1a2b3c4", "myvmss_30", "myvmss_3a"]
+scale_set_name = st.from_regex(r"[A-Za-z][A-Za-z0-9-]{0,9}", fullmatch=True)
+uniform_vm = st.builds("{}_{}".format, scale_set_name, st.integers(0, 999))
+flexible_vm = st.builds("{}_{}".format, scale_set_name, st.from_regex(r"[0-9a-f]{8}", fullmatch=True))
+vm_name = uniform_vm | flexible_vm
 
 
-def _variant(name: str, how: int) -> str:
-    return [name, name.upper(), name.capitalize()][how]
+def _case_variant(draw: Callable[..., Any], name: str) -> str:
+    flips = draw(st.lists(st.booleans(), min_size=len(name), max_size=len(name)))
+    return "".join(c.swapcase() if flip else c for c, flip in zip(name, flips))
 
 
-resource = st.tuples(st.sampled_from(OWN_NAMES + OTHER_NAMES), st.integers(0, 2)).map(lambda t: _variant(*t))
-event = st.fixed_dictionaries({
-    "type": st.sampled_from(EVENT_TYPES),
-    "status": st.sampled_from(["Scheduled", "Scheduled", "Started"]),
-    "resources": st.lists(resource, min_size=1, max_size=3, unique=True),
-})
+def _near_misses(draw: Callable[..., Any], me: str) -> List[str]:
+    """Names a prefix, substring or trimming comparison would wrongly take for `me`."""
+    scale_set, suffix = me.rsplit("_", 1)
+    return [
+        me + str(draw(st.integers(0, 9))),  # vmss_1 -> vmss_10
+        me[:-1],  # vmss_10 -> vmss_1, a truncated Flexible suffix
+        draw(st.sampled_from("x0_-")) + me,  # a longer scale set name ending in ours
+        me + " ", " " + me,  # whitespace is not trimmed
+        f"{scale_set}x_{suffix}",  # the neighbour scale set
+        f"{scale_set}_{suffix}_0",
+    ]
+
+
+@st.composite
+def scenario(draw: Callable[..., Any]) -> Dict[str, Any]:
+    me = draw(vm_name)
+    near = _near_misses(draw, me)
+
+    def resource() -> str:
+        kind = draw(st.sampled_from(["own", "near", "other"]))
+        if kind == "own":
+            return _case_variant(draw, me)
+        return draw(st.sampled_from(near)) if kind == "near" else draw(vm_name)
+
+    events = []
+    for _ in range(draw(st.integers(0, 6))):
+        resources = list(dict.fromkeys(resource() for _ in range(draw(st.integers(1, 3)))))
+        events.append({"type": draw(st.sampled_from(EVENT_TYPES)),
+                       "status": draw(st.sampled_from(["Scheduled", "Scheduled", "Started"])),
+                       "resources": resources})
+    return {"me": me, "events": events}
+
+
+def _approved_types(listed: Set[str], none: bool) -> Set[str]:
+    """The documented `--approve` rule: Terminate plus the types listed; `none` approves nothing."""
+    return set() if none else {"Terminate"} | listed
 
 
 @pytest.fixture(scope="module")
-def placement() -> Iterator[Tuple[PlacementGroup, Dict[str, EmulatorServer]]]:
-    group = PlacementGroup(auto_start=False)
-    servers = {name: EmulatorServer(ImdsEmulator(group, vm_name=name, rate_limit=None)).start() for name in OWN_NAMES}
-    yield group, servers
-    for server in servers.values():
-        server.stop()
+def server() -> Iterator[EmulatorServer]:
+    """One loopback server for the module; each example serves its own VM (a fresh app) on it."""
+    with EmulatorServer(ImdsEmulator(PlacementGroup(), vm_name="unused_0", rate_limit=None)) as serving:
+        yield serving
 
 
 def _posted_ids(server: EmulatorServer) -> List[str]:
     return [item["EventId"] for r in server.log.find("POST") for item in json.loads(r.body)["StartRequests"]]
 
 
-@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(events=st.lists(event, max_size=5), me=st.sampled_from(OWN_NAMES),
-       approve_types=st.sets(st.sampled_from(EVENT_TYPES)), approve_shared=st.booleans())
-def test_only_own_events_are_ever_approved(placement, events, me, approve_types, approve_shared) -> None:  # type: ignore[no-untyped-def]
-    group, servers = placement
-    for old in group.events():
-        group.remove_event(old.event_id)
-    for server in servers.values():
-        server.log.clear()
-    before = len(group.approvals)
-    resources_of = {}
-    for spec in events:
-        eid = group.add_event(spec["type"], spec["resources"], status=spec["status"])
-        resources_of[eid] = spec["resources"]
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(case=scenario(), listed=st.sets(st.sampled_from(EVENT_TYPES)), none=st.booleans(),
+       approve_shared=st.booleans())
+@example(case={"me": "vmss_1", "events": [{"type": "Terminate", "status": "Scheduled", "resources": ["vmss_10"]},
+                                          {"type": "Terminate", "status": "Scheduled", "resources": ["VMSS_1"]}]},
+         listed=set(), none=False, approve_shared=False)
+def test_only_own_events_are_ever_approved(server: EmulatorServer, case: Dict[str, Any], listed: Set[str],
+                                           none: bool, approve_shared: bool) -> None:
+    me = case["me"]
+    group = PlacementGroup(auto_start=False)
+    server.app = ImdsEmulator(group, vm_name=me, rate_limit=None)
+    server.log.clear()
+    resources_of = {group.add_event(spec["type"], spec["resources"], status=spec["status"]): spec
+                    for spec in case["events"]}
 
-    agent = make_agent(servers[me].url, approve_types=approve_types or "none", approve_shared=approve_shared)
+    agent = make_agent(server.url, approve_types="none" if none else sorted(listed), approve_shared=approve_shared)
     agent.run_once(retry_for=0)
 
     mine = me.casefold()
-    approvals = group.approvals[before:]
+    approvals = list(group.approvals)
     # 1. nothing foreign, at the emulator and on the wire
     for approval in approvals:
-        assert approval.vm_name == me and approval.accepted
-        assert mine in [r.casefold() for r in resources_of[approval.event_id]], approval
-    assert servers[me].log.wait_for(lambda log: sum(r.method == "POST" for r in log) == len(approvals), 5)
-    for eid in _posted_ids(servers[me]):
-        assert mine in [r.casefold() for r in resources_of[eid]]
-    for name, server in servers.items():
-        if name != me:
-            assert server.log.count("POST") == 0
+        assert approval.accepted
+        assert mine in [r.casefold() for r in resources_of[approval.event_id]["resources"]], approval
+    assert server.log.wait_for(lambda log: sum(r.method == "POST" for r in log) == len(approvals), 5)
+    for eid in _posted_ids(server):
+        assert mine in [r.casefold() for r in resources_of[eid]["resources"]]
     # 2. and everything that should be approved was
+    approvable = _approved_types(listed, none)
     expected = {
-        eid for eid, spec in zip(resources_of, events)
-        if spec["status"] == "Scheduled" and spec["type"] in approve_types
+        eid for eid, spec in resources_of.items()
+        if spec["status"] == "Scheduled" and spec["type"] in approvable
         and mine in [r.casefold() for r in spec["resources"]]
         and (approve_shared or all(r.casefold() == mine for r in spec["resources"]))
     }

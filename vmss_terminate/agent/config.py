@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, replace
-from typing import Collection, Optional, Sequence, Tuple
+from typing import Any, Collection, FrozenSet, Optional, Sequence, Tuple
 
 from vmss_terminate.agent.events import parse_types
 from vmss_terminate.agent.hooks import redact_url
@@ -25,7 +25,7 @@ class AgentConfig:
     hook_events      event types the hooks (and the webhook) run for; default Terminate only
     poll_interval    seconds between Scheduled Events polls (the docs recommend 1)
     state_file       path; None = system default (fallback per user); ":memory:" = not persisted
-    approve_types    types approved once hooks are done (ours only); default Terminate
+    approve_types    types approved once hooks are done (ours only) besides Terminate; "none": nothing
     on_hook_failure  "approve" (default: the VM goes at NotBefore anyway, and an unapproved event
                      holds back other deletions) or "wait" (leave it to expire at NotBefore)
     approve_shared   approve a Terminate that also names other VMs (releases them too)
@@ -42,7 +42,7 @@ class AgentConfig:
     hook_events: Collection[str] = ("Terminate",)
     poll_interval: float = 1.0
     state_file: Optional[str] = None
-    approve_types: Collection[str] = ("Terminate",)
+    approve_types: Collection[str] = ()
     on_hook_failure: str = "approve"
     approve_shared: bool = False
     api_version: str = DEFAULT_API_VERSION
@@ -85,7 +85,18 @@ class AgentConfig:
             imds_url=resolve_imds_url(self.imds_url),
             hooks=hooks,
             hook_events=frozenset(parse_types(self.hook_events, "--hook-events")),
-            approve_types=frozenset(parse_types(self.approve_types, "--approve")),
+            approve_types=approved_types(self.approve_types),
             api_version=check_api_version(self.api_version),
             vm_name=self.vm_name.strip() if self.vm_name else None,
         )
+
+
+def approved_types(value: Any) -> FrozenSet[str]:
+    """The types the agent approves (only its own events): Terminate, which is the agent's job,
+    plus the types named. `--approve Reboot,Redeploy` therefore still approves Terminate; an issue's
+    own example would otherwise silently stop every Terminate approval. `none` alone approves nothing
+    at all (observe only: every event waits for its NotBefore)."""
+    names = [value] if isinstance(value, str) else list(value or ())
+    if [str(n).strip().lower() for n in names] == ["none"]:
+        return frozenset()
+    return frozenset(("Terminate",) + parse_types(value, "--approve"))

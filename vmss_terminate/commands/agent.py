@@ -41,8 +41,9 @@ def agent_group() -> None:
 @click.option("--state-file", default=None, metavar="PATH",
               help="Default /var/lib/vmss-terminate/state.json (%ProgramData%\\vmss-terminate on Windows).")
 @click.option("--once", is_flag=True, help="Handle what is visible now (waiting for its hooks) and exit.")
-@click.option("--approve", "approve_types", default="Terminate", show_default=True, metavar="TYPES",
-              help="Event types approved (ours only) after hooks: comma list, e.g. Terminate,Reboot; 'none'.")
+@click.option("--approve", "approve_types", default=None, metavar="TYPES",
+              help="Event types approved (ours only) after hooks besides Terminate, which is always approved: "
+                   "comma list, e.g. Reboot,Redeploy; 'none' approves nothing (observe only).")
 @click.option("--approve-shared", is_flag=True,
               help="Also approve an event of ours that names other VMs too (releases them before they drain).")
 @click.option("--on-hook-failure", type=click.Choice(["approve", "wait"]), default="approve", show_default=True,
@@ -61,7 +62,7 @@ def agent_group() -> None:
               help="Logs on stderr: human-readable lines, or one JSON object per line.")
 @_RETRY_FOR
 def run_command(imds_url: Optional[str], hooks: Tuple[str, ...], hook_events: str, webhook: Optional[str],
-                poll_interval: float, state_file: Optional[str], once: bool, approve_types: str,
+                poll_interval: float, state_file: Optional[str], once: bool, approve_types: Optional[str],
                 approve_shared: bool, on_hook_failure: str, safety_margin: float, no_rerun_interrupted: bool,
                 api_version: str, vm_name: Optional[str], request_timeout: float, first_call_timeout: float,
                 log_format: str, retry_for: float) -> None:
@@ -74,7 +75,7 @@ def run_command(imds_url: Optional[str], hooks: Tuple[str, ...], hook_events: st
     check_retry_for(retry_for)
     config = AgentConfig(
         imds_url=imds_url, hooks=hooks, hook_events=hook_events, poll_interval=poll_interval,
-        state_file=state_file, approve_types=approve_types, on_hook_failure=on_hook_failure,
+        state_file=state_file, approve_types=approve_types or (), on_hook_failure=on_hook_failure,
         approve_shared=approve_shared, api_version=api_version, safety_margin=safety_margin,
         webhook=webhook, vm_name=vm_name, rerun_interrupted=not no_rerun_interrupted,
         request_timeout=request_timeout, first_call_timeout=first_call_timeout,
