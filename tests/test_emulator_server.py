@@ -7,6 +7,7 @@ from typing import Iterator
 import pytest
 import requests
 
+from vmss_terminate.emulator.faults import FaultSpecError, parse_fault_spec
 from vmss_terminate.emulator.server import EmulatorServer, Request, Response
 
 
@@ -71,3 +72,38 @@ def test_unlimited_fault_applies_until_cleared(server: EmulatorServer) -> None:
     assert server.faults.pending() is None
     server.faults.clear()
     assert requests.get(f"{server.url}/u", timeout=5).status_code == 200
+
+
+def test_faults_admin_route_adds_lists_and_clears_with_the_cli_fields(server: EmulatorServer) -> None:
+    """Users testing hooks break a running emulator over HTTP, with the same fields as `--fault`."""
+    added = requests.post(f"{server.url}/emulator/faults",
+                          json={"status": 503, "retry-after": 1, "path": "/y", "times": 2}, timeout=5)
+    assert added.status_code == 201 and added.json()["retry-after"] == "1"
+    listed = requests.get(f"{server.url}/emulator/faults", timeout=5).json()["faults"]
+    assert [(f["status"], f["times"]) for f in listed] == [(503, 2)]
+    answers = [requests.get(f"{server.url}/y", timeout=5) for _ in range(3)]
+    assert [a.status_code for a in answers] == [503, 503, 200]
+    assert answers[0].headers["Retry-After"] == "1"
+
+    requests.post(f"{server.url}/emulator/faults", json={"garbage": True, "times": "all"}, timeout=5)
+    assert requests.get(f"{server.url}/z", timeout=5).text.startswith("<html>")
+    assert requests.delete(f"{server.url}/emulator/faults", timeout=5).json() == {"faults": []}
+    assert requests.get(f"{server.url}/z", timeout=5).json()["path"] == "/z"
+
+
+@pytest.mark.parametrize("body", [{"status": 99}, {"nope": 1}, {"times": 3}, [], {"delay": "soon"}])
+def test_faults_admin_route_refuses_bad_faults_with_400(server: EmulatorServer, body: object) -> None:
+    reply = requests.post(f"{server.url}/emulator/faults", json=body, timeout=5)
+    assert reply.status_code == 400 and reply.json()["error"]
+    assert server.faults.queued() == []
+
+
+def test_fault_spec_parses_the_documented_fields() -> None:
+    fault = parse_fault_spec("status=429,retry-after=2,times=3,method=get,path=/metadata")
+    assert (fault.status, fault.headers, fault.times, fault.method, fault.path_contains) == (
+        429, {"Retry-After": "2"}, 3, "GET", "/metadata")
+    assert parse_fault_spec("garbage,times=all").garbage and parse_fault_spec("garbage,times=all").times is None
+    assert parse_fault_spec("delay=1.5").delay == 1.5 and parse_fault_spec("delay=1.5").times == 1
+    for bad in ("status=600", "times=0,status=500", "status", "", "colour=red"):
+        with pytest.raises(FaultSpecError):
+            parse_fault_spec(bad)

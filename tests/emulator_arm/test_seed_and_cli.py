@@ -100,7 +100,8 @@ def _serving(*args: str) -> Iterator[List[str]]:
 
 
 def test_cli_serves_in_the_foreground_and_prints_how_to_connect() -> None:
-    with _serving("--port", "0", "--seed", str(EXAMPLE_SEED)) as lines:
+    with _serving("--port", "0", "--seed", str(EXAMPLE_SEED),
+                  "--fault", "status=429,retry-after=3,path=/virtualMachineScaleSets/webvmss") as lines:
         text = "".join(lines)
         assert "export IDENTITY_ENDPOINT=http://127.0.0.1:" in text and "export IDENTITY_HEADER=" in text
         assert "--arm-endpoint http://127.0.0.1:" in text
@@ -110,10 +111,14 @@ def test_cli_serves_in_the_foreground_and_prints_how_to_connect() -> None:
         token = requests.get(connect["IDENTITY_ENDPOINT"], timeout=5,
                              params={"api-version": "2019-08-01", "resource": "https://management.azure.com"},
                              headers={"X-IDENTITY-HEADER": connect["IDENTITY_HEADER"]}).json()["access_token"]
-        answer = requests.get(f"{connect['VMSS_TERMINATE_ARM_ENDPOINT']}/subscriptions/{SUB}/resourceGroups/rg/"
-                              f"providers/Microsoft.Compute/virtualMachineScaleSets/webvmss", timeout=5,
-                              params={"api-version": "2024-11-01"}, headers={"Authorization": f"Bearer {token}"})
-        assert answer.json()["sku"]["capacity"] == 6
+        def get_webvmss() -> requests.Response:
+            return requests.get(f"{connect['VMSS_TERMINATE_ARM_ENDPOINT']}/subscriptions/{SUB}/resourceGroups/rg/"
+                                f"providers/Microsoft.Compute/virtualMachineScaleSets/webvmss", timeout=5,
+                                params={"api-version": "2024-11-01"}, headers={"Authorization": f"Bearer {token}"})
+
+        throttled = get_webvmss()  # the --fault: once (the default), for this path only
+        assert throttled.status_code == 429 and throttled.headers["Retry-After"] == "3"
+        assert get_webvmss().json()["sku"]["capacity"] == 6
 
 
 def test_cli_refuses_a_bad_seed(tmp_path: Path) -> None:

@@ -122,6 +122,23 @@ def test_without_vm_name_it_serves_myvmss_0(imds) -> None:
     out.until(r"stopped; 0 approval\(s\)$")
 
 
+def test_fault_flag_breaks_each_vm_endpoint_as_asked(imds) -> None:
+    """`--fault` (the admin route's fields): here IMDS's 410 Gone twice on every VM, then normal answers."""
+    proc = _start("--vm-name", "myvmss_0", "--vm-name", "myvmss_1", "--rate-limit", "0",
+                  "--fault", "status=410,times=2,path=/metadata/scheduledevents")
+    try:
+        out = Lines(proc.stdout)
+        urls = [out.until(rf"IMDS for {vm} .*: (http://127\.0\.0\.1:\d+)").group(1) for vm in ("myvmss_0", "myvmss_1")]
+        out.until(r"Ctrl-C")
+        for url in urls:  # every VM's endpoint has its own two uses
+            codes = [imds.get(At(url), "/metadata/scheduledevents", {"api-version": "2019-01-01"}).status_code
+                     for _ in range(3)]
+            assert codes == [410, 410, 200]
+    finally:
+        code = interrupt(proc)
+    assert code == 0, proc.stderr.read()
+
+
 @pytest.mark.parametrize("args, message", [
     (["--vm-name", "a", "--event", "Explode:a"], "invalid --event"),
     (["--vm-name", "a", "--event", "Terminate"], "invalid --event"),

@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 import ssl
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Tuple
 
 import click
 
+from vmss_terminate.commands.options import fault_option
+from vmss_terminate.emulator.faults import Fault
 from vmss_terminate.emulator.foreground import Foreground
 from vmss_terminate.errors import UsageError
 
@@ -54,8 +56,9 @@ def _tls_context(cert: Optional[Path], key: Optional[Path]) -> Optional[ssl.SSLC
                    "(e.g. REQUESTS_CA_BUNDLE). The token endpoint stays http, like App Service's.")
 @click.option("--tls-key", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="PEM private key for --tls-cert (omit if the certificate file holds it).")
+@fault_option
 def arm_command(host: str, port: int, token_port: int, seed: Optional[Path], page_size: Optional[int],
-                tls_cert: Optional[Path], tls_key: Optional[Path]) -> None:
+                tls_cert: Optional[Path], tls_key: Optional[Path], faults: Tuple[Fault, ...]) -> None:
     """Serve a local Azure Resource Manager for scale sets, plus a token endpoint for
     DefaultAzureCredential (App Service managed identity). Stop with Ctrl+C."""
     from vmss_terminate.emulator.arm import start_arm
@@ -67,6 +70,8 @@ def arm_command(host: str, port: int, token_port: int, seed: Optional[Path], pag
             servers = start_arm(state, host=host, port=port, token_port=token_port, ssl_context=context)
         except OSError as exc:
             raise UsageError(f"cannot listen on {host}: {exc}") from None
+        for fault in faults:
+            servers.arm_server.faults.add(fault)
         try:
             example = state.scale_sets()[0] if state.scale_sets() else None
             connect = dict(servers.env, VMSS_TERMINATE_ARM_ENDPOINT=servers.arm_url)

@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import json
 import threading
+from dataclasses import replace
 from typing import Dict, List, Optional, Tuple
 
 import click
 
+from vmss_terminate.commands.options import fault_option
+from vmss_terminate.emulator.faults import Fault
 from vmss_terminate.emulator.foreground import Foreground
 from vmss_terminate.emulator.imds import Approval, EmulatedEvent, ImdsEmulator, PlacementGroup
 from vmss_terminate.emulator.imds_launch import load_scenario, parse_event_spec, start_imds
@@ -123,9 +126,10 @@ def _banner(servers: List[EmulatorServer]) -> None:
               help="Seconds a Started event stays listed before it is removed.")
 @click.option("--no-auto-start", is_flag=True,
               help="Approval and NotBefore do not start events (start them with the admin endpoint).")
+@fault_option
 def imds_command(vm_names: Tuple[str, ...], host: str, port: int, vmss_name: Optional[str],
                  event_specs: Tuple[str, ...], scenario: Optional[str], first_call_delay: float,
-                 rate_limit: float, started_ttl: float, no_auto_start: bool) -> None:
+                 rate_limit: float, started_ttl: float, no_auto_start: bool, faults: Tuple[Fault, ...]) -> None:
     """Run a local IMDS (scheduled events + instance metadata) until Ctrl-C.
 
     Point an agent at it with VMSS_TERMINATE_IMDS_URL=<url>. Add events while it runs:
@@ -138,6 +142,9 @@ def imds_command(vm_names: Tuple[str, ...], host: str, port: int, vmss_name: Opt
     with Foreground() as foreground:  # before start: a SIGTERM during start-up still stops the servers
         group, servers = start_imds(vm_names, host, port, vmss_name, first_call_delay, rate_limit or None,
                                     started_ttl, not no_auto_start, seeded, listener=console.on_change)
+        for server in servers:  # each VM's endpoint gets its own copy (a fault counts its uses)
+            for fault in faults:
+                server.faults.add(replace(fault))
 
         def every() -> None:
             group.tick()  # so "started"/"removed" are printed as they happen

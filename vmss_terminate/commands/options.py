@@ -7,6 +7,7 @@ from typing import Any, Optional
 
 import click
 
+from vmss_terminate.emulator.faults import FAULT_SPEC_HELP, Fault, FaultSpecError, parse_fault_spec
 from vmss_terminate.errors import UsageError
 from vmss_terminate.timeout import parse_timeout
 
@@ -25,6 +26,26 @@ class TimeoutType(click.ParamType):
 
 
 TIMEOUT = TimeoutType()
+
+
+class FaultType(click.ParamType):
+    """`--fault SPEC` of the emulator commands: the fields of `vmss_terminate.emulator.faults`."""
+
+    name = "fault"
+
+    def convert(self, value: Any, param: Optional[click.Parameter], ctx: Optional[click.Context]) -> Fault:
+        if isinstance(value, Fault):
+            return value
+        try:
+            return parse_fault_spec(value)
+        except FaultSpecError as exc:
+            self.fail(f"{value!r}: {exc}", param, ctx)
+
+
+fault_option = click.option(
+    "--fault", "faults", type=FaultType(), multiple=True, metavar="SPEC",
+    help=f"Inject a fault (repeatable; also POST /emulator/faults while it runs): {FAULT_SPEC_HELP}.",
+)
 
 
 def echo_json(data: Any) -> None:

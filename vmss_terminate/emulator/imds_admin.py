@@ -26,6 +26,7 @@ ROUTES = [
     "DELETE /emulator/events/{id}",
     "POST /emulator/events/{id}/start",
     "GET /emulator/approvals",
+    "GET|POST|DELETE /emulator/faults",
 ]
 
 

@@ -20,8 +20,13 @@ from typing import Any, Callable, Dict, List, Optional, Protocol, Union
 from urllib.parse import parse_qs, urlsplit
 
 from vmss_terminate.clock import wait_until
+from vmss_terminate.emulator.faults import Fault, FaultInjector, FaultSpecError, fault_from_fields, fault_json
+
+__all__ = ["EmulatorServer", "Fault", "FaultInjector", "Request", "RequestLog", "Response"]
 
 log = logging.getLogger(__name__)
+
+FAULTS_ROUTE = "/emulator/faults"
 
 JsonValue = Union[Dict[str, Any], List[Any], str, int, float, bool, None]
 
@@ -71,66 +76,6 @@ class Response:
 
 class App(Protocol):
     def handle(self, request: Request) -> Response: ...
-
-
-@dataclass
-class Fault:
-    """One injected misbehaviour. Matches by method and path substring (None matches anything).
-
-    `delay` seconds are waited before answering; then `status`/`body`/`headers` replace the app's
-    answer when `status` is set (the app is not called), otherwise the app answers after the delay.
-    `garbage=True` answers 200 with a body that is not JSON.
-    """
-
-    status: Optional[int] = None
-    body: Optional[bytes] = None
-    headers: Dict[str, str] = field(default_factory=dict)
-    delay: float = 0.0
-    garbage: bool = False
-    method: Optional[str] = None
-    path_contains: Optional[str] = None
-    times: Optional[int] = 1  # None: every matching request, until `FaultInjector.clear()`
-
-    def matches(self, request: Request) -> bool:
-        if self.method and self.method.upper() != request.method:
-            return False
-        return not (self.path_contains and self.path_contains not in request.path)
-
-
-class FaultInjector:
-    """A thread-safe queue of faults; each matching request consumes one use of the first match."""
-
-    def __init__(self) -> None:
-        self._faults: List[Fault] = []
-        self._lock = threading.Lock()
-
-    def add(self, fault: Optional[Fault] = None, **kwargs: Any) -> Fault:
-        fault = fault or Fault(**kwargs)
-        with self._lock:
-            self._faults.append(fault)
-        return fault
-
-    def clear(self) -> None:
-        with self._lock:
-            self._faults.clear()
-
-    def take(self, request: Request) -> Optional[Fault]:
-        with self._lock:
-            for fault in self._faults:
-                if fault.matches(request):
-                    if fault.times is not None:
-                        fault.times -= 1
-                        if fault.times <= 0:
-                            self._faults.remove(fault)
-                    return fault
-        return None
-
-    def pending(self) -> Optional[int]:
-        """Uses left; None while an unlimited fault is queued."""
-        with self._lock:
-            if any(f.times is None for f in self._faults):
-                return None
-            return sum(f.times or 0 for f in self._faults)
 
 
 @dataclass
@@ -281,6 +226,8 @@ class EmulatorServer:
         return f"{self._scheme}://{self.address}:{self.port}"
 
     def respond(self, request: Request) -> Response:
+        if request.path.rstrip("/") == FAULTS_ROUTE:
+            return self._faults_route(request)
         if self.latency:
             time.sleep(self.latency)  # simulated network/service latency (benchmarks), not synchronisation
         fault = self.faults.take(request)
@@ -296,6 +243,22 @@ class EmulatorServer:
         except Exception:  # an emulator bug must show up as a 500, not a dropped connection
             log.exception("emulator app failed on %s %s", request.method, request.path)
             return Response.json(500, {"error": "emulator internal error"})
+
+    def _faults_route(self, request: Request) -> Response:
+        """The admin route every emulator has: GET lists the queued faults, POST adds one (JSON with
+        the `--fault` fields), DELETE clears them. Never itself subject to faults or latency."""
+        if request.method == "GET":
+            return Response.json(200, {"faults": [fault_json(f) for f in self.faults.queued()]})
+        if request.method == "DELETE":
+            self.faults.clear()
+            return Response.json(200, {"faults": []})
+        if request.method != "POST":
+            return Response.json(405, {"error": "use GET, POST or DELETE"}, {"Allow": "GET, POST, DELETE"})
+        try:
+            fault = self.faults.add(fault_from_fields(json.loads(request.body or b"null")))
+        except (ValueError, FaultSpecError) as exc:  # JSONDecodeError is a ValueError
+            return Response.json(400, {"error": str(exc)})
+        return Response.json(201, fault_json(fault))
 
     def start(self) -> "EmulatorServer":
         self._thread = threading.Thread(target=self._httpd.serve_forever, name=f"emulator:{self.port}", daemon=True)

@@ -1,0 +1,159 @@
+"""Fault injection for the emulators: what to break, for which requests, how many times.
+
+Tests add `Fault`s from Python (`server.faults.add(status=429, ...)`); users testing their hooks add
+the same faults from the command line (`vmss-terminate emulator imds|arm --fault SPEC`) or, while an
+emulator runs, through its admin route (`POST /emulator/faults` with the same fields as JSON). One
+parser serves both, so a fault means the same thing everywhere.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Mapping, Optional
+
+FAULT_FIELDS = ("status", "times", "delay", "garbage", "method", "path", "retry-after")
+FAULT_SPEC_HELP = (
+    "comma list of status=CODE, delay=SECONDS, garbage (200 with a non-JSON body), retry-after=SECONDS, "
+    "method=GET|POST|..., path=SUBSTRING, times=N|all (default 1); e.g. status=429,retry-after=2,times=3"
+)
+
+
+class FaultSpecError(ValueError):
+    """A fault description that cannot be used (a bad value, an unknown field, nothing to break)."""
+
+
+@dataclass
+class Fault:
+    """One injected misbehaviour. Matches by method and path substring (None matches anything).
+
+    `delay` seconds are waited before answering; then `status`/`body`/`headers` replace the app's
+    answer when `status` is set (the app is not called), otherwise the app answers after the delay.
+    `garbage=True` answers 200 with a body that is not JSON.
+    """
+
+    status: Optional[int] = None
+    body: Optional[bytes] = None
+    headers: Dict[str, str] = field(default_factory=dict)
+    delay: float = 0.0
+    garbage: bool = False
+    method: Optional[str] = None
+    path_contains: Optional[str] = None
+    times: Optional[int] = 1  # None: every matching request, until `FaultInjector.clear()`
+
+    def matches(self, request: Any) -> bool:
+        if self.method and self.method.upper() != request.method:
+            return False
+        return not (self.path_contains and self.path_contains not in request.path)
+
+
+class FaultInjector:
+    """A thread-safe queue of faults; each matching request consumes one use of the first match."""
+
+    def __init__(self) -> None:
+        self._faults: List[Fault] = []
+        self._lock = threading.Lock()
+
+    def add(self, fault: Optional[Fault] = None, **kwargs: Any) -> Fault:
+        fault = fault or Fault(**kwargs)
+        with self._lock:
+            self._faults.append(fault)
+        return fault
+
+    def clear(self) -> None:
+        with self._lock:
+            self._faults.clear()
+
+    def take(self, request: Any) -> Optional[Fault]:
+        with self._lock:
+            for fault in self._faults:
+                if fault.matches(request):
+                    if fault.times is not None:
+                        fault.times -= 1
+                        if fault.times <= 0:
+                            self._faults.remove(fault)
+                    return fault
+        return None
+
+    def queued(self) -> List[Fault]:
+        with self._lock:
+            return list(self._faults)
+
+    def pending(self) -> Optional[int]:
+        """Uses left; None while an unlimited fault is queued."""
+        with self._lock:
+            if any(f.times is None for f in self._faults):
+                return None
+            return sum(f.times or 0 for f in self._faults)
+
+
+def fault_from_fields(fields: Mapping[str, Any]) -> Fault:
+    """A Fault from the documented fields (the admin route's JSON, or a parsed `--fault` spec)."""
+    if not isinstance(fields, Mapping):
+        raise FaultSpecError("a fault is an object of fields: " + ", ".join(FAULT_FIELDS))
+    unknown = sorted(set(fields) - set(FAULT_FIELDS))
+    if unknown:
+        raise FaultSpecError(f"unknown fault field(s) {', '.join(unknown)}: use {', '.join(FAULT_FIELDS)}")
+    status = _number(fields, "status", int, 100, 599)
+    delay = _number(fields, "delay", float, 0.0, 3600.0) or 0.0
+    garbage = _flag(fields.get("garbage", False))
+    if status is None and not delay and not garbage:
+        raise FaultSpecError("a fault needs status, delay or garbage")
+    headers: Dict[str, str] = {}
+    retry_after = _number(fields, "retry-after", int, 0, 86400)
+    if retry_after is not None:
+        headers["Retry-After"] = str(retry_after)
+    times: Optional[int] = 1  # the default: the next matching request only
+    if str(fields.get("times", "")).strip().lower() in ("all", "*"):
+        times = None  # every matching request until cleared
+    elif "times" in fields:
+        times = _number(fields, "times", int, 1, 10**9)
+    method = fields.get("method")
+    path = fields.get("path")
+    return Fault(status=status, headers=headers, delay=delay, garbage=garbage,
+                 method=str(method).upper() if method else None, path_contains=str(path) if path else None,
+                 times=times)
+
+
+def parse_fault_spec(text: str) -> Fault:
+    """`status=503,times=2,path=/metadata/scheduledevents` -> Fault; a bare name is a flag (`garbage`)."""
+    fields: Dict[str, Any] = {}
+    for part in str(text).split(","):
+        if not part.strip():
+            continue
+        key, has_value, value = part.partition("=")
+        fields[key.strip().lower()] = value.strip() if has_value else True
+    return fault_from_fields(fields)
+
+
+def fault_json(fault: Fault) -> Dict[str, Any]:
+    """A queued fault as the admin route lists it (the same field names it accepts)."""
+    return {"status": fault.status, "delay": fault.delay, "garbage": fault.garbage, "method": fault.method,
+            "path": fault.path_contains, "retry-after": fault.headers.get("Retry-After"),
+            "times": "all" if fault.times is None else fault.times}
+
+
+def _number(fields: Mapping[str, Any], name: str, kind: type, low: float, high: float) -> Any:
+    value = fields.get(name)
+    if value is None or value is True:
+        if value is True:
+            raise FaultSpecError(f"fault field {name} needs a value")
+        return None
+    try:
+        number = kind(value)
+    except (TypeError, ValueError):
+        raise FaultSpecError(f"invalid fault {name} {value!r}: expected a number") from None
+    if not low <= number <= high:
+        raise FaultSpecError(f"invalid fault {name} {value!r}: expected {low}..{high}")
+    return number
+
+
+def _flag(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("1", "true", "yes"):
+        return True
+    if text in ("0", "false", "no", ""):
+        return False
+    raise FaultSpecError(f"invalid fault flag {value!r}: expected true or false")
