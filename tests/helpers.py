@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import signal
 import subprocess
-from typing import Any, Sequence
+import threading
+import time
+from typing import Any, Callable, Sequence
 
 from click.testing import CliRunner, Result
 
@@ -53,3 +55,15 @@ class CliResult:
         if self._separate:
             return self._result.stdout + self._result.stderr
         return self._result.output
+
+
+def poll_until(predicate: Callable[[], bool], timeout: float = 10.0, interval: float = 0.02) -> bool:
+    """Bounded polling for conditions outside our reach to be notified of (files, other processes,
+    a server's handler threads); True as soon as `predicate()` holds."""
+    deadline = time.monotonic() + timeout
+    gate = threading.Event()
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        gate.wait(interval)
+    return predicate()

@@ -6,6 +6,7 @@ from typing import Iterator
 
 import pytest
 import requests
+from helpers import poll_until
 
 from vmss_terminate.emulator.faults import FaultSpecError, parse_fault_spec
 from vmss_terminate.emulator.server import EmulatorServer, Request, Response
@@ -107,3 +108,15 @@ def test_fault_spec_parses_the_documented_fields() -> None:
     for bad in ("status=600", "times=0,status=500", "status", "", "colour=red"):
         with pytest.raises(FaultSpecError):
             parse_fault_spec(bad)
+
+
+def test_reset_ends_injected_delays_and_keeps_old_requests_out_of_the_new_scenario(server: EmulatorServer) -> None:
+    """Shared servers: a delayed request its client gave up on must not reach the next test's app or log."""
+    server.faults.add(delay=60, path_contains="/slow")
+    with pytest.raises(requests.exceptions.ReadTimeout):
+        requests.get(f"{server.url}/slow", timeout=0.3)
+    assert poll_until(lambda: server.in_flight == 1, 5)  # the server still holds it, in the delay
+    server.reset(Echo(), timeout=5)  # raises if the 60 s delay were not cut short
+    assert server.in_flight == 0 and server.log.all() == []
+    assert requests.get(f"{server.url}/next", timeout=5).status_code == 200
+    assert [r.path for r in server.log.all()] == ["/next"]

@@ -6,7 +6,6 @@ import os
 import subprocess
 import sys
 import threading
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, List, Optional
@@ -16,6 +15,8 @@ import pytest
 from vmss_terminate.agent import Agent, AgentConfig, Decision
 from vmss_terminate.emulator.imds import ImdsEmulator, PlacementGroup
 from vmss_terminate.emulator.server import EmulatorServer
+
+from helpers import poll_until as wait_until  # noqa: F401  (re-exported for the agent tests)
 
 REPO = Path(__file__).resolve().parents[2]
 VM = "myvmss_3"
@@ -45,11 +46,9 @@ def imds(_imds_server: EmulatorServer) -> Iterator[Imds]:
     """One VM (myvmss_3) of a placement group; approvals only record (the test decides starts)."""
     group = PlacementGroup(auto_start=False)
     app = ImdsEmulator(group, vm_name=VM, vmss_name="myvmss", rate_limit=None)
-    _imds_server.app = app
-    _imds_server.faults.clear()
-    _imds_server.log.clear()
+    _imds_server.reset(app)
     yield Imds(group, app, _imds_server, _imds_server.url)
-    _imds_server.faults.clear()
+    _imds_server.reset()  # ends injected delays: nothing of this test lands in the next one
 
 
 @dataclass
@@ -117,14 +116,3 @@ def run_cli(*args: str, env: Optional[dict] = None, timeout: float = 30) -> subp
     proc = agent_cli(*args, env=env)
     out, err = proc.communicate(timeout=timeout)
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float = 10.0, interval: float = 0.02) -> bool:
-    """Bounded polling for conditions outside our process (files, other processes)."""
-    deadline = time.monotonic() + timeout
-    gate = threading.Event()
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        gate.wait(interval)
-    return predicate()

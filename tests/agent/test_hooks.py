@@ -117,11 +117,14 @@ def test_shared_terminate_runs_hooks_but_is_not_approved_by_default(imds: Imds, 
 @pytest.mark.parametrize("prefix", ["", "trap \"\" TERM; "], ids=["plain", "ignores-sigterm"])
 def test_deadline_stops_a_long_hook_and_its_children(imds: Imds, tmp_path: Path, prefix: str) -> None:
     pidfile = tmp_path / "child.pid"
-    eid = imds.group.add_event("Terminate", [VM], not_before=format_not_before(time.time() + 3))
+    # NotBefore is whole seconds: the hook's deadline (NotBefore - 3 s margin) is 3..4 s away, plenty
+    # for the agent to start it first (else "too late to start" would also be a deadline outcome)
+    eid = imds.group.add_event("Terminate", [VM], not_before=format_not_before(time.time() + 7))
     hook = f"sh -c '{prefix}sleep 60 & echo $! > \"$0\"; wait' {shlex.quote(str(pidfile))}"
-    agent = make_agent(imds.url, hooks=[hook], safety_margin=1.0)
+    agent = make_agent(imds.url, hooks=[hook], safety_margin=3.0)
     with Running(agent) as running:
-        assert running.decisions.wait_kind("hook_failed", eid, timeout=10)
+        assert wait_until(pidfile.exists, 10), "the hook never started"
+        assert running.decisions.wait_kind("hook_failed", eid, timeout=15)
         assert running.decisions.wait_kind("approval_sent", eid, timeout=5)
     failed = next(d for d in running.decisions.items if d.kind == "hook_failed")
     assert failed.data["outcome"] == "deadline"
@@ -130,11 +133,17 @@ def test_deadline_stops_a_long_hook_and_its_children(imds: Imds, tmp_path: Path,
 
 
 def _alive(pid: int) -> bool:
+    """Running; a zombie (exited, not yet reaped: in a container whose PID 1 does not reap orphans
+    it stays one) is not."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True  # no /proc (not Linux): kill(0) is all we know
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def test_python_handlers_and_failure(imds: Imds) -> None:

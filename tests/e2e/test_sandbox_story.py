@@ -59,7 +59,8 @@ def test_demo_text_output_and_failure_exit_code() -> None:
 
 
 def test_unapproved_pending_deletion_holds_back_an_approved_one() -> None:
-    with running(instances=4, timeout_minutes=5, speed=150.0, delete_duration=10.0) as box:
+    # x75: myvmss_3's PT5M is 4 s of real time, ~3 s of slack for myvmss_2's approval to arrive first
+    with running(instances=4, timeout_minutes=5, speed=75.0, delete_duration=10.0) as box:
         rg, name = box.config.resource_group, box.config.name
         # myvmss_2 runs a PT10M model, myvmss_3 still PT5M: distinct NotBefore whatever the timing,
         # so this is the "pending" case, not the "simultaneous" one.

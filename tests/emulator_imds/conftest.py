@@ -79,14 +79,11 @@ class ServerPool:
             self.all.append(server)
             self.free.append(server)
         server = self.free.pop()
-        server.faults.clear()
-        server.log.clear()
-        server.app = app
+        server.reset(app)
         return server
 
     def give_back(self, server: EmulatorServer) -> None:
-        server.app = _Idle()
-        server.faults.clear()
+        server.reset(_Idle())
         self.free.append(server)
 
     def close(self) -> None:

@@ -90,7 +90,7 @@ def test_first_call_gate_makes_early_callers_wait_for_the_same_moment() -> None:
 
 
 def test_first_call_delay_over_http(group, serve, imds) -> None:
-    delay = 0.3
+    delay = 0.6  # the second answer must come sooner: a 0.6 s margin against a stalled machine
     app = ImdsEmulator(group, "myvmss_3", rate_limit=None, first_call_delay=delay)
     server = serve(app)
     # instance metadata does not start the countdown: only Scheduled Events is "enabled on first call"

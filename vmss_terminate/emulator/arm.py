@@ -526,10 +526,9 @@ class ArmServers:
     def reset(self, state: Optional[ArmState] = None) -> ArmState:
         """Serve `state` (a fresh ArmState when None) with an empty request log and no pending
         faults; lets a test suite share one running server pair across tests (a stop costs ~0.5 s)."""
-        self.state = self.arm.state = state if state is not None else ArmState()
         for server in (self.arm_server, self.token_server):
-            server.log.clear()
-            server.faults.clear()
+            server.reset()
+        self.state = self.arm.state = state if state is not None else ArmState()
         return self.state
 
     def stop(self) -> None:

@@ -53,6 +53,7 @@ class FaultInjector:
     def __init__(self) -> None:
         self._faults: List[Fault] = []
         self._lock = threading.Lock()
+        self._cleared = threading.Event()  # set (and replaced) by clear(): cuts injected delays short
 
     def add(self, fault: Optional[Fault] = None, **kwargs: Any) -> Fault:
         fault = fault or Fault(**kwargs)
@@ -61,8 +62,18 @@ class FaultInjector:
         return fault
 
     def clear(self) -> None:
+        """Drop every queued fault and end the injected delays still running, so that a slow
+        request does not outlive the scenario that asked for it."""
         with self._lock:
             self._faults.clear()
+            self._cleared.set()
+            self._cleared = threading.Event()
+
+    def delay(self, seconds: float) -> None:
+        """Wait out an injected delay (an injected slow answer, not synchronisation); `clear()` ends it."""
+        with self._lock:
+            cleared = self._cleared
+        cleared.wait(seconds)
 
     def take(self, request: Any) -> Optional[Fault]:
         with self._lock:

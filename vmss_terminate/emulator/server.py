@@ -7,6 +7,7 @@ everything else (parsing, faults, logging, writing the answer), so IMDS and ARM 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import ssl
@@ -16,7 +17,7 @@ import time
 from dataclasses import dataclass, field
 from email.message import Message
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable, Dict, List, Optional, Protocol, Union
+from typing import Any, Callable, Dict, Iterator, List, Optional, Protocol, Union
 from urllib.parse import parse_qs, urlsplit
 
 from vmss_terminate.clock import wait_until
@@ -149,20 +150,21 @@ class _Handler(BaseHTTPRequestHandler):
             client=self.client_address[0],
         )
         host = self.server.host
-        response = host.respond(request)
-        # Logged before the answer goes out: once a client has its response, the log shows it
-        # (counting right after a call, or clearing between tests, cannot race the handler thread).
-        host.log.append(
-            RecordedRequest(
-                request.method,
-                request.path,
-                request.query,
-                {k: v for k, v in request.headers.items()},
-                body,
-                response.status,
-                time.time(),
+        with host.handling():
+            response = host.respond(request)
+            # Logged before the answer goes out: once a client has its response, the log shows it
+            # (counting right after a call, or clearing between tests, cannot race the handler thread).
+            host.log.append(
+                RecordedRequest(
+                    request.method,
+                    request.path,
+                    request.query,
+                    {k: v for k, v in request.headers.items()},
+                    body,
+                    response.status,
+                    time.time(),
+                )
             )
-        )
         self.send_response(response.status)
         for name, value in response.headers.items():
             self.send_header(name, value)
@@ -212,6 +214,8 @@ class EmulatorServer:
             self._httpd.socket = ssl_context.wrap_socket(self._httpd.socket, server_side=True)
         self._scheme = "https" if ssl_context is not None else "http"
         self._thread: Optional[threading.Thread] = None
+        self._in_flight = 0
+        self._idle = threading.Condition()
 
     @property
     def address(self) -> str:
@@ -233,7 +237,7 @@ class EmulatorServer:
         fault = self.faults.take(request)
         if fault is not None:
             if fault.delay:
-                time.sleep(fault.delay)  # an injected slow answer, not synchronisation
+                self.faults.delay(fault.delay)
             if fault.garbage:
                 return Response(200, b"<html>not json", {"Content-Type": "application/json"})
             if fault.status is not None:
@@ -243,6 +247,41 @@ class EmulatorServer:
         except Exception:  # an emulator bug must show up as a 500, not a dropped connection
             log.exception("emulator app failed on %s %s", request.method, request.path)
             return Response.json(500, {"error": "emulator internal error"})
+
+    @contextlib.contextmanager
+    def handling(self) -> Iterator[None]:
+        """Counts a request from its answer being computed to its log entry."""
+        with self._idle:
+            self._in_flight += 1
+        try:
+            yield
+        finally:
+            with self._idle:
+                self._in_flight -= 1
+                self._idle.notify_all()
+
+    @property
+    def in_flight(self) -> int:
+        """Requests being answered right now."""
+        with self._idle:
+            return self._in_flight
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Wait (bounded) until no request is being answered."""
+        with self._idle:
+            return self._idle.wait_for(lambda: self._in_flight == 0, timeout)
+
+    def reset(self, app: Optional[App] = None, timeout: float = 10.0) -> None:
+        """Start a new scenario on this running server (test suites share servers: a stop costs
+        ~0.5 s): no faults (injected delays end), no request of the old scenario still being
+        answered -- a request its client gave up on must not land in the next one's app or log --
+        then an empty log and, if given, the new app."""
+        self.faults.clear()
+        if not self.wait_idle(timeout):
+            raise RuntimeError(f"emulator {self.url}: a request is still being answered after {timeout} s")
+        self.log.clear()
+        if app is not None:
+            self.app = app
 
     def _faults_route(self, request: Request) -> Response:
         """The admin route every emulator has: GET lists the queued faults, POST adds one (JSON with
