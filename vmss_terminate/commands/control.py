@@ -12,24 +12,10 @@ from typing import Any, Callable, Dict, List, Optional, TextIO
 import click
 
 from vmss_terminate import control
-from vmss_terminate.commands.options import TIMEOUT, echo_json
+from vmss_terminate.commands.options import BATCH_SIZE, TIMEOUT, echo_json
 from vmss_terminate.control.client import CLOUDS, DEFAULT_CLOUD, Connection
-from vmss_terminate.control.upgrade import BatchSize, Progress, UpgradeIncomplete, UpgradeOptions
+from vmss_terminate.control.upgrade import Progress, UpgradeIncomplete, UpgradeOptions
 from vmss_terminate.errors import UsageError, VmssTerminateError
-
-
-class BatchSizeType(click.ParamType):
-    """`--batch-size`: a count (5) or a percentage of all instances (20%)."""
-
-    name = "batch-size"
-
-    def convert(self, value: Any, param: Optional[click.Parameter], ctx: Optional[click.Context]) -> BatchSize:
-        if isinstance(value, BatchSize):
-            return value
-        try:
-            return BatchSize.parse(value)
-        except UsageError as exc:
-            self.fail(str(exc), param, ctx)
 
 
 def _apply(fn: Callable[..., Any], options: List[Callable[[Any], Any]]) -> Callable[..., Any]:
@@ -67,7 +53,7 @@ def upgrade_options(with_skip: bool) -> Callable[[Callable[..., Any]], Callable[
     def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
         options = [
             click.option(
-                "--batch-size", type=BatchSizeType(), default="20%", show_default=True,
+                "--batch-size", type=BATCH_SIZE, default="20%", show_default=True,
                 help="Manual policy: instances per manualupgrade call (count or % of all instances).",
             ),
             click.option("--wait", is_flag=True, help="Automatic/Rolling policy: wait until every instance is current."),
@@ -240,7 +226,7 @@ class _PlanCommand(click.Command):
 @click.command("plan", cls=_PlanCommand)
 @scale_set_options
 @click.option("--timeout", type=TIMEOUT, required=True, help="The timeout `enable` would set (5..15 minutes).")
-@click.option("--batch-size", type=BatchSizeType(), default="20%", show_default=True)
+@click.option("--batch-size", type=BATCH_SIZE, default="20%", show_default=True)
 @click.option("--detailed-exitcode", is_flag=True, help="Exit 0: no change, 1: error, 2: changes pending.")
 def plan_command(**kw: Any) -> None:
     """Show what `enable --timeout` would change (profile and stale instances) without writing."""
