@@ -21,7 +21,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Protocol, Unio
 from urllib.parse import parse_qs, urlsplit
 
 from vmss_terminate.clock import wait_until
-from vmss_terminate.emulator.faults import Fault, FaultInjector, FaultSpecError, fault_from_fields, fault_json
+from vmss_terminate.emulator.faults import Fault, FaultInjector, fault_from_fields, fault_json
 
 __all__ = ["EmulatorServer", "Fault", "FaultInjector", "Request", "RequestLog", "Response"]
 
@@ -295,7 +295,7 @@ class EmulatorServer:
             return Response.json(405, {"error": "use GET, POST or DELETE"}, {"Allow": "GET, POST, DELETE"})
         try:
             fault = self.faults.add(fault_from_fields(json.loads(request.body or b"null")))
-        except (ValueError, FaultSpecError) as exc:  # JSONDecodeError is a ValueError
+        except ValueError as exc:  # a bad fault (FaultSpecError) or bad JSON (JSONDecodeError)
             return Response.json(400, {"error": str(exc)})
         return Response.json(201, fault_json(fault))
 
