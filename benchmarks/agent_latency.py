@@ -26,7 +26,7 @@ from typing import List
 
 import psutil
 
-from vmss_terminate.emulator.imds import ImdsEmulator, PlacementGroup
+from vmss_terminate.emulator.imds.app import ImdsEmulator, PlacementGroup
 from vmss_terminate.emulator.server import EmulatorServer
 
 VM = "myvmss_3"

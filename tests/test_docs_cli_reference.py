@@ -1,7 +1,7 @@
 """docs/cli-reference.md and the click commands must agree, both ways.
 
 If this fails after you changed a command, regenerate the reference:
-    python -m vmss_terminate.sandbox.docgen > docs/cli-reference.md
+    python -m vmss_terminate.commands.docgen > docs/cli-reference.md
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Dict, Set, Tuple
 
 from vmss_terminate.cli import main
-from vmss_terminate.sandbox.docgen import documented_params, param_names, render, walk
+from vmss_terminate.commands.docgen import documented_params, param_names, render, walk
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "cli-reference.md"
 HEADING = re.compile(r"^#{2,6} `(vmss-terminate[^`]*)`\s*$")

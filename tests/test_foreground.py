@@ -7,7 +7,7 @@ import signal
 
 import pytest
 
-from vmss_terminate.emulator.foreground import Foreground
+from vmss_terminate.commands.foreground import Foreground
 
 pytestmark = pytest.mark.skipif(os.name == "nt", reason="no SIGTERM on Windows")
 

@@ -13,7 +13,7 @@ from typing import Any, Callable, Iterator, List, Optional
 import pytest
 
 from vmss_terminate.agent import Agent, AgentConfig, Decision
-from vmss_terminate.emulator.imds import ImdsEmulator, PlacementGroup
+from vmss_terminate.emulator.imds.app import ImdsEmulator, PlacementGroup
 from vmss_terminate.emulator.server import EmulatorServer
 
 from helpers import poll_until as wait_until  # noqa: F401  (re-exported for the agent tests)

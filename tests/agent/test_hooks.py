@@ -14,7 +14,7 @@ import pytest
 
 from vmss_terminate.agent.hooks import HookContext
 from vmss_terminate.emulator.server import EmulatorServer, Request, Response
-from vmss_terminate.emulator.imds_events import format_not_before
+from vmss_terminate.emulator.imds.events import format_not_before
 
 from .conftest import VM, Imds, Running, make_agent, wait_until
 

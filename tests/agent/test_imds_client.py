@@ -9,7 +9,7 @@ import pytest
 
 from vmss_terminate.agent.imds import ForeignEventError, ImdsClient, ImdsError, RateLimiter, check_api_version
 from vmss_terminate.clock import ManualClock
-from vmss_terminate.emulator.imds import ImdsEmulator, PlacementGroup
+from vmss_terminate.emulator.imds.app import ImdsEmulator, PlacementGroup
 from vmss_terminate.emulator.server import EmulatorServer
 from vmss_terminate.errors import UsageError
 

@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from vmss_terminate.agent.events import EVENT_TYPES
-from vmss_terminate.emulator.imds import ImdsEmulator, PlacementGroup
+from vmss_terminate.emulator.imds.app import ImdsEmulator, PlacementGroup
 from vmss_terminate.emulator.server import EmulatorServer
 
 from .conftest import make_agent

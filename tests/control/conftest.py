@@ -10,7 +10,7 @@ from helpers import CliResult, invoke_cli
 
 from vmss_terminate import cli
 from vmss_terminate.control import Connection
-from vmss_terminate.emulator.arm import ArmServers, ArmState, start_arm
+from vmss_terminate.emulator.arm.app import ArmServers, ArmState, start_arm
 
 SUB = "00000000-0000-0000-0000-0000000000aa"
 RG = "rg"

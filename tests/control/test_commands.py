@@ -11,7 +11,7 @@ from vmss_terminate.commands import control as commands
 from vmss_terminate.control import UpgradeIncomplete, body
 from vmss_terminate.control.client import sdk_default_api_version
 from vmss_terminate.control.upgrade import UpgradeResult
-from vmss_terminate.emulator.arm import ArmServers, ArmState
+from vmss_terminate.emulator.arm.app import ArmServers, ArmState
 
 from .conftest import RG, SUB, run, writes
 

@@ -9,7 +9,7 @@ import pytest
 from vmss_terminate.control import body
 from vmss_terminate.control.client import CLOUDS, check_api_version, resolve_endpoint
 from vmss_terminate.control.upgrade import BatchSize
-from vmss_terminate.emulator.arm import ArmServers, ArmState
+from vmss_terminate.emulator.arm.app import ArmServers, ArmState
 from vmss_terminate.errors import UsageError
 
 from .conftest import RG, SUB, requests_seen, run

@@ -11,7 +11,7 @@ from typing import List, Tuple
 import pytest
 
 from vmss_terminate.clock import ManualClock
-from vmss_terminate.emulator.imds import PlacementGroup
+from vmss_terminate.emulator.imds.app import PlacementGroup
 from vmss_terminate.sandbox.scheduler import DeletionScheduler, plan
 
 pytestmark = pytest.mark.timeout(30)

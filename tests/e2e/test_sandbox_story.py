@@ -53,7 +53,7 @@ def test_demo_text_output_and_failure_exit_code() -> None:
     assert "OK: graceful scale-in completed." in ok.output and "PT6M" in ok.output
     # A hook that fails everywhere: agents still approve (on_hook_failure=approve), but the story is
     # not graceful, so the demo must say so and exit 1.
-    failing_hook = demo_hook_command().replace("vmss_terminate.sandbox.demo_hook", "vmss_terminate.no_such_hook")
+    failing_hook = demo_hook_command().replace("vmss_terminate.demo_hook", "vmss_terminate.no_such_hook")
     failed = run_demo(DemoOptions(instances=2, scale_in=1, hook=failing_hook))
     assert not failed.ok and "drain hook failed" in (failed.failure or "")
 

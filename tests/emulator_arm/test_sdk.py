@@ -13,7 +13,7 @@ from typing import Iterator
 import pytest
 
 from vmss_terminate.control.client import allow_loopback_http_policy
-from vmss_terminate.emulator.arm import ArmServers, ArmState
+from vmss_terminate.emulator.arm.app import ArmServers, ArmState
 
 from .conftest import SUB
 
@@ -99,7 +99,7 @@ def test_sdk_over_https_with_a_local_ca(state: ArmState, monkeypatch: pytest.Mon
     from azure.identity import DefaultAzureCredential
     from azure.mgmt.compute import ComputeManagementClient
 
-    from vmss_terminate.emulator.arm import start_arm
+    from vmss_terminate.emulator.arm.app import start_arm
 
     ca = trustme.CA()
     server_context = __import__("ssl").create_default_context(__import__("ssl").Purpose.CLIENT_AUTH)

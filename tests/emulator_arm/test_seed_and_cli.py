@@ -17,7 +17,7 @@ import pytest
 import requests
 from helpers import interrupt
 
-from vmss_terminate.emulator.arm import ArmState, InstanceRecord, ScaleSetRecord
+from vmss_terminate.emulator.arm.app import ArmState, InstanceRecord, ScaleSetRecord
 
 from .conftest import SUB
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from vmss_terminate.emulator.imds import ImdsEmulator, PlacementGroup
+from vmss_terminate.emulator.imds.app import ImdsEmulator, PlacementGroup
 from vmss_terminate.emulator.server import EmulatorServer
 
 

@@ -18,7 +18,7 @@ from helpers import interrupt
 
 from vmss_terminate.cli import main
 from vmss_terminate.commands.emulator_imds import SCHEDULED_EVENTS_QUERY
-from vmss_terminate.emulator.imds_launch import load_scenario, parse_event_spec, start_imds
+from vmss_terminate.emulator.imds.launch import load_scenario, parse_event_spec, start_imds
 from vmss_terminate.errors import UsageError
 
 pytestmark = pytest.mark.timeout(60)

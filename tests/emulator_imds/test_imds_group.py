@@ -9,7 +9,7 @@ from typing import List, Tuple
 import pytest
 
 from vmss_terminate.clock import ScaledClock
-from vmss_terminate.emulator.imds import EmulatedEvent, PlacementGroup
+from vmss_terminate.emulator.imds.app import EmulatedEvent, PlacementGroup
 from vmss_terminate.errors import UsageError
 
 pytestmark = pytest.mark.timeout(30)

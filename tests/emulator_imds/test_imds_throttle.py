@@ -9,8 +9,8 @@ from typing import List
 import pytest
 import requests
 
-from vmss_terminate.emulator.imds import ImdsEmulator, PlacementGroup
-from vmss_terminate.emulator.imds_throttle import FirstCallGate, SlidingWindowLimiter
+from vmss_terminate.emulator.imds.app import ImdsEmulator, PlacementGroup
+from vmss_terminate.emulator.imds.throttle import FirstCallGate, SlidingWindowLimiter
 
 pytestmark = pytest.mark.timeout(30)
 

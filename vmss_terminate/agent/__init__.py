@@ -18,7 +18,7 @@ from vmss_terminate.agent.hooks import HookContext
 from vmss_terminate.agent.imds import (
     DEFAULT_API_VERSION, DEFAULT_IMDS_URL, ForeignEventError, ImdsClient, ImdsError, check_api_version,
 )
-from vmss_terminate.agent.state import MEMORY, StateStore, default_state_file
+from vmss_terminate.agent.journal import MEMORY, StateStore, default_state_file
 
 __all__ = [
     "Agent", "AgentConfig", "Decision", "Event", "EventsDocument", "EVENT_TYPES", "HookContext",

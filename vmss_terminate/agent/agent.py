@@ -29,7 +29,7 @@ from vmss_terminate.agent.hooks import (
 )
 from vmss_terminate.agent.imds import Backoff, ForeignEventError, ImdsClient, ImdsError, Stopped
 from vmss_terminate.agent.process import process_start_token, stop_orphan
-from vmss_terminate.agent.state import StateStore, resolve_state_file
+from vmss_terminate.agent.journal import StateStore, resolve_state_file
 from vmss_terminate.clock import SYSTEM_CLOCK, Clock
 from vmss_terminate.errors import UsageError
 

@@ -11,12 +11,12 @@ import click
 
 from vmss_terminate.commands.options import fault_option
 from vmss_terminate.emulator.faults import Fault
-from vmss_terminate.emulator.foreground import Foreground
+from vmss_terminate.commands.foreground import Foreground
 from vmss_terminate.errors import UsageError
 
 
 def _load_state(seed: Optional[Path], page_size: Optional[int]):  # -> ArmState
-    from vmss_terminate.emulator.arm import ArmState
+    from vmss_terminate.emulator.arm.app import ArmState
 
     state = ArmState()
     if seed is not None:
@@ -61,7 +61,7 @@ def arm_command(host: str, port: int, token_port: int, seed: Optional[Path], pag
                 tls_cert: Optional[Path], tls_key: Optional[Path], faults: Tuple[Fault, ...]) -> None:
     """Serve a local Azure Resource Manager for scale sets, plus a token endpoint for
     DefaultAzureCredential (App Service managed identity). Stop with Ctrl+C."""
-    from vmss_terminate.emulator.arm import start_arm
+    from vmss_terminate.emulator.arm.app import start_arm
 
     state = _load_state(seed, page_size)
     context = _tls_context(tls_cert, tls_key)

@@ -1,8 +1,8 @@
 """`vmss-terminate emulator imds`: a local IMDS in the foreground, for testing agents and drain hooks.
 
-A thin wrapper over `vmss_terminate.emulator.imds_launch.start_imds`: one HTTP server per
+A thin wrapper over `vmss_terminate.emulator.imds.launch.start_imds`: one HTTP server per
 `--vm-name`, all sharing one placement group. Events come from `--event`, `--scenario` or, while
-it runs, the admin endpoint (`POST /emulator/events`, see `vmss_terminate.emulator.imds`).
+it runs, the admin endpoint (`POST /emulator/events`, see `vmss_terminate.emulator.imds.app`).
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ import click
 
 from vmss_terminate.commands.options import fault_option
 from vmss_terminate.emulator.faults import Fault
-from vmss_terminate.emulator.foreground import Foreground
-from vmss_terminate.emulator.imds import Approval, EmulatedEvent, ImdsEmulator, PlacementGroup
-from vmss_terminate.emulator.imds_launch import load_scenario, parse_event_spec, start_imds
+from vmss_terminate.commands.foreground import Foreground
+from vmss_terminate.emulator.imds.app import Approval, EmulatedEvent, ImdsEmulator, PlacementGroup
+from vmss_terminate.emulator.imds.launch import load_scenario, parse_event_spec, start_imds
 from vmss_terminate.emulator.server import EmulatorServer
 
 

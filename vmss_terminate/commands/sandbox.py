@@ -13,7 +13,7 @@ from typing import Optional
 import click
 
 from vmss_terminate.commands.options import TIMEOUT, echo_json
-from vmss_terminate.emulator.foreground import Foreground
+from vmss_terminate.commands.foreground import Foreground
 from vmss_terminate.errors import VmssTerminateError
 from vmss_terminate.timeout import to_iso
 
@@ -26,7 +26,7 @@ from vmss_terminate.timeout import to_iso
 @click.option("--speed", type=float, default=60.0, show_default=True,
               help="Sandbox clock speed: sandbox seconds per real second (60: PT5M passes in 5 s).")
 @click.option("--hook", default=None, metavar="CMD",
-              help="Drain hook command for every agent (default: python -m vmss_terminate.sandbox.demo_hook).")
+              help="Drain hook command for every agent (default: python -m vmss_terminate.demo_hook).")
 @click.option("--deadline", type=click.FloatRange(min=1.0), default=30.0, show_default=True,
               help="Real seconds the story may take before the demo fails.")
 @click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text", show_default=True)
@@ -83,7 +83,7 @@ def sandbox(instances: int, timeout: int, no_feature: bool, speed: float, port_b
     environment that points the CLI, the Azure SDK and agents at it, to try your own hooks.
     Deleting instances (scale-in, delete) publishes Terminate events; the timeline is printed live."""
     from vmss_terminate.sandbox.environment import Sandbox, SandboxConfig
-    from vmss_terminate.sandbox.fleet import demo_hook_command
+    from vmss_terminate.sandbox.agents import demo_hook_command
     from vmss_terminate.sandbox.timeline import format_entry
 
     config = SandboxConfig(instances=instances, timeout_minutes=None if no_feature else timeout, speed=speed,

@@ -23,7 +23,7 @@ from vmss_terminate.clock import SYSTEM_CLOCK, Clock
 from vmss_terminate.control import body as patch
 from vmss_terminate.control.client import ArmRequestError, Connection, ScaleSetClient
 from vmss_terminate.control.results import ChangeResult, Plan, StatusResult
-from vmss_terminate.control.state import (
+from vmss_terminate.control.profile import (
     InstanceState,
     ProfileState,
     ScaleSetState,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
-from vmss_terminate.control.state import InstanceState, ProfileState
+from vmss_terminate.control.profile import InstanceState, ProfileState
 from vmss_terminate.control.upgrade import MANUAL, UpgradePlan, UpgradeResult
 
 

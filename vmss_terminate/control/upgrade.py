@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from vmss_terminate.clock import SYSTEM_CLOCK, Clock
-from vmss_terminate.control.state import InstanceState
+from vmss_terminate.control.profile import InstanceState
 from vmss_terminate.errors import AzureError, UsageError
 
 Progress = Callable[[int, int], None]

@@ -14,23 +14,14 @@ Azure's documented rules -- on a clock that can run a PT5M timeout in seconds.
 `run_demo()` is `vmss-terminate demo` as a function.
 """
 
-from importlib import import_module
-from typing import Any
+from vmss_terminate.sandbox.agents import AgentFleet, demo_hook_command
+from vmss_terminate.sandbox.demo import DemoOptions, DemoResult, run_demo
+from vmss_terminate.sandbox.environment import Sandbox, SandboxConfig, notification_timeout
+from vmss_terminate.sandbox.scheduler import Deletion, DeletionScheduler, plan
+from vmss_terminate.sandbox.timeline import Entry, Timeline, format_entry
 
-# Loaded on first use (PEP 562): `python -m vmss_terminate.sandbox.demo_hook`, which every demo
-# instance runs per deletion, must not pay for the emulators, the agent and the Azure SDK.
-_HOMES = {
-    "DemoOptions": "demo", "DemoResult": "demo", "run_demo": "demo",
-    "Sandbox": "environment", "SandboxConfig": "environment", "notification_timeout": "environment",
-    "AgentFleet": "fleet", "demo_hook_command": "fleet",
-    "Deletion": "scheduler", "DeletionScheduler": "scheduler", "plan": "scheduler",
-    "Entry": "timeline", "Timeline": "timeline", "format_entry": "timeline",
-}
-
-__all__ = sorted(_HOMES)
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _HOMES:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(import_module(f"{__name__}.{_HOMES[name]}"), name)
+__all__ = [
+    "AgentFleet", "Deletion", "DeletionScheduler", "DemoOptions", "DemoResult", "Entry", "Sandbox",
+    "SandboxConfig", "Timeline", "demo_hook_command", "format_entry", "notification_timeout", "plan",
+    "run_demo",
+]

@@ -20,7 +20,7 @@ from typing import Any, Callable, Dict, List, Optional
 from vmss_terminate.clock import ScaledClock
 from vmss_terminate.errors import UsageError
 from vmss_terminate.sandbox.environment import Sandbox, SandboxConfig
-from vmss_terminate.sandbox.fleet import POLL_REAL_SECONDS, AgentFleet, demo_hook_command
+from vmss_terminate.sandbox.agents import POLL_REAL_SECONDS, AgentFleet, demo_hook_command
 from vmss_terminate.sandbox.timeline import HEADER as TIMELINE_HEADER
 from vmss_terminate.sandbox.timeline import Entry, Timeline
 from vmss_terminate.timeout import parse_timeout, to_iso
@@ -40,7 +40,7 @@ class DemoOptions:
     timeout_minutes: int = 5
     speed: float = 60.0
     deadline: float = 30.0  # real seconds for the whole story
-    hook: Optional[str] = None  # None: the demo drain hook (python -m vmss_terminate.sandbox.demo_hook)
+    hook: Optional[str] = None  # None: the demo drain hook (python -m vmss_terminate.demo_hook)
 
     def validated(self) -> "DemoOptions":
         if not 2 <= self.instances <= 20:

@@ -25,9 +25,9 @@ from typing import Any, Dict, Iterator, List, Optional
 from vmss_terminate.clock import Clock, ScaledClock
 from vmss_terminate.control import body as patch_body
 from vmss_terminate.control.client import Connection
-from vmss_terminate.control.state import parse_scheduled_events_profile
-from vmss_terminate.emulator.arm import ArmServers, ArmState, InstanceRecord, ScaleSetRecord, start_arm
-from vmss_terminate.emulator.imds import ImdsEmulator, PlacementGroup
+from vmss_terminate.control.profile import parse_scheduled_events_profile
+from vmss_terminate.emulator.arm.app import ArmServers, ArmState, InstanceRecord, ScaleSetRecord, start_arm
+from vmss_terminate.emulator.imds.app import ImdsEmulator, PlacementGroup
 from vmss_terminate.emulator.server import EmulatorServer
 from vmss_terminate.errors import UsageError
 from vmss_terminate.sandbox.scheduler import Deletion, DeletionScheduler

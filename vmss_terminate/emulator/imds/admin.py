@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Tuple
 
-from vmss_terminate.emulator.imds_events import Approval, EmulatedEvent, event_fields_from_mapping
-from vmss_terminate.emulator.imds_replies import error_reply, method_not_allowed
+from vmss_terminate.emulator.imds.events import Approval, EmulatedEvent, event_fields_from_mapping
+from vmss_terminate.emulator.imds.replies import error_reply, method_not_allowed
 from vmss_terminate.emulator.server import Request, Response
 from vmss_terminate.errors import UsageError
 
 if TYPE_CHECKING:
-    from vmss_terminate.emulator.imds import ImdsEmulator
+    from vmss_terminate.emulator.imds.app import ImdsEmulator
 
 ROUTES = [
     "GET /emulator/events",

@@ -78,8 +78,8 @@ from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 from urllib.parse import quote, urlencode
 
 from vmss_terminate.clock import Clock
-from vmss_terminate.emulator import arm_render as render
-from vmss_terminate.emulator.arm_state import (
+from vmss_terminate.emulator.arm import render
+from vmss_terminate.emulator.arm.inventory import (
     UPGRADE_POLICIES,
     ArmState,
     ArmStateError,
@@ -88,7 +88,7 @@ from vmss_terminate.emulator.arm_state import (
     ScaleSetRecord,
 )
 from vmss_terminate.emulator.server import EmulatorServer, Request, Response
-from vmss_terminate.emulator.token import ARM_AUDIENCES, TokenEndpoint, credential_env, identity_endpoint
+from vmss_terminate.emulator.arm.token import ARM_AUDIENCES, TokenEndpoint, credential_env, identity_endpoint
 from vmss_terminate.timeout import MAX_MINUTES, MIN_MINUTES, iso_to_minutes_lenient
 
 __all__ = [

@@ -8,7 +8,7 @@ import re
 import time
 from typing import Any, Dict, Optional
 
-from vmss_terminate.emulator.arm_state import InstanceRecord, ScaleSetRecord
+from vmss_terminate.emulator.arm.inventory import InstanceRecord, ScaleSetRecord
 from vmss_terminate.emulator.server import Response
 
 SCHEDULED_EVENTS_MIN_API = "2019-03-01"

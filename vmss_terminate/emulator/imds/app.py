@@ -61,8 +61,8 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional
 
-from vmss_terminate.emulator.imds_admin import handle_admin
-from vmss_terminate.emulator.imds_events import (
+from vmss_terminate.emulator.imds.admin import handle_admin
+from vmss_terminate.emulator.imds.events import (
     EVENT_TYPES,
     MINIMUM_NOTICE,
     Approval,
@@ -70,7 +70,7 @@ from vmss_terminate.emulator.imds_events import (
     PlacementGroup,
     format_not_before,
 )
-from vmss_terminate.emulator.imds_instance import (
+from vmss_terminate.emulator.imds.instance import (
     DEFAULT_LOCATION,
     DEFAULT_RESOURCE_GROUP,
     DEFAULT_SUBSCRIPTION,
@@ -80,9 +80,9 @@ from vmss_terminate.emulator.imds_instance import (
     make_identity,
     select,
 )
-from vmss_terminate.emulator.imds_replies import error_reply, method_not_allowed
-from vmss_terminate.emulator.imds_throttle import FirstCallGate, SlidingWindowLimiter
-from vmss_terminate.emulator.imds_versions import (
+from vmss_terminate.emulator.imds.replies import error_reply, method_not_allowed
+from vmss_terminate.emulator.imds.throttle import FirstCallGate, SlidingWindowLimiter
+from vmss_terminate.emulator.imds.versions import (
     INSTANCE_VERSIONS,
     SCHEDULED_EVENTS_VERSIONS,
     bad_version_body,

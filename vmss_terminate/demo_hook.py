@@ -1,6 +1,6 @@
 """The drain hook the demo gives each agent: a real `--hook` command, run as a process by the agent.
 
-    python -m vmss_terminate.sandbox.demo_hook
+    python -m vmss_terminate.demo_hook
 
 It does what a real drain hook does with its input -- reads the event from stdin and the
 `VMSS_TERMINATE_*` environment -- checks that the event is for this VM, then "drains" for a moment

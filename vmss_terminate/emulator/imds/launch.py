@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from vmss_terminate.emulator.imds import EVENT_TYPES, EmulatedEvent, ImdsEmulator, PlacementGroup
-from vmss_terminate.emulator.imds_events import event_fields_from_mapping
+from vmss_terminate.emulator.imds.app import EVENT_TYPES, EmulatedEvent, ImdsEmulator, PlacementGroup
+from vmss_terminate.emulator.imds.events import event_fields_from_mapping
 from vmss_terminate.emulator.server import EmulatorServer
 from vmss_terminate.errors import UsageError
 

@@ -15,7 +15,7 @@ import threading
 from typing import Dict, Iterable, List, Optional, Sequence
 
 from vmss_terminate.agent import Agent, AgentConfig, Decision
-from vmss_terminate.agent.state import MEMORY
+from vmss_terminate.agent.journal import MEMORY
 from vmss_terminate.clock import wait_until
 from vmss_terminate.sandbox.environment import Sandbox
 from vmss_terminate.sandbox.timeline import Entry
@@ -26,8 +26,8 @@ POLL_REAL_SECONDS = 0.5
 
 
 def demo_hook_command(python: Optional[str] = None) -> str:
-    """`--hook` command line of the demo drain hook (`python -m vmss_terminate.sandbox.demo_hook`)."""
-    argv = [python or sys.executable, "-m", "vmss_terminate.sandbox.demo_hook"]
+    """`--hook` command line of the demo drain hook (`python -m vmss_terminate.demo_hook`)."""
+    argv = [python or sys.executable, "-m", "vmss_terminate.demo_hook"]
     if os.name == "nt":
         return subprocess.list2cmdline(argv)
     return " ".join(shlex.quote(a) for a in argv)

@@ -1,6 +1,6 @@
 """Generate docs/cli-reference.md from the click command tree, so the reference cannot drift.
 
-    python -m vmss_terminate.sandbox.docgen > docs/cli-reference.md
+    python -m vmss_terminate.commands.docgen > docs/cli-reference.md
 
 `tests/test_docs_cli_reference.py` walks the same tree (`walk()`) and checks the file both ways:
 every command and option is documented, and nothing documented is missing from the CLI.
@@ -19,7 +19,7 @@ PROG = "vmss-terminate"
 HEADER = """# CLI reference
 
 Every `vmss-terminate` command and option. Generated from the command definitions with
-`python -m vmss_terminate.sandbox.docgen > docs/cli-reference.md`; `tests/test_docs_cli_reference.py`
+`python -m vmss_terminate.commands.docgen > docs/cli-reference.md`; `tests/test_docs_cli_reference.py`
 fails when this file and the CLI disagree.
 
 Exit codes (all commands): `0` done (including "no change"), `1` Azure or runtime failure,
@@ -140,10 +140,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         with open(args[1], encoding="utf-8") as handle:
             if handle.read() == text:
                 return 0
-        sys.stderr.write(f"{args[1]} is out of date: python -m vmss_terminate.sandbox.docgen > {args[1]}\n")
+        sys.stderr.write(f"{args[1]} is out of date: python -m vmss_terminate.commands.docgen > {args[1]}\n")
         return 1
     if args:
-        sys.stderr.write("usage: python -m vmss_terminate.sandbox.docgen [--check PATH]\n")
+        sys.stderr.write("usage: python -m vmss_terminate.commands.docgen [--check PATH]\n")
         return 2
     sys.stdout.write(text)
     return 0
