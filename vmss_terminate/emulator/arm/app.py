@@ -26,6 +26,11 @@ What the emulator answers (ARM error bodies are always {"error": {"code", "messa
   * auth: `Authorization: Bearer <token issued by our TokenEndpoint for an ARM audience>`, else 401
     (AuthenticationFailed / InvalidAuthenticationToken / ExpiredAuthenticationToken).
   * `api-version` is required (400 MissingApiVersionParameter / InvalidApiVersionParameter).
+  * routes: `ArmEmulator.routes`, one explicit table (method + path pattern -> handler); a path
+    served for other methods answers 405, an unknown path 404.
+  * GET /subscriptions (paged like VM lists) and GET /subscriptions/{id}: Microsoft.Resources'
+    shape with the display name and tenant the seed gives (`state.add_subscription`); every
+    subscription a scale set names is listed too.
   * GET/PUT/PATCH .../virtualMachineScaleSets/{name}: names are case-insensitive. PATCH merges the
     objects it carries (null = unchanged), answers 200 with provisioningState Updating and an
     Azure-AsyncOperation header; PUT replaces virtualMachineProfile (201 when it creates).
@@ -74,7 +79,7 @@ import ssl
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar, Union
 from urllib.parse import quote, urlencode
 
 from vmss_terminate.clock import Clock
@@ -96,24 +101,38 @@ __all__ = [
     "TokenEndpoint", "credential_env", "start_arm",
 ]
 
+def _path(pattern: str) -> "re.Pattern[str]":
+    return re.compile("^" + pattern + "/?$", re.IGNORECASE)
+
+
 _SUB = r"/subscriptions/(?P<sub>[^/]+)"
 _RG = _SUB + r"/resourcegroups/(?P<rg>[^/]+)/providers/microsoft\.compute"
 _VMSS = _RG + r"/virtualmachinescalesets/(?P<name>[^/]+)"
-_ROUTES: List[Tuple[str, "re.Pattern[str]"]] = [
-    (name, re.compile("^" + pattern + "/?$", re.IGNORECASE))
-    for name, pattern in [
-        ("operation", _SUB + r"/providers/microsoft\.compute/locations/(?P<loc>[^/]+)/operations/(?P<op>[^/]+)"),
-        ("sub_scale_sets", _SUB + r"/providers/microsoft\.compute/virtualmachinescalesets"),
-        ("rg_scale_sets", _RG + r"/virtualmachinescalesets"),
-        ("scale_set", _VMSS),
-        ("vm_list", _VMSS + r"/virtualmachines"),
-        ("vm", _VMSS + r"/virtualmachines/(?P<iid>[^/]+)"),
-        ("manualupgrade", _VMSS + r"/manualupgrade"),
-        ("delete_instances", _VMSS + r"/delete"),
-        ("standalone_vms", _RG + r"/virtualmachines"),
-        ("standalone_vm", _RG + r"/virtualmachines/(?P<vm>[^/]+)"),
-    ]
-]
+SUBSCRIPTIONS = _path(r"/subscriptions")
+SUBSCRIPTION = _path(_SUB)
+OPERATION = _path(_SUB + r"/providers/microsoft\.compute/locations/(?P<loc>[^/]+)/operations/(?P<op>[^/]+)")
+SUB_SCALE_SETS = _path(_SUB + r"/providers/microsoft\.compute/virtualmachinescalesets")
+RG_SCALE_SETS = _path(_RG + r"/virtualmachinescalesets")
+SCALE_SET = _path(_VMSS)
+SCALE_SET_VMS = _path(_VMSS + r"/virtualmachines")
+SCALE_SET_VM = _path(_VMSS + r"/virtualmachines/(?P<iid>[^/]+)")
+MANUAL_UPGRADE = _path(_VMSS + r"/manualupgrade")
+DELETE_INSTANCES = _path(_VMSS + r"/delete")
+STANDALONE_VMS = _path(_RG + r"/virtualmachines")
+STANDALONE_VM = _path(_RG + r"/virtualmachines/(?P<vm>[^/]+)")
+
+Handler = Callable[..., Response]
+_Item = TypeVar("_Item")
+
+
+@dataclass(frozen=True)
+class Route:
+    """One ARM operation: `method` on a path matching `pattern` is answered by `handler(request,
+    api_version, **named groups)`."""
+
+    method: str
+    pattern: "re.Pattern[str]"
+    handler: Handler
 
 
 class _Refusal(Exception):
@@ -136,6 +155,25 @@ class ArmEmulator:
         self.scheme = scheme
         self.audiences = audiences
         self.retry_after = retry_after  # Retry-After on LRO answers; None: not sent (fast SDK polling)
+        # The route table: every operation the emulator serves, in one place (issue 9).
+        self.routes: List[Route] = [
+            Route("GET", SUBSCRIPTIONS, self._subscriptions_get),
+            Route("GET", SUBSCRIPTION, self._subscription_get),
+            Route("GET", OPERATION, self._operation_get),
+            Route("GET", SUB_SCALE_SETS, self._sub_scale_sets_get),
+            Route("GET", RG_SCALE_SETS, self._rg_scale_sets_get),
+            Route("GET", SCALE_SET, self._scale_set_get),
+            Route("PUT", SCALE_SET, self._scale_set_put),
+            Route("PATCH", SCALE_SET, self._scale_set_patch),
+            Route("GET", SCALE_SET_VMS, self._vm_list_get),
+            Route("GET", SCALE_SET_VM, self._vm_get),
+            Route("DELETE", SCALE_SET_VM, self._vm_delete),
+            Route("POST", MANUAL_UPGRADE, self._manualupgrade_post),
+            Route("POST", DELETE_INSTANCES, self._delete_instances_post),
+            Route("GET", STANDALONE_VMS, self._standalone_vms_get),
+            Route("GET", STANDALONE_VM, self._standalone_vm_get),
+            Route("DELETE", STANDALONE_VM, self._standalone_vm_delete),
+        ]
 
     # ------------------------------------------------------------ entry point
 
@@ -152,19 +190,28 @@ class ArmEmulator:
                               f"YYYY-MM-DD or YYYY-MM-DD-preview (scheduledEventsProfile needs "
                               f"{render.SCHEDULED_EVENTS_MIN_API} or later).")
             self.state.tick()
-            for name, pattern in _ROUTES:
-                match = pattern.match(request.path)
-                if match:
-                    handler = getattr(self, f"_{name}_{request.method.lower()}", None)
-                    if handler is None:
-                        raise _refuse(405, "MethodNotAllowed",
-                                      f"The requested method '{request.method}' is not allowed on this resource.")
-                    return handler(request, api_version, **match.groupdict())
-            raise _refuse(404, "InvalidResourceType", f"The resource path '{request.path}' is not served here.")
+            route, match = self._route(request)
+            return route.handler(request, api_version, **match.groupdict())
         except _Refusal as refusal:
             return refusal.response
         except ArmStateError as exc:
             return render.error(exc.status, exc.code, exc.message, exc.target)
+
+    def _route(self, request: Request) -> Tuple[Route, "re.Match[str]"]:
+        """The route for the request's method and path; 405 when only other methods serve the
+        path, 404 when nothing does."""
+        path_served = False
+        for route in self.routes:
+            match = route.pattern.match(request.path)
+            if match is None:
+                continue
+            if route.method == request.method:
+                return route, match
+            path_served = True
+        if path_served:
+            raise _refuse(405, "MethodNotAllowed",
+                          f"The requested method '{request.method}' is not allowed on this resource.")
+        raise _refuse(404, "InvalidResourceType", f"The resource path '{request.path}' is not served here.")
 
     def _authenticate(self, request: Request) -> None:
         header = request.header("Authorization") or ""
@@ -216,6 +263,18 @@ class ArmEmulator:
         if self.retry_after is not None:
             headers["Retry-After"] = str(self.retry_after)
         return headers
+
+    # ------------------------------------------------------------ subscriptions
+
+    def _subscriptions_get(self, request: Request, api_version: str) -> Response:
+        return self._page(request, api_version, self.state.subscriptions, render.subscription)
+
+    def _subscription_get(self, request: Request, api_version: str, sub: str) -> Response:
+        record = self.state.subscription(sub)
+        if record is None:
+            raise _refuse(404, "SubscriptionNotFound", f"The subscription '{sub}' could not be found.")
+        with self.state.lock:
+            return Response.json(200, render.subscription(record))
 
     # ------------------------------------------------------------ scale sets
 
@@ -309,8 +368,9 @@ class ArmEmulator:
 
         return self._page(request, api_version, members, render.standalone_vm)
 
-    def _page(self, request: Request, api_version: str, items: Callable[[], List[InstanceRecord]],
-              shape: Callable[[InstanceRecord], Dict[str, Any]]) -> Response:
+    def _page(self, request: Request, api_version: str, items: Callable[[], List[_Item]],
+              shape: Callable[[_Item], Dict[str, Any]]) -> Response:
+        """A list answer of `state.page_size` items with ARM's nextLink ($skiptoken) paging."""
         token = request.param("$skiptoken") or "0"
         if not token.isdigit():
             raise _refuse(400, "InvalidParameter", f"The skip token '{token}' is invalid.", "$skiptoken")

@@ -13,8 +13,15 @@ which the HTTP layer calls before each request.
 Seed format (JSON file or dict; see examples/seed.json)::
 
     {
-      "pageSize": 100,                       # optional, VM list page size
+      "pageSize": 100,                       # optional, list page size (VMs, subscriptions)
       "lroPolls": 1,                         # optional, status polls answered InProgress per LRO
+      "tenantId": "...",                     # optional, the tenant of subscriptions that name none
+      "subscriptions": [                     # optional: display names (and tenants) of subscriptions;
+        {"subscriptionId": "...",            #   every subscription a scale set names is known anyway,
+         "displayName": "Production",        #   under a generated display name
+         "tenantId": "...",                  # optional
+         "state": "Enabled"}                 # optional
+      ],
       "scaleSets": [
         {
           "subscription": "00000000-0000-0000-0000-000000000000",
@@ -51,6 +58,8 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Union
 from vmss_terminate.clock import SYSTEM_CLOCK, Clock
 
 ORCHESTRATIONS = ("Uniform", "Flexible")
+DEFAULT_TENANT = "11111111-1111-1111-1111-111111111111"
+SUBSCRIPTION_STATES = ("Enabled", "Warned", "PastDue", "Disabled", "Deleted")
 UPGRADE_POLICIES = ("Manual", "Automatic", "Rolling")
 
 Deleter = Callable[["ScaleSetRecord", List["InstanceRecord"]], None]
@@ -82,6 +91,22 @@ def _default_vm_profile(name: str) -> Dict[str, Any]:
                        "managedDisk": {"storageAccountType": "Standard_LRS"}},
         },
     }
+
+
+@dataclass(eq=False)
+class SubscriptionRecord:
+    """A subscription as `GET /subscriptions` lists it. Why kept apart from scale sets: az and the
+    fleet commands list subscriptions (with display names) before they touch any resource."""
+
+    subscription_id: str
+    display_name: str
+    tenant_id: str
+    state: str = "Enabled"
+
+
+def default_display_name(subscription_id: str) -> str:
+    """The display name of a subscription the seed names only through its scale sets."""
+    return f"Emulated subscription {subscription_id[:8]}"
 
 
 @dataclass(eq=False)
@@ -211,14 +236,16 @@ class ArmState:
     """
 
     def __init__(self, clock: Clock = SYSTEM_CLOCK, page_size: int = 100, lro_polls: int = 1,
-                 location: str = "westus") -> None:
+                 location: str = "westus", tenant_id: str = DEFAULT_TENANT) -> None:
         self.clock = clock
+        self.tenant_id = tenant_id
         self.page_size = page_size
         self.lro_polls = lro_polls
         self.location = location
         self.deleter: Optional[Deleter] = None
         self.reenable_ignored = False
         self.lock = threading.RLock()
+        self._subscriptions: Dict[str, SubscriptionRecord] = {}
         self._scale_sets: Dict[Tuple[str, str, str], ScaleSetRecord] = {}
         self._resource_groups: Dict[Tuple[str, str], str] = {}
         self._operations: Dict[str, Operation] = {}
@@ -229,8 +256,27 @@ class ArmState:
 
     # ---------------------------------------------------------------- setup
 
+    def add_subscription(self, subscription_id: str, display_name: Optional[str] = None,
+                         tenant_id: Optional[str] = None, state: Optional[str] = None) -> SubscriptionRecord:
+        """Make a subscription known (idempotent; the fields given replace the stored ones).
+        Unnamed subscriptions get `default_display_name` and the state's `tenant_id`."""
+        with self.lock:
+            record = self._subscriptions.get(subscription_id.lower())
+            if record is None:
+                record = SubscriptionRecord(subscription_id, default_display_name(subscription_id),
+                                            self.tenant_id)
+                self._subscriptions[subscription_id.lower()] = record
+            if display_name is not None:
+                record.display_name = str(display_name)
+            if tenant_id is not None:
+                record.tenant_id = str(tenant_id)
+            if state is not None:
+                record.state = _canonical(state, SUBSCRIPTION_STATES, "subscription state")
+            return record
+
     def add_resource_group(self, subscription: str, resource_group: str) -> None:
         with self.lock:
+            self.add_subscription(subscription)
             self._resource_groups.setdefault((subscription.lower(), resource_group.lower()), resource_group)
 
     def add_scale_set(
@@ -288,6 +334,17 @@ class ArmState:
             self.page_size = int(seed["pageSize"])
         if "lroPolls" in seed:
             self.lro_polls = int(seed["lroPolls"])
+        if "tenantId" in seed:
+            self.tenant_id = str(seed["tenantId"])
+        for index, entry in enumerate(seed.get("subscriptions", [])):
+            if not isinstance(entry, dict) or not entry.get("subscriptionId"):
+                raise ValueError(f"subscriptions[{index}] needs a \"subscriptionId\" "
+                                 f"(and optionally displayName, tenantId, state)")
+            try:
+                self.add_subscription(entry["subscriptionId"], entry.get("displayName"), entry.get("tenantId"),
+                                      entry.get("state"))
+            except ValueError as exc:
+                raise ValueError(f"subscriptions[{index}] ({entry['subscriptionId']}): {exc}") from None
         created = []
         for index, entry in enumerate(seed.get("scaleSets", [])):
             if not isinstance(entry, dict) or not entry.get("name"):
@@ -339,9 +396,18 @@ class ArmState:
                     if (subscription is None or ss.subscription.lower() == subscription.lower())
                     and (resource_group is None or ss.resource_group.lower() == resource_group.lower())]
 
-    def has_subscription(self, subscription: str) -> bool:
+    def subscription(self, subscription_id: str) -> Optional[SubscriptionRecord]:
+        """Case-insensitive lookup, like ARM."""
         with self.lock:
-            return any(sub == subscription.lower() for sub, _ in self._resource_groups)
+            return self._subscriptions.get(subscription_id.lower())
+
+    def subscriptions(self) -> List[SubscriptionRecord]:
+        """Every known subscription, in the order they became known."""
+        with self.lock:
+            return list(self._subscriptions.values())
+
+    def has_subscription(self, subscription: str) -> bool:
+        return self.subscription(subscription) is not None
 
     def has_resource_group(self, subscription: str, resource_group: str) -> bool:
         with self.lock:

@@ -8,7 +8,7 @@ import re
 import time
 from typing import Any, Dict, Optional
 
-from vmss_terminate.emulator.arm.inventory import InstanceRecord, ScaleSetRecord
+from vmss_terminate.emulator.arm.inventory import InstanceRecord, ScaleSetRecord, SubscriptionRecord
 from vmss_terminate.emulator.server import Response
 
 SCHEDULED_EVENTS_MIN_API = "2019-03-01"
@@ -36,6 +36,24 @@ def error(status: int, code: str, message: str, target: Optional[str] = None,
     if target:
         body["target"] = target
     return Response.json(status, {"error": body}, headers)
+
+
+def subscription(sub: SubscriptionRecord) -> Dict[str, Any]:
+    """A subscription as `GET /subscriptions[/{id}]` answers it (Microsoft.Resources, 2022-12-01)."""
+    return {
+        "id": f"/subscriptions/{sub.subscription_id}",
+        "authorizationSource": "RoleBased",
+        "managedByTenants": [],
+        "subscriptionId": sub.subscription_id,
+        "tenantId": sub.tenant_id,
+        "displayName": sub.display_name,
+        "state": sub.state,
+        "subscriptionPolicies": {
+            "locationPlacementId": "Public_2014-09-01",
+            "quotaId": "PayAsYouGo_2014-09-01",
+            "spendingLimit": "Off",
+        },
+    }
 
 
 def scale_set(ss: ScaleSetRecord, api_version: str) -> Dict[str, Any]:
