@@ -47,3 +47,8 @@ def test_wait_until_returns_when_the_check_holds_and_is_bounded_otherwise() -> N
 
     threading.Thread(target=produce).start()
     assert wait_until(condition, lambda: bool(items), 5) is True
+
+
+def test_every_clock_says_its_speed() -> None:
+    from vmss_terminate.clock import SYSTEM_CLOCK
+    assert SYSTEM_CLOCK.speed == 1.0 and ManualClock().speed == 1.0 and ScaledClock(speed=60).speed == 60

@@ -13,6 +13,11 @@ from typing import Callable, Optional, Protocol
 
 
 class Clock(Protocol):
+    #: How many of this clock's seconds pass per real second (1.0 for real time). Code that must
+    #: wait in *real* time for something measured on this clock (a socket timeout, a thread join)
+    #: divides by it.
+    speed: float
+
     def now(self) -> float:
         """Current time as epoch seconds (UTC), on this clock's scale."""
 
@@ -25,6 +30,8 @@ class Clock(Protocol):
 
 class SystemClock:
     """Real time."""
+
+    speed = 1.0
 
     def now(self) -> float:
         return time.time()
@@ -59,7 +66,11 @@ class ScaledClock:
 
 
 class ManualClock:
-    """Time that moves only when a test calls `advance`; `sleep` advances it (no real waiting)."""
+    """Time that moves only when a test calls `advance`; `sleep` advances it (no real waiting).
+
+    `speed` is 1.0: real-time waits made on behalf of this clock (socket timeouts) are not scaled."""
+
+    speed = 1.0
 
     def __init__(self, start: float = 1_700_000_000.0) -> None:
         self._now = start

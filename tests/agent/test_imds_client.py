@@ -7,7 +7,7 @@ from typing import List
 
 import pytest
 
-from vmss_terminate.agent.imds import ForeignEventError, ImdsClient, ImdsError, RateLimiter, check_api_version
+from vmss_terminate.agent.imds import ForeignEventError, ImdsClient, ImdsError, RateLimiter, check_imds_api_version
 from vmss_terminate.clock import ManualClock
 from vmss_terminate.emulator.imds.app import ImdsEmulator, PlacementGroup
 from vmss_terminate.emulator.server import EmulatorServer
@@ -170,7 +170,7 @@ def test_guard_refuses_foreign_and_unknown_events_before_any_post(imds: Imds) ->
 @pytest.mark.parametrize("version", ["2017-11-01", "2018-12-31", "latest", "2019-1-1"])
 def test_old_or_bad_api_versions_are_refused(version: str) -> None:
     with pytest.raises(UsageError):
-        check_api_version(version)
+        check_imds_api_version(version)
 
 
 def test_newer_api_version_is_used_on_the_wire(imds: Imds) -> None:

@@ -1,16 +1,17 @@
 """The agent: a monitor that polls Scheduled Events, and one action pipeline per event
 (ownership filter -> hooks -> approval), in the shape of aws-node-termination-handler.
 
-- The poll loop never dies: IMDS errors are retried with backoff and reported as decisions.
-- Hooks for an event run in a worker thread, so polling continues (new events, a NotBefore that
-  moved, an event that vanished or started).
-- An approval is sent only for an event that is ours (our VM name is in Resources), Scheduled,
-  of a type in `approve_types`, not shared with other VMs (unless `approve_shared`), and whose hooks
-  finished (or failed, with on_hook_failure="approve"). The IMDS client re-checks ownership right
-  before the POST.
-- State per EventId survives restarts (see `state.py`).
-- Everything time-dependent goes through the injected clock; nothing here installs signal
-  handlers, so agents can run in threads (the CLI adds those).
+`Agent` is the loop that wires three parts together:
+- `policy.py` (pure) decides what to do with an event: ignore, run hooks, observe, withhold or
+  approve. An approval is sent only for an event that is ours, Scheduled, of a type in
+  `approve_types`, not shared (unless `approve_shared`), whose hooks finished (or failed, with
+  on_hook_failure="approve"). The IMDS client re-checks ownership right before the POST.
+- `jobs.py` runs the hooks of one event in a worker thread, under the NotBefore deadline, so
+  polling continues (new events, a NotBefore that moved, an event that vanished or started).
+- `journal.py` keeps what happened per EventId across restarts.
+The poll loop never dies: IMDS errors are retried with backoff and reported as decisions.
+Everything time-dependent goes through the injected clock; nothing here installs signal
+handlers, so agents can run in threads (the CLI adds those).
 """
 
 from __future__ import annotations
@@ -21,43 +22,29 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 from vmss_terminate.agent import decisions as D
+from vmss_terminate.agent import policy
 from vmss_terminate.agent.config import AgentConfig
 from vmss_terminate.agent.decisions import Decision, DecisionBus
 from vmss_terminate.agent.events import EVENT_TYPES, Event, EventsDocument, canonical_type
-from vmss_terminate.agent.hooks import (
-    CANCELLED, OK, CommandHook, HookContext, PythonHook, Run, StepResult, WebhookHook,
-)
+from vmss_terminate.agent.hooks import CommandHook, HookContext, PythonHook, WebhookHook
 from vmss_terminate.agent.imds import Backoff, ForeignEventError, ImdsClient, ImdsError, Stopped
-from vmss_terminate.agent.process import process_start_token, stop_orphan
+from vmss_terminate.agent.jobs import JobRunner, Step
 from vmss_terminate.agent.journal import StateStore, resolve_state_file
+from vmss_terminate.agent.process import stop_orphan
 from vmss_terminate.clock import SYSTEM_CLOCK, Clock
 from vmss_terminate.errors import UsageError
 
 log = logging.getLogger(__name__)
 
 Handler = Callable[[Event, HookContext], Any]
-UNKNOWN_NOTICE = 15 * 60.0  # seconds assumed until NotBefore when an event's NotBefore is unreadable
 
 
 @dataclass
-class _Step:
-    name: str
-    hook: Any  # CommandHook | PythonHook | WebhookHook
+class _Seen:
+    """An event in the current document: its latest version and the once-per-event notes said."""
 
-
-@dataclass
-class _Job:
-    """The hooks of one event, running in a worker thread."""
-
-    event_id: str
-    thread: Optional[threading.Thread] = None
-    cancelled: threading.Event = field(default_factory=threading.Event)
-    wake: threading.Event = field(default_factory=threading.Event)
-    done: threading.Event = field(default_factory=threading.Event)
-
-    def cancel(self) -> None:
-        self.cancelled.set()
-        self.wake.set()
+    event: Event
+    said: Set[str] = field(default_factory=set)
 
 
 class Agent:
@@ -78,11 +65,10 @@ class Agent:
         self._handlers: List[Tuple[str, Handler]] = []
         self._commands = [CommandHook(c, i) for i, c in enumerate(self.config.hooks)]
         self._webhook = WebhookHook(self.config.webhook) if self.config.webhook else None
-        self._jobs: Dict[str, _Job] = {}
-        self._known: Dict[str, Event] = {}
-        self._said: Set[Tuple[str, str]] = set()
-        self._lock = threading.RLock()
-        self._approve_lock = threading.Lock()
+        self._seen: Dict[str, _Seen] = {}  # by EventId; guarded by _lock
+        self._lock = threading.Lock()
+        self._approve_lock = threading.Lock()  # approvals come from the loop and from job threads
+        self.jobs = JobRunner(self.config, clock, self.state, self._decide, self._latest, lambda: self.vm_name or "")
         self._stop = threading.Event()
         self._imds_failing = False
         self._retry_reports = 0
@@ -142,7 +128,7 @@ class Agent:
         self._approve_retry_for = retry_for  # one shot: no next poll to try the approval again
         try:
             self.handle_document(document)
-            for job in self._running_jobs():
+            for job in self.jobs.jobs():
                 while not job.done.is_set() and not self._stop.is_set():
                     self.clock.wait(job.done, 1.0)
         finally:
@@ -171,15 +157,11 @@ class Agent:
     def shutdown(self, timeout: float = 30.0) -> None:
         """Stop running hooks (their process trees), leaving them 'started, not finished' in the
         state file, so the next agent reruns them; wait for the workers to exit."""
-        jobs = self._running_jobs()
-        if jobs:
-            self._decide(D.STOPPING, None, f"stopping: interrupting hooks of {len(jobs)} event(s); "
+        running = self.jobs.event_ids()
+        if running:
+            self._decide(D.STOPPING, None, f"stopping: interrupting hooks of {len(running)} event(s); "
                                            f"they rerun when the agent starts again")
-        for job in jobs:
-            job.cancel()
-        for job in jobs:
-            if job.thread is not None:
-                job.thread.join(timeout)
+        self.jobs.cancel_all(timeout)
 
     # -- the pipeline -----------------------------------------------------------------------------
 
@@ -192,12 +174,10 @@ class Agent:
             except Exception:  # one odd event must not stop the others (or the loop)
                 log.exception("handling event %s failed", event.event_id)
         with self._lock:
-            vanished = [eid for eid in self._known if eid not in present]
+            vanished = [eid for eid in self._seen if eid not in present]
             for eid in vanished:
-                del self._known[eid]
-            if vanished:
-                self._said = {s for s in self._said if s[0] not in vanished}
-            running = set(self._jobs)
+                del self._seen[eid]
+        running = set(self.jobs.event_ids())
         for eid in vanished:
             self._decide(D.EVENT_GONE, eid, f"event {eid} left the document (completed or cancelled)")
         self.state.prune(present | running)  # writes the file only when something was dropped
@@ -205,8 +185,12 @@ class Agent:
     def _handle_event(self, event: Event) -> None:
         vm = self.vm_name or ""
         with self._lock:
-            previous = self._known.get(event.event_id)
-            self._known[event.event_id] = event
+            seen = self._seen.get(event.event_id)
+            previous = seen.event if seen is not None else None
+            if seen is None:
+                self._seen[event.event_id] = _Seen(event)
+            else:
+                seen.event = event
         ours = event.names(vm)
         if previous is None:
             self._decide(D.EVENT_SEEN, event.event_id,
@@ -228,26 +212,29 @@ class Agent:
         self._advance(event)
 
     def _advance(self, event: Event) -> None:
-        """Start (or resume) hooks, or approve when there is nothing left to run."""
-        eid = event.event_id
-        with self._lock:
-            if eid in self._jobs:
-                return
-        record = self.state.get(eid)
-        if record.get("approved"):
+        """Ask the policy what to do with an event of ours, and do it."""
+        if self.jobs.running(event.event_id):
             return
         steps = self._steps_for(event)
-        if steps and not record.get("hooks_finished"):
-            # Started, not finished, and no job of ours runs it: an agent stopped mid-hook.
-            if record.get("hooks_started") and not self._resume_interrupted(event, record):
-                return self._maybe_approve(event)
-            self._start_job(event, steps)
-            return
-        if not steps and event.event_type not in self.config.approve_types:
-            self._once(D.OBSERVED, eid, f"{event.event_type} {eid} is ours; observed only "
-                                        f"(no hook subscribed, type not in --approve)", event=event)
-            return
-        self._maybe_approve(event)
+        progress = policy.Progress.from_record(self.state.get(event.event_id))
+        verdict = policy.next_step(event, self.vm_name or "", self.config, progress, has_hooks=bool(steps))
+        if verdict.action == policy.INTERRUPTED:
+            if self._resume_interrupted(event, self.state.get(event.event_id)):
+                self.jobs.start(event, steps, then=self._after_hooks)
+            else:
+                self._maybe_approve(event)
+        elif verdict.action == policy.RUN_HOOKS:
+            self.jobs.start(event, steps, then=self._after_hooks)
+        elif verdict.action == policy.APPROVE:
+            self._maybe_approve(event)
+        else:
+            self._carry_out(event.event_id, verdict)
+
+    def _carry_out(self, event_id: str, verdict: policy.Verdict) -> None:
+        """Report a verdict that sends nothing (observe / withhold), once per event."""
+        if verdict.kind is not None:
+            data = {"others": list(verdict.others)} if verdict.others else {}
+            self._once(verdict.kind, event_id, verdict.message, **data)
 
     def _resume_interrupted(self, event: Event, record: Dict[str, Any]) -> bool:
         """A hook was started but not finished when the previous agent died. Returns True to rerun it."""
@@ -264,123 +251,38 @@ class Agent:
                                          "(rerun_interrupted=False)")
         return False
 
-    def _steps_for(self, event: Event) -> List[_Step]:
-        steps: List[_Step] = []
-        if event.event_type in self.config.hook_events:
-            steps += [_Step(h.name, h) for h in self._commands]
+    def _steps_for(self, event: Event) -> List[Step]:
+        """The hooks of an event, in order: commands, Python handlers, webhook (see hooks.py)."""
+        steps: List[Step] = []
+        commands = policy.command_hooks_apply(event.event_type, self.config)
+        if commands:
+            steps += [Step(h.name, h) for h in self._commands]
         for i, (kind, fn) in enumerate(self._handlers):
-            if kind in ("*", event.event_type):
+            if policy.handler_applies(kind, event.event_type):
                 hook = PythonHook(fn)
-                steps.append(_Step(f"{hook.name}#{i}", hook))
-        if self._webhook is not None and event.event_type in self.config.hook_events:
-            steps.append(_Step(self._webhook.name, self._webhook))
+                steps.append(Step(f"{hook.name}#{i}", hook))
+        if self._webhook is not None and commands:
+            steps.append(Step(self._webhook.name, self._webhook))
         return steps
 
-    def _start_job(self, event: Event, steps: List[_Step]) -> None:
-        job = _Job(event.event_id)
-        job.thread = threading.Thread(target=self._run_job, args=(job, event, steps),
-                                      name=f"hooks:{event.event_id}", daemon=True)
+    def _latest(self, event_id: str) -> Optional[Event]:
         with self._lock:
-            self._jobs[event.event_id] = job
-        job.thread.start()
+            seen = self._seen.get(event_id)
+        return seen.event if seen is not None else None
 
-    def _deadline_of(self, event_id: str, fallback: Optional[float]) -> Optional[float]:
-        with self._lock:
-            event = self._known.get(event_id)
-        not_before = event.not_before if event is not None and event.not_before is not None else fallback
-        return None if not_before is None else not_before - self.config.safety_margin
-
-    def _run_job(self, job: _Job, event: Event, steps: List[_Step]) -> None:
-        """Worker: run the steps, then approve (unless cancelled, or the event vanished/started)."""
-        eid = event.event_id
-        try:
-            if self._run_steps(job, event, steps) and not job.cancelled.is_set():
-                with self._lock:
-                    latest = self._known.get(eid)
-                if latest is not None and latest.scheduled:
-                    self._maybe_approve(latest)
-        except Exception:
-            log.exception("hook worker for %s failed", eid)
-        finally:
-            with self._lock:
-                self._jobs.pop(eid, None)  # only now: run_once waits for the jobs in this dict
-            job.done.set()
-
-    def _run_steps(self, job: _Job, event: Event, steps: List[_Step]) -> bool:
-        """Run the event's steps in order; False if interrupted (agent stopping), else True."""
-        eid, vm = event.event_id, self.vm_name or ""
-        # An unreadable NotBefore must not let a hook run forever: assume the longest Terminate
-        # notice (PT15M) from now.
-        last_not_before = event.not_before if event.not_before is not None else self.clock.now() + UNKNOWN_NOTICE
-        failed: Optional[StepResult] = None
-        try:
-            done = list(self.state.get(eid).get("steps_done", []))
-            for step in steps:
-                if step.name in done:
-                    self._decide(D.HOOK_SKIPPED, eid, f"hook {step.name} already finished before a restart; "
-                                                      f"not rerun", hook=step.name)
-                    continue
-                with self._lock:
-                    latest = self._known.get(eid, event)
-                last_not_before = latest.not_before or last_not_before
-                deadline = self._deadline_of(eid, last_not_before)
-                if deadline is not None and deadline <= self.clock.now():
-                    failed = StepResult("deadline", "too late to start: NotBefore minus safety margin passed")
-                    self._decide(D.HOOK_FAILED, eid, f"hook {step.name} not started: {failed.detail}",
-                                 hook=step.name, outcome=failed.outcome)
-                    break
-                self.state.update(eid, hooks_started=self.state.get(eid).get("hooks_started") or self.clock.now(),
-                                  current_step=step.name, event_type=event.event_type)
-                self._decide(D.HOOK_STARTED, eid, f"hook {step.name} started for {event.event_type} {eid}",
-                             hook=step.name)
-                run = Run(latest, vm, self.clock, lambda: self._deadline_of(eid, last_not_before),
-                          job.cancelled, job.wake, kill_grace=self.config.kill_grace,
-                          on_process=lambda pid: self.state.update(eid, hook_pid=pid,
-                                                                   hook_token=process_start_token(pid)))
-                result = step.hook.run(run)
-                if result.outcome == OK:
-                    done.append(step.name)
-                self.state.update(eid, hook_pid=None, hook_token=None, steps_done=list(done) or None)
-                if result.outcome == CANCELLED:
-                    self._decide(D.HOOK_FAILED, eid, f"hook {step.name} interrupted: agent stopping "
-                                                     f"(reruns on restart)", hook=step.name, outcome=CANCELLED)
-                    return False
-                if result.outcome != OK:
-                    failed = result
-                    self._decide(D.HOOK_FAILED, eid, f"hook {step.name} failed: {result.detail}",
-                                 hook=step.name, outcome=result.outcome, exit_code=result.exit_code)
-                    break
-                self._decide(D.HOOK_FINISHED, eid, f"hook {step.name} finished: {result.detail}",
-                             hook=step.name, exit_code=result.exit_code)
-            self.state.update(eid, hooks_finished=self.clock.now(), hooks_result="failed" if failed else "ok",
-                              current_step=None)
-        except Exception:
-            log.exception("hook worker for %s failed", eid)
-            self.state.update(eid, hooks_finished=self.clock.now(), hooks_result="failed")
-        return True
+    def _after_hooks(self, event_id: str) -> None:
+        """A job's steps are over: approve the event as the latest document shows it, if still Scheduled."""
+        latest = self._latest(event_id)
+        if latest is not None and latest.scheduled:
+            self._maybe_approve(latest)
 
     def _maybe_approve(self, event: Event) -> None:
         eid, vm = event.event_id, self.vm_name or ""
         with self._approve_lock:
             record = self.state.get(eid)
-            if record.get("approved"):
-                return
-            if event.event_type not in self.config.approve_types:
-                self._once(D.APPROVAL_WITHHELD, eid, f"not approving {event.event_type} {eid}: type not in "
-                                                     f"--approve ({', '.join(sorted(self.config.approve_types)) or 'none'})")
-                return
-            if record.get("hooks_result") == "failed" and self.config.on_hook_failure == "wait":
-                self._once(D.APPROVAL_WITHHELD, eid, f"not approving {eid}: a hook failed and "
-                                                     f"--on-hook-failure=wait; it starts at NotBefore")
-                return
-            if not event.names(vm):
-                return  # no longer ours (Resources changed): never approve another VM's event
-            others = event.others(vm)
-            if others and not self.config.approve_shared:
-                self._once(D.SHARED_NOT_APPROVED, eid, f"not approving {event.event_type} {eid}: it also names "
-                                                       f"{', '.join(others)}; approving would release them before "
-                                                       f"they drain (use --approve-shared); it starts at NotBefore",
-                           others=others)
+            verdict = policy.approval(event, vm, self.config, policy.Progress.from_record(record))
+            if verdict.action != policy.APPROVE:
+                self._carry_out(eid, verdict)
                 return
             self.state.update(eid, approval_started=self.clock.now())  # documented in docs/agent.md
             try:  # the client's guard re-checks the latest document (an event that left it: `absent`)
@@ -448,16 +350,14 @@ class Agent:
             self._error_backoff.reset()
             self._decide(D.IMDS_RECOVERED, None, "IMDS answers again")
 
-    def _running_jobs(self) -> List[_Job]:
-        with self._lock:
-            return list(self._jobs.values())
-
     def _once(self, kind: str, event_id: str, message: str, **data: Any) -> None:
-        key = (event_id, kind)
+        """Report `kind` for an event once while it stays in the document."""
         with self._lock:
-            if key in self._said:
-                return
-            self._said.add(key)
+            seen = self._seen.get(event_id)
+            if seen is not None:
+                if kind in seen.said:
+                    return
+                seen.said.add(kind)
         self._decide(kind, event_id, message, **data)
 
     def _decide(self, kind: str, event_id: Optional[str], message: str, event: Optional[Event] = None,

@@ -9,7 +9,7 @@ from typing import Any, Collection, FrozenSet, Optional, Sequence, Tuple
 
 from vmss_terminate.agent.events import parse_types
 from vmss_terminate.agent.hooks import redact_url
-from vmss_terminate.agent.imds import check_api_version, resolve_imds_url, DEFAULT_API_VERSION
+from vmss_terminate.agent.imds import check_imds_api_version, resolve_imds_url, DEFAULT_API_VERSION
 from vmss_terminate.agent.process import check_program, split_command
 from vmss_terminate.errors import UsageError
 
@@ -86,7 +86,7 @@ class AgentConfig:
             hooks=hooks,
             hook_events=frozenset(parse_types(self.hook_events, "--hook-events")),
             approve_types=approved_types(self.approve_types),
-            api_version=check_api_version(self.api_version),
+            api_version=check_imds_api_version(self.api_version),
             vm_name=self.vm_name.strip() if self.vm_name else None,
         )
 

@@ -1,7 +1,7 @@
 """The Scheduled Events document as the agent sees it, and the one ownership rule.
 
-Parsing is tolerant on purpose: IMDS adds fields over api-versions (Description 2019-04-01,
-EventSource 2019-08-01, DurationInSeconds 2020-07-01) and may add event types, so unknown keys are
+Parsing is tolerant on purpose: IMDS adds fields over api-versions (`scheduled_events.EVENT_FIELD_SINCE`)
+and may add event types, so unknown keys are
 kept in `raw` and unknown types are observed like any other. What is *not* tolerated is a document
 without an `Events` list: that is a malformed answer and the client retries it.
 
@@ -19,10 +19,12 @@ from email.utils import parsedate_to_datetime
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 
 from vmss_terminate.errors import UsageError
+from vmss_terminate.scheduled_events import EVENT_TYPES, SCHEDULED, STARTED, STATUSES
 
-EVENT_TYPES = ("Terminate", "Reboot", "Redeploy", "Freeze", "Preempt")
-SCHEDULED = "Scheduled"
-STARTED = "Started"
+__all__ = [
+    "EVENT_TYPES", "SCHEDULED", "STARTED", "MalformedDocument", "parse_not_before", "canonical_type",
+    "canonical_status", "same_name", "Event", "owns", "EventsDocument", "parse_types",
+]
 
 
 class MalformedDocument(ValueError):
@@ -60,7 +62,7 @@ def canonical_type(value: str) -> str:
 def canonical_status(value: Any) -> str:
     """`scheduled` -> `Scheduled`, `STARTED` -> `Started`; other statuses are returned unchanged."""
     text = str(value or "")
-    for known in (SCHEDULED, STARTED):
+    for known in STATUSES:
         if known.lower() == text.lower():
             return known
     return text

@@ -39,13 +39,13 @@ from vmss_terminate import __version__
 from vmss_terminate.agent.events import EventsDocument, MalformedDocument, owns, same_name
 from vmss_terminate.clock import SYSTEM_CLOCK, Clock
 from vmss_terminate.errors import UsageError, VmssTerminateError
+from vmss_terminate.scheduled_events import DEFAULT_API_VERSION, TERMINATE_SINCE
 
 log = logging.getLogger(__name__)
 
 DEFAULT_IMDS_URL = "http://169.254.169.254"
 IMDS_URL_ENV = "VMSS_TERMINATE_IMDS_URL"
-DEFAULT_API_VERSION = "2019-01-01"
-MIN_API_VERSION = "2019-01-01"  # the first Scheduled Events version with Terminate
+MIN_API_VERSION = TERMINATE_SINCE  # the first Scheduled Events version with Terminate
 INSTANCE_API_VERSION = "2021-02-01"
 EVENTS_PATH = "/metadata/scheduledevents"
 INSTANCE_PATH = "/metadata/instance"
@@ -97,8 +97,8 @@ def resolve_imds_url(url: Optional[str] = None) -> str:
     return value
 
 
-def check_api_version(version: str) -> str:
-    """Accept YYYY-MM-DD not older than 2019-01-01 (older versions have no Terminate events)."""
+def check_imds_api_version(version: str) -> str:
+    """The Scheduled Events api-version: accept YYYY-MM-DD not older than 2019-01-01 (older versions have no Terminate events)."""
     text = str(version).strip()
     if not re.match(r"^\d{4}-\d{2}-\d{2}$", text):
         raise UsageError(f"invalid api-version {text!r}: expected YYYY-MM-DD, e.g. {DEFAULT_API_VERSION}")
@@ -195,7 +195,7 @@ class ImdsClient:
         rng: Optional[random.Random] = None,
     ) -> None:
         self.base_url = resolve_imds_url(base_url)
-        self.api_version = check_api_version(api_version)
+        self.api_version = check_imds_api_version(api_version)
         self.clock = clock
         self.connect_timeout = connect_timeout
         self.read_timeout = read_timeout

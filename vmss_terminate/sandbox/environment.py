@@ -31,12 +31,12 @@ from vmss_terminate.emulator.imds.app import ImdsEmulator, PlacementGroup
 from vmss_terminate.emulator.server import EmulatorServer
 from vmss_terminate.errors import UsageError
 from vmss_terminate.sandbox.scheduler import Deletion, DeletionScheduler
+from vmss_terminate.scheduled_events import DEFAULT_SUBSCRIPTION
 from vmss_terminate.sandbox.timeline import Timeline
 from vmss_terminate.timeout import parse_timeout, to_iso
 
 log = logging.getLogger(__name__)
 
-DEFAULT_SUBSCRIPTION = "00000000-0000-0000-0000-000000000000"
 MAX_INSTANCES = 100
 
 HIDDEN_CREDENTIAL_VARS = (
@@ -173,7 +173,7 @@ class Sandbox:
 
     @property
     def speed(self) -> float:
-        return float(getattr(self.clock, "speed", 1.0))
+        return float(self.clock.speed)
 
     def _servers(self) -> ArmServers:
         if self.arm is None:

@@ -329,7 +329,7 @@ class DeletionScheduler:
             self._thread = None
 
     def _run(self) -> None:
-        speed = float(getattr(self.clock, "speed", 1.0))
+        speed = float(self.clock.speed)
         while not self._stop.is_set():
             self._wake.clear()
             try:

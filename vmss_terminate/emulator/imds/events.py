@@ -24,36 +24,20 @@ import time
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
-from email.utils import formatdate, parsedate_to_datetime
+from email.utils import parsedate_to_datetime
 from typing import Any, Callable, Deque, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from vmss_terminate.clock import SYSTEM_CLOCK, Clock
 from vmss_terminate.errors import UsageError
+from vmss_terminate.scheduled_events import (  # re-exported: the emulator's public names
+    EVENT_SOURCES, EVENT_TYPES, MINIMUM_NOTICE, NOT_BEFORE_EXAMPLE, SCHEDULED, STARTED, format_not_before,
+)
 
 log = logging.getLogger(__name__)
 
-EVENT_TYPES = ("Freeze", "Reboot", "Redeploy", "Preempt", "Terminate")
-EVENT_SOURCES = ("Platform", "User")
-SCHEDULED = "Scheduled"
-STARTED = "Started"
-
-MINIMUM_NOTICE: Dict[str, float] = {
-    # The "Minimum notice" table of the Scheduled Events doc; Terminate is user-configurable
-    # (PT5M..PT15M), so its default is the smallest allowed value.
-    "Freeze": 15 * 60.0,
-    "Reboot": 15 * 60.0,
-    "Redeploy": 10 * 60.0,
-    "Preempt": 30.0,
-    "Terminate": 5 * 60.0,
-}
 
 Listener = Callable[[str, "EmulatedEvent"], None]
 TimeLike = Union[float, int, datetime, str, None]
-
-
-def format_not_before(epoch: float) -> str:
-    """RFC 1123, as IMDS writes NotBefore: `Mon, 19 Sep 2016 18:29:47 GMT`."""
-    return formatdate(epoch, usegmt=True)
 
 
 def parse_time(value: TimeLike) -> Optional[float]:
@@ -67,7 +51,7 @@ def parse_time(value: TimeLike) -> Optional[float]:
             return parsedate_to_datetime(value).timestamp()
         except (TypeError, ValueError, IndexError):
             pass
-    raise UsageError(f"invalid NotBefore {value!r}: use epoch seconds or RFC 1123 (Mon, 19 Sep 2016 18:29:47 GMT)")
+    raise UsageError(f"invalid NotBefore {value!r}: use epoch seconds or RFC 1123 ({NOT_BEFORE_EXAMPLE})")
 
 
 @dataclass

@@ -13,7 +13,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence
 
-DEFAULT_SUBSCRIPTION = "00000000-0000-0000-0000-000000000000"
+from vmss_terminate.scheduled_events import DEFAULT_SUBSCRIPTION
+
 DEFAULT_RESOURCE_GROUP = "myresourcegroup"
 DEFAULT_LOCATION = "westeurope"
 

@@ -1,7 +1,8 @@
 """IMDS api-versions and how each one shapes an answer.
 
 Two version families exist (reference: instance-metadata-service excerpts, scheduled-events doc):
-`/metadata/scheduledevents` has its own short list, `/metadata/instance` the long one. A scheduled
+`/metadata/scheduledevents` has its own short list (in `vmss_terminate.scheduled_events`, shared
+with the agent), `/metadata/instance` the long one. A scheduled
 events payload depends on the version: 2019-01-01 (what the agent uses) has no Description,
 EventSource or DurationInSeconds (azure-docs#58422), and older versions do not show event types
 that did not exist yet.
@@ -11,9 +12,15 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Sequence
 
-SCHEDULED_EVENTS_VERSIONS = (
-    "2017-03-01", "2017-08-01", "2017-11-01", "2019-01-01", "2019-04-01", "2019-08-01", "2020-07-01",
+from vmss_terminate.scheduled_events import (
+    EVENT_FIELD_SINCE, EVENT_TYPE_SINCE, SCHEDULED_EVENTS_VERSIONS, UNDERSCORE_UNTIL,
 )
+
+__all__ = [
+    "SCHEDULED_EVENTS_VERSIONS", "INSTANCE_VERSIONS", "BAD_VERSION_MESSAGE", "newest_versions", "bad_version_body",
+    "event_visible", "shape_event", "scheduled_events_document", "COMPUTE_FIELD_SINCE", "shape_compute",
+]
+
 
 INSTANCE_VERSIONS = (
     "2017-03-01", "2017-04-02", "2017-08-01", "2017-10-01", "2017-12-01", "2018-02-01", "2018-04-02",
@@ -28,10 +35,6 @@ BAD_VERSION_MESSAGE = (
     "For more information refer to aka.ms/azureimds"
 )
 
-# Scheduled events: the version that introduced each optional field / event type.
-_EVENT_FIELD_SINCE = {"Description": "2019-04-01", "EventSource": "2019-08-01", "DurationInSeconds": "2020-07-01"}
-_EVENT_TYPE_SINCE = {"Preempt": "2017-11-01", "Terminate": "2019-01-01"}
-_UNDERSCORE_UNTIL = "2017-08-01"  # 2017-08-01 "Removed prepended underscore from resource names for IaaS VMs"
 
 
 def newest_versions(versions: Sequence[str], count: int = 3) -> List[str]:
@@ -45,14 +48,14 @@ def bad_version_body(versions: Sequence[str]) -> Dict[str, Any]:
 
 def event_visible(event_type: str, api_version: str) -> bool:
     """Whether a version knows this event type at all (Terminate needs 2019-01-01)."""
-    since = _EVENT_TYPE_SINCE.get(event_type)
+    since = EVENT_TYPE_SINCE.get(event_type)
     return since is None or api_version >= since
 
 
 def shape_event(wire: Dict[str, Any], api_version: str) -> Dict[str, Any]:
     """Trim the newest wire shape of one event down to what `api_version` returns."""
-    shaped = {k: v for k, v in wire.items() if api_version >= _EVENT_FIELD_SINCE.get(k, "")}
-    if api_version < _UNDERSCORE_UNTIL:
+    shaped = {k: v for k, v in wire.items() if api_version >= EVENT_FIELD_SINCE.get(k, "")}
+    if api_version < UNDERSCORE_UNTIL:
         shaped["Resources"] = ["_" + name for name in shaped["Resources"]]
     return shaped
 

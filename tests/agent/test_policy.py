@@ -1,0 +1,101 @@
+"""The approval policy as pure functions: every rule tested without threads, HTTP or a clock."""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional
+
+import pytest
+
+from vmss_terminate.agent import decisions as D
+from vmss_terminate.agent import policy
+from vmss_terminate.agent.config import AgentConfig
+from vmss_terminate.agent.events import Event
+from vmss_terminate.agent.policy import Progress
+
+VM = "web_1"
+CONFIG = AgentConfig(vm_name=VM, imds_url="http://127.0.0.1:1").validated()
+
+
+def event(resources: Optional[List[str]] = None, status: str = "Scheduled", kind: str = "Terminate",
+          not_before: str = "Mon, 19 Sep 2016 18:29:47 GMT") -> Event:
+    return Event.from_json({"EventId": "E1", "EventType": kind, "Resources": resources or [VM],
+                            "EventStatus": status, "NotBefore": not_before})
+
+
+def config(**kw: Any) -> AgentConfig:
+    return AgentConfig(vm_name=VM, imds_url="http://127.0.0.1:1", **kw).validated()
+
+
+def test_another_vms_event_is_ignored_whatever_the_journal_says() -> None:
+    verdict = policy.next_step(event(["web_2"]), VM, CONFIG, Progress(hooks_finished=True), has_hooks=False)
+    assert verdict.action == policy.IGNORE
+    assert policy.approval(event(["web_2"]), VM, CONFIG, Progress()).action == policy.IGNORE
+
+
+def test_a_started_event_is_never_approved() -> None:
+    assert policy.next_step(event(status="Started", not_before=""), VM, CONFIG, Progress(), False).action == policy.IGNORE
+    assert policy.approval(event(status="Started", not_before=""), VM, CONFIG, Progress()).action == policy.IGNORE
+
+
+def test_hooks_run_before_the_approval_and_an_interrupted_hook_is_flagged() -> None:
+    assert policy.next_step(event(), VM, CONFIG, Progress(), has_hooks=True).action == policy.RUN_HOOKS
+    interrupted = policy.next_step(event(), VM, CONFIG, Progress(hooks_started=True), has_hooks=True)
+    assert interrupted.action == policy.INTERRUPTED
+    finished = policy.next_step(event(), VM, CONFIG, Progress(hooks_started=True, hooks_finished=True), True)
+    assert finished.action == policy.APPROVE
+
+
+def test_an_approved_event_is_done() -> None:
+    assert policy.next_step(event(), VM, CONFIG, Progress(approved=True), has_hooks=True).action == policy.DONE
+
+
+def test_own_terminate_without_hooks_is_approved_at_once() -> None:
+    assert policy.next_step(event(), VM, CONFIG, Progress(), has_hooks=False).action == policy.APPROVE
+
+
+def test_a_type_not_approved_without_hooks_is_only_observed() -> None:
+    verdict = policy.next_step(event(kind="Reboot"), VM, CONFIG, Progress(), has_hooks=False)
+    assert (verdict.action, verdict.kind) == (policy.OBSERVE, D.OBSERVED)
+
+
+def test_a_type_not_approved_after_hooks_is_withheld() -> None:
+    verdict = policy.approval(event(kind="Freeze"), VM, config(hook_events="Freeze"), Progress(hooks_finished=True))
+    assert (verdict.action, verdict.kind) == (policy.WITHHOLD, D.APPROVAL_WITHHELD)
+    assert "type not in --approve (Terminate)" in verdict.message
+
+
+@pytest.mark.parametrize("on_failure,expected", [("approve", policy.APPROVE), ("wait", policy.WITHHOLD)])
+def test_a_failed_hook_approves_or_waits_as_configured(on_failure: str, expected: str) -> None:
+    progress = Progress(hooks_started=True, hooks_finished=True, hooks_failed=True)
+    assert policy.approval(event(), VM, config(on_hook_failure=on_failure), progress).action == expected
+
+
+def test_a_shared_event_is_withheld_unless_approve_shared() -> None:
+    shared = event([VM, "web_2"])
+    verdict = policy.approval(shared, VM, CONFIG, Progress())
+    assert (verdict.action, verdict.kind, verdict.others) == (policy.WITHHOLD, D.SHARED_NOT_APPROVED, ("web_2",))
+    assert policy.approval(shared, VM, config(approve_shared=True), Progress()).action == policy.APPROVE
+
+
+def test_hooks_subscribe_by_type() -> None:
+    assert policy.command_hooks_apply("Terminate", CONFIG) and not policy.command_hooks_apply("Reboot", CONFIG)
+    assert policy.handler_applies("*", "Freeze") and policy.handler_applies("Freeze", "Freeze")
+    assert not policy.handler_applies("Reboot", "Freeze")
+
+
+def test_deadline_is_not_before_minus_the_safety_margin() -> None:
+    assert policy.hook_deadline(1000.0, config(safety_margin=15)) == 985.0
+    assert policy.hook_deadline(None, CONFIG) is None
+    assert policy.too_late_to_start(985.0, 985.0) and not policy.too_late_to_start(985.0, 984.9)
+    assert not policy.too_late_to_start(None, 1e12)
+
+
+def test_an_unreadable_not_before_counts_as_the_longest_terminate_notice() -> None:
+    assert policy.assumed_not_before(event(not_before="garbage"), now=100.0) == 100.0 + 15 * 60
+    assert policy.assumed_not_before(event(), now=100.0) == 1474309787.0
+
+
+def test_progress_reads_the_journal_record() -> None:
+    record: Dict[str, Any] = {"hooks_started": 1.0, "hooks_finished": 2.0, "hooks_result": "failed"}
+    assert Progress.from_record(record) == Progress(hooks_started=True, hooks_finished=True, hooks_failed=True)
+    assert Progress.from_record({}) == Progress()

@@ -1,0 +1,167 @@
+"""The job runner: the hooks of one event, in order, in a worker thread, under a deadline.
+
+One `Job` per event whose hooks run. Its steps run one after another; before each the deadline
+(NotBefore minus the safety margin, re-read so a moved NotBefore counts) is checked, and each
+step's start and end are written to the journal, so an agent that dies mid-hook knows on restart
+which hook to rerun. `cancel()` (the agent stopping) stops the running step and leaves it
+"started, not finished". What happens after the hooks (approval) is not this module's business:
+the runner calls `then(event_id)` when the steps are over and the job was not cancelled.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional
+
+from vmss_terminate.agent import decisions as D
+from vmss_terminate.agent import policy
+from vmss_terminate.agent.config import AgentConfig
+from vmss_terminate.agent.events import Event
+from vmss_terminate.agent.hooks import CANCELLED, OK, Run, StepResult
+from vmss_terminate.agent.journal import StateStore
+from vmss_terminate.agent.process import process_start_token
+from vmss_terminate.clock import Clock
+
+log = logging.getLogger(__name__)
+
+Report = Callable[..., None]  # report(kind, event_id, message, **data): publish a decision
+
+
+@dataclass
+class Step:
+    """One hook to run for an event: a CommandHook, PythonHook or WebhookHook under a name."""
+
+    name: str
+    hook: Any
+
+
+@dataclass
+class Job:
+    """The hooks of one event, running in a worker thread."""
+
+    event_id: str
+    thread: Optional[threading.Thread] = None
+    cancelled: threading.Event = field(default_factory=threading.Event)
+    wake: threading.Event = field(default_factory=threading.Event)
+    done: threading.Event = field(default_factory=threading.Event)
+
+    def cancel(self) -> None:
+        self.cancelled.set()
+        self.wake.set()
+
+
+class JobRunner:
+    """Starts, tracks and cancels the per-event hook jobs (one lock guards the job map)."""
+
+    def __init__(self, config: AgentConfig, clock: Clock, journal: StateStore, report: Report,
+                 latest: Callable[[str], Optional[Event]], vm_name: Callable[[], str]) -> None:
+        self.config = config
+        self.clock = clock
+        self.journal = journal
+        self._report = report
+        self._latest = latest  # the event as the last document showed it (None: it left)
+        self._vm_name = vm_name
+        self._jobs: Dict[str, Job] = {}
+        self._lock = threading.Lock()
+
+    def running(self, event_id: str) -> bool:
+        with self._lock:
+            return event_id in self._jobs
+
+    def jobs(self) -> List[Job]:
+        with self._lock:
+            return list(self._jobs.values())
+
+    def event_ids(self) -> List[str]:
+        with self._lock:
+            return list(self._jobs)
+
+    def start(self, event: Event, steps: List[Step], then: Callable[[str], None]) -> Job:
+        """Run `steps` for `event` in a new thread; `then(event_id)` after them unless cancelled."""
+        job = Job(event.event_id)
+        job.thread = threading.Thread(target=self._work, args=(job, event, steps, then),
+                                      name=f"hooks:{event.event_id}", daemon=True)
+        with self._lock:
+            self._jobs[event.event_id] = job
+        job.thread.start()
+        return job
+
+    def cancel_all(self, timeout: float) -> int:
+        """Cancel every job and wait up to `timeout` real seconds each for its thread; how many there were."""
+        jobs = self.jobs()
+        for job in jobs:
+            job.cancel()
+        for job in jobs:
+            if job.thread is not None:
+                job.thread.join(timeout)
+        return len(jobs)
+
+    def _work(self, job: Job, event: Event, steps: List[Step], then: Callable[[str], None]) -> None:
+        eid = event.event_id
+        try:
+            if self._run_steps(job, event, steps) and not job.cancelled.is_set():
+                then(eid)
+        except Exception:
+            log.exception("hook worker for %s failed", eid)
+        finally:
+            with self._lock:
+                self._jobs.pop(eid, None)  # only now: run_once waits for the jobs in this map
+            job.done.set()
+
+    def _deadline(self, event_id: str, fallback: Optional[float]) -> Optional[float]:
+        latest = self._latest(event_id)
+        not_before = latest.not_before if latest is not None and latest.not_before is not None else fallback
+        return policy.hook_deadline(not_before, self.config)
+
+    def _run_steps(self, job: Job, event: Event, steps: List[Step]) -> bool:
+        """Run the event's steps in order; False if interrupted (agent stopping), else True."""
+        eid, vm = event.event_id, self._vm_name()
+        last_not_before = policy.assumed_not_before(event, self.clock.now())
+        failed: Optional[StepResult] = None
+        journal = self.journal
+        try:
+            done = list(journal.get(eid).get("steps_done", []))
+            for step in steps:
+                if step.name in done:
+                    self._report(D.HOOK_SKIPPED, eid, f"hook {step.name} already finished before a restart; "
+                                                      f"not rerun", hook=step.name)
+                    continue
+                latest = self._latest(eid) or event
+                last_not_before = latest.not_before or last_not_before
+                if policy.too_late_to_start(self._deadline(eid, last_not_before), self.clock.now()):
+                    failed = StepResult("deadline", "too late to start: NotBefore minus safety margin passed")
+                    self._report(D.HOOK_FAILED, eid, f"hook {step.name} not started: {failed.detail}",
+                                 hook=step.name, outcome=failed.outcome)
+                    break
+                journal.update(eid, hooks_started=journal.get(eid).get("hooks_started") or self.clock.now(),
+                               current_step=step.name, event_type=event.event_type)
+                self._report(D.HOOK_STARTED, eid, f"hook {step.name} started for {event.event_type} {eid}",
+                             hook=step.name)
+                fallback = last_not_before
+                run = Run(latest, vm, self.clock, lambda: self._deadline(eid, fallback),
+                          job.cancelled, job.wake, kill_grace=self.config.kill_grace,
+                          on_process=lambda pid: journal.update(eid, hook_pid=pid,
+                                                                hook_token=process_start_token(pid)))
+                result = step.hook.run(run)
+                if result.outcome == OK:
+                    done.append(step.name)
+                journal.update(eid, hook_pid=None, hook_token=None, steps_done=list(done) or None)
+                if result.outcome == CANCELLED:
+                    self._report(D.HOOK_FAILED, eid, f"hook {step.name} interrupted: agent stopping "
+                                                     f"(reruns on restart)", hook=step.name, outcome=CANCELLED)
+                    return False
+                if result.outcome != OK:
+                    failed = result
+                    self._report(D.HOOK_FAILED, eid, f"hook {step.name} failed: {result.detail}",
+                                 hook=step.name, outcome=result.outcome, exit_code=result.exit_code)
+                    break
+                self._report(D.HOOK_FINISHED, eid, f"hook {step.name} finished: {result.detail}",
+                             hook=step.name, exit_code=result.exit_code)
+            journal.update(eid, hooks_finished=self.clock.now(), hooks_result="failed" if failed else "ok",
+                           current_step=None)
+        except Exception:
+            log.exception("hook worker for %s failed", eid)
+            journal.update(eid, hooks_finished=self.clock.now(), hooks_result="failed")
+        return True

@@ -1,0 +1,127 @@
+"""The approval policy: which event may be approved, when, and after which hooks. Pure.
+
+Every function here takes the facts (the event, this VM's name, the config, what the journal
+says about the event's hooks, the time) and returns a verdict; nothing here does I/O, holds a lock
+or starts a thread, so every rule is tested directly (tests/agent/test_policy.py). The agent loop
+(`agent.py`) gathers the facts, asks, and carries the verdict out.
+
+The rules, in order:
+1. Only our own events (our VM name is one of Resources, see `events.owns`) and only while they
+   are Scheduled: a Started event is too late to prepare or approve.
+2. Hooks run first when any subscribes to the event's type; an event already approved is done.
+   A hook recorded as started but not finished was interrupted by an agent restart.
+3. Approve only a type in `approve_types`, not after a failed hook with on_hook_failure=wait, and
+   not an event that also names other VMs unless `approve_shared`.
+4. A hook may start only before its deadline, NotBefore minus the safety margin; an unreadable
+   NotBefore counts as the longest Terminate notice from when the hooks began.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping, Optional, Tuple
+
+from vmss_terminate.agent import decisions as D
+from vmss_terminate.agent.config import AgentConfig
+from vmss_terminate.agent.events import Event
+from vmss_terminate.scheduled_events import MAX_TERMINATE_NOTICE
+
+# What the agent should do with an event (Verdict.action).
+IGNORE = "ignore"        # not ours, not Scheduled, or gone from ours: nothing to do, nothing to say
+DONE = "done"            # already approved
+RUN_HOOKS = "run_hooks"  # start the event's hooks (resume after the ones already finished)
+INTERRUPTED = "interrupted"  # a hook was started by a previous agent and never finished
+OBSERVE = "observe"      # ours, but no hook subscribes and the type is not approved: watch only
+WITHHOLD = "withhold"    # ours, but not approved (reason in `message`, reported once)
+APPROVE = "approve"      # send the approval now
+
+UNKNOWN_NOTICE = MAX_TERMINATE_NOTICE  # seconds assumed until an unreadable NotBefore
+
+
+@dataclass(frozen=True)
+class Progress:
+    """What the journal says about an event's hooks and approval (the policy's memory)."""
+
+    approved: bool = False
+    hooks_started: bool = False
+    hooks_finished: bool = False
+    hooks_failed: bool = False
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> "Progress":
+        return cls(approved=bool(record.get("approved")), hooks_started=bool(record.get("hooks_started")),
+                   hooks_finished=bool(record.get("hooks_finished")),
+                   hooks_failed=record.get("hooks_result") == "failed")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The policy's answer. `kind` is the decision to report for WITHHOLD/OBSERVE (once per event)."""
+
+    action: str
+    message: str = ""
+    kind: Optional[str] = None
+    others: Tuple[str, ...] = ()
+
+
+def command_hooks_apply(event_type: str, config: AgentConfig) -> bool:
+    """`--hook` commands and the webhook run for the types in `hook_events` (default Terminate)."""
+    return event_type in config.hook_events
+
+
+def handler_applies(subscribed: str, event_type: str) -> bool:
+    """A Python handler registered with `Agent.on(subscribed, fn)` runs for this type."""
+    return subscribed in ("*", event_type)
+
+
+def next_step(event: Event, vm_name: str, config: AgentConfig, progress: Progress, has_hooks: bool) -> Verdict:
+    """What to do with `event` now that it is in the document (no job of ours is running its hooks)."""
+    if not event.names(vm_name) or not event.scheduled:
+        return Verdict(IGNORE)
+    if progress.approved:
+        return Verdict(DONE)
+    if has_hooks and not progress.hooks_finished:
+        if progress.hooks_started:
+            return Verdict(INTERRUPTED, "a hook was started by a previous agent and never finished")
+        return Verdict(RUN_HOOKS)
+    if not has_hooks and event.event_type not in config.approve_types:
+        return Verdict(OBSERVE, f"{event.event_type} {event.event_id} is ours; observed only "
+                                f"(no hook subscribed, type not in --approve)", kind=D.OBSERVED)
+    return approval(event, vm_name, config, progress)
+
+
+def approval(event: Event, vm_name: str, config: AgentConfig, progress: Progress) -> Verdict:
+    """Whether `event` may be approved now, its hooks being done (or none subscribed)."""
+    eid = event.event_id
+    if progress.approved:
+        return Verdict(DONE)
+    if event.event_type not in config.approve_types:
+        listed = ", ".join(sorted(config.approve_types)) or "none"
+        return Verdict(WITHHOLD, f"not approving {event.event_type} {eid}: type not in --approve ({listed})",
+                       kind=D.APPROVAL_WITHHELD)
+    if progress.hooks_failed and config.on_hook_failure == "wait":
+        return Verdict(WITHHOLD, f"not approving {eid}: a hook failed and --on-hook-failure=wait; "
+                                 f"it starts at NotBefore", kind=D.APPROVAL_WITHHELD)
+    if not event.names(vm_name) or not event.scheduled:
+        return Verdict(IGNORE)  # no longer ours (Resources changed) or started: never approve it
+    others = tuple(event.others(vm_name))
+    if others and not config.approve_shared:
+        return Verdict(WITHHOLD, f"not approving {event.event_type} {eid}: it also names {', '.join(others)}; "
+                                 f"approving would release them before they drain (use --approve-shared); "
+                                 f"it starts at NotBefore", kind=D.SHARED_NOT_APPROVED, others=others)
+    return Verdict(APPROVE)
+
+
+def assumed_not_before(event: Event, now: float) -> float:
+    """NotBefore, or (unreadable) the longest Terminate notice from `now`: a hook never runs forever."""
+    return event.not_before if event.not_before is not None else now + UNKNOWN_NOTICE
+
+
+def hook_deadline(not_before: Optional[float], config: AgentConfig) -> Optional[float]:
+    """When hooks are stopped: NotBefore minus the safety margin (None: no NotBefore known)."""
+    return None if not_before is None else not_before - config.safety_margin
+
+
+def too_late_to_start(deadline: Optional[float], now: float) -> bool:
+    """A hook is not started once its deadline has passed."""
+    return deadline is not None and deadline <= now

@@ -1,0 +1,61 @@
+"""Facts about Azure Scheduled Events that both sides need, in one place (stdlib only).
+
+The agent (which reads IMDS) and the IMDS emulator (which plays it) import these, so the two can
+never disagree on a type name, a status, the NotBefore format or what an api-version returns.
+Sources: the Scheduled Events doc and the IMDS doc (excerpts in `/work/shared/reference/`).
+"""
+
+from __future__ import annotations
+
+from email.utils import formatdate
+from typing import Dict, Tuple
+
+#: Event types, in the order this project lists them (Terminate first: it is what we drain for).
+EVENT_TYPES: Tuple[str, ...] = ("Terminate", "Reboot", "Redeploy", "Freeze", "Preempt")
+#: Who started an event (`EventSource`, from 2019-08-01).
+EVENT_SOURCES: Tuple[str, ...] = ("Platform", "User")
+
+#: Event statuses. `Scheduled` waits for NotBefore (or an approval); `Started` has NotBefore "".
+SCHEDULED = "Scheduled"
+STARTED = "Started"
+STATUSES: Tuple[str, ...] = (SCHEDULED, STARTED)
+
+#: NotBefore is RFC 1123 in GMT, e.g. `Mon, 19 Sep 2016 18:29:47 GMT` (strftime form).
+NOT_BEFORE_FORMAT = "%a, %d %b %Y %H:%M:%S GMT"
+NOT_BEFORE_EXAMPLE = "Mon, 19 Sep 2016 18:29:47 GMT"
+
+
+def format_not_before(epoch: float) -> str:
+    """RFC 1123, as IMDS writes NotBefore: `Mon, 19 Sep 2016 18:29:47 GMT`."""
+    return formatdate(epoch, usegmt=True)
+
+
+#: The documented `/metadata/scheduledevents` api-versions, oldest first.
+SCHEDULED_EVENTS_VERSIONS: Tuple[str, ...] = (
+    "2017-03-01", "2017-08-01", "2017-11-01", "2019-01-01", "2019-04-01", "2019-08-01", "2020-07-01",
+)
+#: The first version with Terminate events: the agent's default and its minimum.
+TERMINATE_SINCE = "2019-01-01"
+DEFAULT_API_VERSION = TERMINATE_SINCE
+#: The version that introduced each optional event field (2019-01-01 has none of them, azure-docs#58422).
+EVENT_FIELD_SINCE: Dict[str, str] = {
+    "Description": "2019-04-01", "EventSource": "2019-08-01", "DurationInSeconds": "2020-07-01",
+}
+#: The version that introduced each event type that did not exist from the start.
+EVENT_TYPE_SINCE: Dict[str, str] = {"Preempt": "2017-11-01", "Terminate": TERMINATE_SINCE}
+#: Until this version IaaS VM names in Resources had a leading underscore.
+UNDERSCORE_UNTIL = "2017-08-01"
+
+#: The "Minimum notice" table, in seconds. Terminate is user-configurable (PT5M..PT15M); its
+#: default is the smallest allowed value, its maximum the largest.
+MINIMUM_NOTICE: Dict[str, float] = {
+    "Freeze": 15 * 60.0,
+    "Reboot": 15 * 60.0,
+    "Redeploy": 10 * 60.0,
+    "Preempt": 30.0,
+    "Terminate": 5 * 60.0,
+}
+MAX_TERMINATE_NOTICE = 15 * 60.0
+
+#: The subscription id the emulators and the sandbox use when none is given.
+DEFAULT_SUBSCRIPTION = "00000000-0000-0000-0000-000000000000"
