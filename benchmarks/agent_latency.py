@@ -59,7 +59,7 @@ def measure_latency(events: int, poll: float = 1.0) -> List[float]:
                 before = len(group.approvals)
                 added = time.time()
                 eid = group.add_event("Terminate", [VM])
-                if not group.wait_for(lambda: len(group.approvals) > before, 10):
+                if not group.wait_for(lambda n=before: len(group.approvals) > n, 10):
                     raise SystemExit(f"event {eid} was not approved within 10 s")
                 latencies.append(group.approvals[before].at - added)
                 group.wait_for(lambda: not group.events(), 5)  # Started, then removed
@@ -79,6 +79,7 @@ def measure_idle(seconds: float) -> dict:
             tempfile.TemporaryDirectory() as tmp:
         floor_proc = subprocess.Popen([sys.executable, "-c", "import requests, sys; print('ready', flush=True); "
                                        "sys.stdin.read()"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        assert floor_proc.stdout is not None and floor_proc.stdin is not None
         floor_proc.stdout.readline()
         floor = rss_of(psutil.Process(floor_proc.pid))
         floor_proc.stdin.close()

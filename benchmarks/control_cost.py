@@ -48,7 +48,7 @@ def main() -> int:
 
     per_batch = batch.for_total(args.instances)
     expected_posts = math.ceil(args.instances / per_batch)
-    kinds = Counter()
+    kinds: Counter[str] = Counter()
     for request in log:
         if request.method == "PATCH":
             kinds["PATCH scale set"] += 1

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from vmss_terminate.errors import UsageError
 from vmss_terminate.timeout import InvalidTimeout, iso_to_minutes_lenient, normalize_timeout, parse_timeout

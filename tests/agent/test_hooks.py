@@ -13,8 +13,8 @@ from typing import Any, Dict, List
 import pytest
 
 from vmss_terminate.agent.hooks import HookContext
-from vmss_terminate.emulator.server import EmulatorServer, Request, Response
 from vmss_terminate.emulator.imds.events import format_not_before
+from vmss_terminate.emulator.server import EmulatorServer, Request, Response
 
 from .conftest import VM, Imds, Running, make_agent, wait_until
 

@@ -145,7 +145,7 @@ def test_interrupted_hook_is_rerun_unless_disabled(imds: Imds, tmp_path: Path) -
         agent = make_agent(imds.url, state_file=str(path), rerun_interrupted=rerun)
         agent.on("Terminate", drain)
         kinds: List[str] = []
-        agent.subscribe(lambda d: kinds.append(d.kind))
+        agent.subscribe(lambda d, kinds=kinds: kinds.append(d.kind))
         agent.run_once(retry_for=0)
         assert len(calls) == expected_calls
         assert ("hook_rerun" in kinds) is rerun and ("hook_failed" in kinds) is not rerun

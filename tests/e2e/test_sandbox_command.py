@@ -15,6 +15,7 @@ from typing import Any, Dict
 import pytest
 from e2e_helpers import imds_events
 from helpers import interrupt, invoke_cli
+
 from vmss_terminate.cli import main
 from vmss_terminate.control import Connection, status
 

@@ -11,6 +11,7 @@ import pytest
 import requests
 from e2e_helpers import compute_client, imds_events, resources_by_event, running
 from helpers import invoke_cli
+
 from vmss_terminate.cli import main
 from vmss_terminate.control import UpgradeOptions, disable, enable, status
 from vmss_terminate.control.client import ScaleSetClient

@@ -13,8 +13,7 @@ from pathlib import Path
 from typing import List
 
 import pytest
-from helpers import invoke_cli
-from helpers import interrupt
+from helpers import interrupt, invoke_cli
 
 from vmss_terminate.cli import main
 from vmss_terminate.commands.emulator_imds import SCHEDULED_EVENTS_QUERY

@@ -45,7 +45,7 @@ def _resources() -> Dict[str, Any]:
     found = {}
     for block in _load("main.tf")["resource"]:
         for kind, named in block.items():
-            for name, body in named.items():
+            for body in named.values():
                 found[_unquote(kind)] = body
     return found
 

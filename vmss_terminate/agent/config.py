@@ -9,7 +9,7 @@ from typing import Any, Collection, FrozenSet, Optional, Sequence, Tuple
 
 from vmss_terminate.agent.events import parse_types
 from vmss_terminate.agent.hooks import redact_url
-from vmss_terminate.agent.imds import check_imds_api_version, resolve_imds_url, DEFAULT_API_VERSION
+from vmss_terminate.agent.imds import DEFAULT_API_VERSION, check_imds_api_version, resolve_imds_url
 from vmss_terminate.agent.process import check_program, split_command
 from vmss_terminate.errors import UsageError
 

@@ -106,7 +106,8 @@ class Event:
             duration = int(duration) if duration is not None and duration != "" else None
         except (TypeError, ValueError):
             duration = None
-        not_before_raw = data.get("NotBefore") if isinstance(data.get("NotBefore"), str) else ""
+        raw = data.get("NotBefore")
+        not_before_raw = raw if isinstance(raw, str) else ""
         return cls(
             event_id=data["EventId"],
             event_type=canonical_type(str(data.get("EventType") or "")),

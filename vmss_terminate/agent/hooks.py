@@ -68,7 +68,7 @@ class Run:
     cancelled: threading.Event
     wake: threading.Event
     kill_grace: float = 5.0
-    on_process: Optional[Callable[[int], None]] = None
+    on_process: Optional[Callable[[int], object]] = None  # its result is ignored
 
     def wait(self, finished: Callable[[], bool]) -> str:
         """Wait until `finished()`, the deadline or cancellation; returns ok|deadline|cancelled."""

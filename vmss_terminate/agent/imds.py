@@ -51,7 +51,7 @@ EVENTS_PATH = "/metadata/scheduledevents"
 INSTANCE_PATH = "/metadata/instance"
 
 GONE_RETRY_SECONDS = 70.0  # the IMDS doc: on 410 "retry after some time for a max of 70 seconds"
-_NO_PROXY = {"http": None, "https": None}
+_NO_PROXY: Dict[str, Any] = {"http": None, "https": None}
 _FORBIDDEN_HEADERS = ("x-forwarded-for",)
 
 

@@ -140,7 +140,7 @@ class JobRunner:
                 self._report(D.HOOK_STARTED, eid, f"hook {step.name} started for {event.event_type} {eid}",
                              hook=step.name)
                 fallback = last_not_before
-                run = Run(latest, vm, self.clock, lambda: self._deadline(eid, fallback),
+                run = Run(latest, vm, self.clock, lambda: self._deadline(eid, fallback),  # noqa: B023 (used now)
                           job.cancelled, job.wake, kill_grace=self.config.kill_grace,
                           on_process=lambda pid: journal.update(eid, hook_pid=pid,
                                                                 hook_token=process_start_token(pid)))

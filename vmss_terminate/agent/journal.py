@@ -125,7 +125,7 @@ class StateStore:
         if self.path == MEMORY or not os.path.exists(self.path):
             return
         try:
-            with open(self.path, "r", encoding="utf-8") as handle:
+            with open(self.path, encoding="utf-8") as handle:
                 data = json.load(handle)
             events = data.get("events") if isinstance(data, dict) else None
             if not isinstance(events, dict):

@@ -32,7 +32,7 @@ class JsonFormatter(logging.Formatter):
 
 
 class TextFormatter(logging.Formatter):
-    converter = time.gmtime
+    converter = time.gmtime  # type: ignore[assignment]  # typeshed: gmtime(secs=None) vs converter(secs)
 
     def __init__(self) -> None:
         super().__init__("%(asctime)sZ %(levelname)-7s %(message)s", "%Y-%m-%dT%H:%M:%S")

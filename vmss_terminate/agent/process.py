@@ -104,7 +104,7 @@ def _stop_tree_posix(proc: subprocess.Popen, grace: float) -> None:
 
 def _stop_tree_windows(proc: subprocess.Popen, grace: float) -> None:
     try:
-        proc.send_signal(getattr(signal, "CTRL_BREAK_EVENT"))
+        proc.send_signal(getattr(signal, "CTRL_BREAK_EVENT"))  # noqa: B009 (Windows only; mypy on POSIX)
         proc.wait(timeout=grace)
     except (subprocess.TimeoutExpired, OSError, ValueError, AttributeError):
         pass
@@ -134,7 +134,7 @@ def process_start_token(pid: int) -> Optional[str]:
     so it is never signalled).
     """
     try:
-        with open(f"/proc/{pid}/stat", "r", encoding="ascii", errors="replace") as handle:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
             fields = handle.read().rsplit(")", 1)[1].split()
         return fields[19]  # field 22 (starttime), counted after the "(comm)" field
     except (OSError, IndexError):

@@ -56,7 +56,9 @@ def heading(path: Tuple[str, ...]) -> str:
 
 def render(root: Optional[click.Command] = None) -> str:
     if root is None:
-        from vmss_terminate.cli import main as root
+        from vmss_terminate.cli import main
+
+        root = main
     lines: List[str] = [HEADER]
     for path, command in walk(root):
         ctx = click.Context(command, info_name=path[-1])

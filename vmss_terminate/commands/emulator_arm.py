@@ -9,9 +9,9 @@ from typing import Optional, Tuple
 
 import click
 
+from vmss_terminate.commands.foreground import Foreground
 from vmss_terminate.commands.options import fault_option
 from vmss_terminate.emulator.faults import Fault
-from vmss_terminate.commands.foreground import Foreground
 from vmss_terminate.errors import UsageError
 
 

@@ -14,13 +14,12 @@ from typing import Dict, List, Optional, Tuple
 
 import click
 
+from vmss_terminate.commands.foreground import Foreground
 from vmss_terminate.commands.options import fault_option
 from vmss_terminate.emulator.faults import Fault
-from vmss_terminate.commands.foreground import Foreground
 from vmss_terminate.emulator.imds.app import Approval, EmulatedEvent, ImdsEmulator, PlacementGroup
 from vmss_terminate.emulator.imds.launch import load_scenario, parse_event_spec, start_imds
 from vmss_terminate.emulator.server import EmulatorServer
-
 
 DEFAULT_VM_NAME = "myvmss_0"
 SCHEDULED_EVENTS_QUERY = "/metadata/scheduledevents?api-version=2019-01-01"

@@ -12,8 +12,8 @@ from typing import Optional
 
 import click
 
-from vmss_terminate.commands.options import TIMEOUT, echo_json
 from vmss_terminate.commands.foreground import Foreground
+from vmss_terminate.commands.options import TIMEOUT, echo_json
 from vmss_terminate.errors import VmssTerminateError
 from vmss_terminate.timeout import to_iso
 
@@ -82,8 +82,8 @@ def sandbox(instances: int, timeout: int, no_feature: bool, speed: float, port_b
     """Keep a local sandbox running (ARM, token endpoint, one IMDS per instance) and print the
     environment that points the CLI, the Azure SDK and agents at it, to try your own hooks.
     Deleting instances (scale-in, delete) publishes Terminate events; the timeline is printed live."""
-    from vmss_terminate.sandbox.environment import Sandbox, SandboxConfig
     from vmss_terminate.sandbox.agents import demo_hook_command
+    from vmss_terminate.sandbox.environment import Sandbox, SandboxConfig
     from vmss_terminate.sandbox.timeline import format_entry
 
     config = SandboxConfig(instances=instances, timeout_minutes=None if no_feature else timeout, speed=speed,

@@ -22,7 +22,6 @@ from typing import List, NamedTuple, Optional, Sequence, Tuple, Union
 from vmss_terminate.clock import SYSTEM_CLOCK, Clock
 from vmss_terminate.control import body as patch
 from vmss_terminate.control.client import ArmRequestError, Connection, ScaleSetClient
-from vmss_terminate.control.results import ChangeResult, Plan, StatusResult
 from vmss_terminate.control.profile import (
     InstanceState,
     ProfileState,
@@ -31,6 +30,7 @@ from vmss_terminate.control.profile import (
     parse_profile,
     parse_scale_set,
 )
+from vmss_terminate.control.results import ChangeResult, Plan, StatusResult
 from vmss_terminate.control.upgrade import (
     MANUAL,
     PLATFORM,

@@ -19,8 +19,8 @@ from typing import Any, Callable, Dict, List, Optional
 
 from vmss_terminate.clock import ScaledClock
 from vmss_terminate.errors import UsageError
-from vmss_terminate.sandbox.environment import Sandbox, SandboxConfig
 from vmss_terminate.sandbox.agents import POLL_REAL_SECONDS, AgentFleet, demo_hook_command
+from vmss_terminate.sandbox.environment import Sandbox, SandboxConfig
 from vmss_terminate.sandbox.timeline import HEADER as TIMELINE_HEADER
 from vmss_terminate.sandbox.timeline import Entry, Timeline
 from vmss_terminate.timeout import parse_timeout, to_iso
@@ -164,7 +164,7 @@ def _check(sandbox: Sandbox, removed: List[str]) -> Optional[str]:
             return f"{vm} got no Terminate event (its model has no notification)"
         if deletion.approved_by != vm:
             hint = ""
-            if deletion.start_reason.startswith("NotBefore passed"):
+            if deletion.start_reason.startswith("NotBefore passed") and deletion.timeout_s is not None:
                 hint = ("; its NotBefore passed before its agent drained and approved it: lower --speed "
                         f"(x{sandbox.speed:g} runs the timeout in {deletion.timeout_s / sandbox.speed:.2f} real s)")
             return f"{vm} was not approved by its own agent ({deletion.start_reason}){hint}"

@@ -31,8 +31,8 @@ from vmss_terminate.emulator.imds.app import ImdsEmulator, PlacementGroup
 from vmss_terminate.emulator.server import EmulatorServer
 from vmss_terminate.errors import UsageError
 from vmss_terminate.sandbox.scheduler import Deletion, DeletionScheduler
-from vmss_terminate.scheduled_events import DEFAULT_SUBSCRIPTION
 from vmss_terminate.sandbox.timeline import Timeline
+from vmss_terminate.scheduled_events import DEFAULT_SUBSCRIPTION
 from vmss_terminate.timeout import parse_timeout, to_iso
 
 log = logging.getLogger(__name__)
@@ -141,7 +141,8 @@ class Sandbox:
         self.timeline.record(
             "sandbox", "sandbox_started", "",
             f"scale set {cfg.name}: {cfg.instances} instances, Manual upgrade policy, "
-            + (f"terminate notification {to_iso(cfg.timeout_minutes)}" if profile else "no terminate notification")
+            + (f"terminate notification {to_iso(cfg.timeout_minutes)}" if cfg.timeout_minutes is not None
+               else "no terminate notification")
             + f"; clock x{self.speed:g}",
         )
         return self

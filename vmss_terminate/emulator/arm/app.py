@@ -92,8 +92,8 @@ from vmss_terminate.emulator.arm.inventory import (
     Operation,
     ScaleSetRecord,
 )
-from vmss_terminate.emulator.server import EmulatorServer, Request, Response
 from vmss_terminate.emulator.arm.token import ARM_AUDIENCES, TokenEndpoint, credential_env, identity_endpoint
+from vmss_terminate.emulator.server import EmulatorServer, Request, Response
 from vmss_terminate.timeout import MAX_MINUTES, MIN_MINUTES, iso_to_minutes_lenient
 
 __all__ = [
@@ -460,7 +460,7 @@ def _json_object(request: Request) -> Dict[str, Any]:
         body = request.json() if request.body else {}
     except ValueError as exc:
         raise _refuse(400, "InvalidRequestContent",
-                      f"The request content was invalid and could not be deserialized: '{exc}'.")
+                      f"The request content was invalid and could not be deserialized: '{exc}'.") from None
     if not isinstance(body, dict):
         raise _refuse(400, "InvalidRequestContent",
                       "The request content was invalid and could not be deserialized: expected a JSON object.")

@@ -30,7 +30,13 @@ from typing import Any, Callable, Deque, Dict, List, Mapping, Optional, Sequence
 from vmss_terminate.clock import SYSTEM_CLOCK, Clock
 from vmss_terminate.errors import UsageError
 from vmss_terminate.scheduled_events import (  # re-exported: the emulator's public names
-    EVENT_SOURCES, EVENT_TYPES, MINIMUM_NOTICE, NOT_BEFORE_EXAMPLE, SCHEDULED, STARTED, format_not_before,
+    EVENT_SOURCES,
+    EVENT_TYPES,
+    MINIMUM_NOTICE,
+    NOT_BEFORE_EXAMPLE,
+    SCHEDULED,
+    STARTED,
+    format_not_before,
 )
 
 log = logging.getLogger(__name__)

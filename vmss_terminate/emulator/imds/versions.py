@@ -13,7 +13,10 @@ from __future__ import annotations
 from typing import Any, Dict, List, Sequence
 
 from vmss_terminate.scheduled_events import (
-    EVENT_FIELD_SINCE, EVENT_TYPE_SINCE, SCHEDULED_EVENTS_VERSIONS, UNDERSCORE_UNTIL,
+    EVENT_FIELD_SINCE,
+    EVENT_TYPE_SINCE,
+    SCHEDULED_EVENTS_VERSIONS,
+    UNDERSCORE_UNTIL,
 )
 
 __all__ = [
