@@ -113,19 +113,15 @@ def test_the_package_root_is_cheap() -> None:
 def test_agent_cli_path_loads_no_azure() -> None:
     """`vmss-terminate agent events` against an IMDS emulator: the real command path, lazy imports
     included, runs without the Azure SDK (the lean install has none)."""
-    group, servers = start_imds(vm_names=["vm0"])
-    try:
+    with start_imds(vm_names=["vm0"]) as imds:
         code = (
             "from vmss_terminate.cli import main\n"
             "try:\n"
-            f"    main(['agent', 'events', '-o', 'json', '--imds-url', {servers[0].url!r}, '--vm-name', 'vm0'])\n"
+            f"    main(['agent', 'events', '-o', 'json', '--imds-url', {imds.urls[0]!r}, '--vm-name', 'vm0'])\n"
             "except SystemExit as exc:\n"
             "    assert not exc.code, exc.code\n"
         )
         loaded = _loaded_after(code)
-    finally:
-        for server in servers:
-            server.stop()
     assert "vmss_terminate.agent.ops" in loaded
     assert [m for m in loaded if m.startswith("azure")] == []
     commands_agent = _loaded_after("import vmss_terminate.commands.agent")

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from vmss_terminate.control import body
-from vmss_terminate.control.client import CLOUDS, check_api_version, resolve_endpoint
+from vmss_terminate.control.client import CLOUDS, check_compute_api_version, resolve_endpoint
 from vmss_terminate.control.upgrade import BatchSize
 from vmss_terminate.emulator.arm.app import ArmServers, ArmState
 from vmss_terminate.errors import UsageError
@@ -105,11 +105,11 @@ def test_custom_endpoint_keeps_cloud_scope_unless_overridden() -> None:
 
 
 def test_api_version_check() -> None:
-    assert check_api_version(None) is None
-    assert check_api_version("2019-03-01") == "2019-03-01"
-    assert check_api_version("2024-11-01-preview") == "2024-11-01-preview"
+    assert check_compute_api_version(None) is None
+    assert check_compute_api_version("2019-03-01") == "2019-03-01"
+    assert check_compute_api_version("2024-11-01-preview") == "2024-11-01-preview"
     with pytest.raises(UsageError):
-        check_api_version("2019-01-01")
+        check_compute_api_version("2019-01-01")
 
 
 def test_batch_size_arithmetic() -> None:

@@ -12,7 +12,7 @@ import pytest
 
 from vmss_terminate.clock import ManualClock
 from vmss_terminate.emulator.imds.app import PlacementGroup
-from vmss_terminate.sandbox.scheduler import DeletionScheduler, plan
+from vmss_terminate.sandbox.scheduler import DeletionScheduler, plan_deletions
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -128,4 +128,4 @@ def test_plan_reports_next_wake_up() -> None:
     scheduler = DeletionScheduler(group, clock=clock)
     scheduler.request("ss", "1", "a_1", timeout_s=300)
     scheduler.request("ss", "2", "a_2", timeout_s=600)
-    assert plan(scheduler.deletions(), clock.now()).wake_at == 300
+    assert plan_deletions(scheduler.deletions(), clock.now()).wake_at == 300

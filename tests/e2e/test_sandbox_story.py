@@ -15,7 +15,7 @@ from helpers import invoke_cli
 from vmss_terminate.cli import main
 from vmss_terminate.control import UpgradeOptions, disable, enable, status
 from vmss_terminate.control.client import ScaleSetClient
-from vmss_terminate.sandbox import AgentFleet, DemoOptions, Sandbox, demo_hook_command, run_demo
+from vmss_terminate.sandbox import DemoOptions, Sandbox, SandboxAgents, demo_hook_command, run_demo
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -69,9 +69,9 @@ def test_unapproved_pending_deletion_holds_back_an_approved_one() -> None:
             enable(rg, name, 10, connection=box.connection(), options=UpgradeOptions(upgrade=False))
             with ScaleSetClient(box.connection(), rg, name) as client:
                 client.manual_upgrade(["2"])
-        fleet = AgentFleet(box, vm_names=["myvmss_2"]).start()  # myvmss_3 has no agent: never approves
+        agents = SandboxAgents(box, vm_names=["myvmss_2"]).start()  # myvmss_3 has no agent: never approves
         try:
-            assert fleet.wait_ready(10)
+            assert agents.wait_ready(10)
             with compute_client(box) as compute:
                 first = compute.virtual_machine_scale_sets.begin_delete_instances(rg, name, {"instanceIds": ["3"]})
                 assert box.timeline.wait_for(lambda es: any(e.kind == "event_published" for e in es), 5)
@@ -80,7 +80,7 @@ def test_unapproved_pending_deletion_holds_back_an_approved_one() -> None:
                 first.result()
                 second.result()  # the delete LROs end once the instances are gone
         finally:
-            fleet.stop()
+            agents.stop()
         blocker, held = box.scheduler.find("myvmss_3"), box.scheduler.find("myvmss_2")
         assert blocker is not None and held is not None
         assert blocker.approved_at is None and blocker.start_reason == "NotBefore passed without approval"
@@ -159,9 +159,9 @@ def test_never_upgraded_instance_gets_no_event_and_goes_at_once() -> None:
 def test_after_disable_and_upgrade_deletions_are_immediate() -> None:
     with running(instances=3, timeout_minutes=5, speed=10.0, delete_duration=5.0) as box:
         rg, name = box.config.resource_group, box.config.name
-        fleet = AgentFleet(box).start()
+        agents = SandboxAgents(box).start()
         try:
-            assert fleet.wait_ready(10)
+            assert agents.wait_ready(10)
             with box.azure_env():
                 result = disable(rg, name, connection=box.connection())
             assert result.changed
@@ -169,7 +169,7 @@ def test_after_disable_and_upgrade_deletions_are_immediate() -> None:
                 client.patch(b'{"sku": {"capacity": 1}}')
             assert box.scheduler.wait_deleted(["myvmss_1", "myvmss_2"], 10)
         finally:
-            fleet.stop()
+            agents.stop()
         for vm in ("myvmss_1", "myvmss_2"):
             d = box.scheduler.find(vm)
             assert d.event_id is None and d.start_reason.startswith("no terminate notification")

@@ -6,6 +6,7 @@ import json
 import os
 import queue
 import re
+import socket
 import subprocess
 import sys
 import threading
@@ -171,24 +172,22 @@ def test_parse_event_spec() -> None:
 
 def test_start_imds_python_api(imds) -> None:
     seen: List[str] = []
-    group, servers = start_imds(["myvmss_0", "myvmss_1"], rate_limit=None, started_ttl=5,
-                                events=[{"event_type": "Terminate", "resources": ["myvmss_0"], "not_before_in": 60}],
-                                listener=lambda kind, event: seen.append(kind))
-    try:
+    with start_imds(["myvmss_0", "myvmss_1"], rate_limit=None, started_ttl=5,
+                    events=[{"event_type": "Terminate", "resources": ["myvmss_0"], "not_before_in": 60}],
+                    listener=lambda kind, event: seen.append(kind)) as running:
+        group, servers = running.group, running.servers
         assert seen == ["added"] and len(servers) == 2
         assert servers[0].port != servers[1].port
+        assert running.urls == [servers[0].url, servers[1].url] and running.url_of("myvmss_1") == servers[1].url
         [event] = group.events()
         assert 59 <= event.not_before - group.clock.now() <= 60
         assert imds.events(servers[1])["Events"][0]["EventId"] == event.event_id
-    finally:
-        for server in servers:
-            server.stop()
+    for server in servers:  # the context manager stopped every server
+        with pytest.raises(OSError):
+            socket.create_connection((server.address, server.port), timeout=5).close()
 
 
 def test_start_imds_reports_a_busy_port() -> None:
-    group, servers = start_imds(["a"])
-    try:
+    with start_imds(["a"]) as running:
         with pytest.raises(UsageError, match="cannot listen"):
-            start_imds(["b"], port=servers[0].port)
-    finally:
-        servers[0].stop()
+            start_imds(["b"], port=running.servers[0].port)

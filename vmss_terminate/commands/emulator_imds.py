@@ -139,8 +139,9 @@ def imds_command(vm_names: Tuple[str, ...], host: str, port: int, vmss_name: Opt
         seeded += load_scenario(scenario)
     console = _Console()
     with Foreground() as foreground:  # before start: a SIGTERM during start-up still stops the servers
-        group, servers = start_imds(vm_names, host, port, vmss_name, first_call_delay, rate_limit or None,
-                                    started_ttl, not no_auto_start, seeded, listener=console.on_change)
+        running = start_imds(vm_names, host, port, vmss_name, first_call_delay, rate_limit or None,
+                             started_ttl, not no_auto_start, seeded, listener=console.on_change)
+        group, servers = running.group, running.servers
         for server in servers:  # each VM's endpoint gets its own copy (a fault counts its uses)
             for fault in faults:
                 server.faults.add(replace(fault))
@@ -154,8 +155,7 @@ def imds_command(vm_names: Tuple[str, ...], host: str, port: int, vmss_name: Opt
             console.ready(group)
             foreground.wait(every)
         finally:
-            for server in servers:
-                server.stop()
+            running.stop()
             approvals = group.approvals
             click.echo(f"stopped; {len(approvals)} approval(s)" + (":" if approvals else ""))
             for approval in approvals:

@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import List, NamedTuple, Optional, Sequence, Tuple, Union
 
 from vmss_terminate.clock import SYSTEM_CLOCK, Clock
-from vmss_terminate.control import body as patch
+from vmss_terminate.control import body
 from vmss_terminate.control.client import ArmRequestError, Connection, ScaleSetClient
 from vmss_terminate.control.profile import (
     InstanceState,
@@ -143,14 +143,14 @@ def _check_inputs(action: str, timeout: Optional[Union[int, str]]) -> Optional[i
 def _desired(action: str, before: ProfileState, minutes: Optional[int], resource: str) -> Tuple[ProfileState, bool, bytes]:
     """(desired profile, whether a PATCH is needed, the PATCH bytes)."""
     if action == DISABLE:
-        return ProfileState.desired(False, None), not before.is_off, patch.patch_bytes(False, None)
+        return ProfileState.desired(False, None), not before.is_off, body.patch_bytes(False, None)
     assert minutes is not None
     if action == RETIME and not before.enabled:
         raise VmssTerminateError(
             f"retime: terminate notifications are not enabled on {resource} ({before.describe()}); "
             f"use `vmss-terminate enable --timeout {minutes}m` instead"
         )
-    return ProfileState.desired(True, minutes), not before.is_enabled_with(minutes), patch.patch_bytes(True, minutes)
+    return ProfileState.desired(True, minutes), not before.is_enabled_with(minutes), body.patch_bytes(True, minutes)
 
 
 def _prepare(
@@ -162,7 +162,7 @@ def _prepare(
     after the PATCH instead (it is what the upgrade needs), saving one full paged listing.
     """
     state = parse_scale_set(client.get())
-    desired, change, body = _desired(action, state.profile, minutes, client.resource)
+    desired, change, payload = _desired(action, state.profile, minutes, client.resource)
     if applying and change and options.upgrade:
         upgrade_plan = make_plan(state.upgrade_mode, [], options)  # replaced by the caller after the PATCH
     else:
@@ -182,10 +182,10 @@ def _prepare(
         desired=desired,
         profile_change=change,
         request=request,
-        patch_body=body.decode("utf-8") if change else None,
+        patch_body=payload.decode("utf-8") if change else None,
         upgrade=upgrade_plan,
     )
-    return result, state, body
+    return result, state, payload
 
 
 def _change(
@@ -201,12 +201,12 @@ def _change(
 ) -> ChangeResult:
     minutes = _check_inputs(action, timeout)
     with ScaleSetClient(connection, resource_group, name) as client:
-        the_plan, state, body = _prepare(client, action, minutes, options, applying=not dry_run)
+        the_plan, state, payload = _prepare(client, action, minutes, options, applying=not dry_run)
         if dry_run:
             return ChangeResult(action, changed=False, dry_run=True, plan=the_plan)
         after = state.profile
         if the_plan.profile_change:
-            client.patch(body)
+            client.patch(payload)
             after = parse_profile(client.get())
             _check_applied(action, the_plan.desired, after, client.resource)
             if options.upgrade:  # the new model made instances stale: plan from the list read now

@@ -26,7 +26,7 @@ from urllib.parse import urlsplit
 from vmss_terminate.errors import AzureError, UsageError
 from vmss_terminate.net import is_loopback_host, is_loopback_http, is_loopback_url
 
-MIN_API_VERSION = "2019-03-01"
+MIN_COMPUTE_API_VERSION = "2019-03-01"
 OLD_API_REASON = "Could not find member 'scheduledEventsProfile' on object of type 'VirtualMachineProfile'"
 
 # name -> (resource manager endpoint, token audience, Entra authority host)
@@ -57,17 +57,17 @@ CREDENTIAL_HELP = (
 _API_VERSION = re.compile(r"^(\d{4}-\d{2}-\d{2})(-preview)?$")
 
 
-def check_api_version(api_version: Optional[str]) -> Optional[str]:
+def check_compute_api_version(api_version: Optional[str]) -> Optional[str]:
     """Validate a pinned compute api-version; None keeps the SDK's own (its newest)."""
     if api_version is None:
         return None
     text = api_version.strip()
     match = _API_VERSION.match(text)
     if not match:
-        raise UsageError(f"invalid --api-version {api_version!r}: expected YYYY-MM-DD (e.g. {MIN_API_VERSION})")
-    if match.group(1) < MIN_API_VERSION:
+        raise UsageError(f"invalid --api-version {api_version!r}: expected YYYY-MM-DD (e.g. {MIN_COMPUTE_API_VERSION})")
+    if match.group(1) < MIN_COMPUTE_API_VERSION:
         raise UsageError(
-            f"--api-version {text} is too old: terminate notifications need compute API >= {MIN_API_VERSION} "
+            f"--api-version {text} is too old: terminate notifications need compute API >= {MIN_COMPUTE_API_VERSION} "
             f"(Azure answers \"{OLD_API_REASON}\")"
         )
     return text
@@ -121,7 +121,7 @@ class Connection:
     credential: Any = None
 
     def resolve(self) -> "ResolvedConnection":
-        api_version = check_api_version(self.api_version)
+        api_version = check_compute_api_version(self.api_version)
         base_url, scope = resolve_endpoint(self.arm_endpoint, self.cloud, self.scope)
         subscription = (self.subscription_id or "").strip()
         if not subscription:

@@ -2,26 +2,26 @@
 scale-in produces Terminate events, agents drain and approve, and instances are deleted by
 Azure's documented rules -- on a clock that can run a PT5M timeout in seconds.
 
-    from vmss_terminate.sandbox import Sandbox, SandboxConfig, AgentFleet, run_demo, DemoOptions
+    from vmss_terminate.sandbox import Sandbox, SandboxConfig, SandboxAgents, run_demo, DemoOptions
 
     with Sandbox(SandboxConfig(instances=4, timeout_minutes=5, speed=60)) as sb:
         with sb.azure_env():                       # DefaultAzureCredential -> the sandbox
             ...                                    # control plane against sb.connection()
-        with AgentFleet(sb, hooks=["drain.sh"]):   # one real agent per instance
+        with SandboxAgents(sb, hooks=["drain.sh"]):   # one real agent per instance
             ...
         print("\\n".join(sb.report()))             # why each deletion happened when it did
 
 `run_demo()` is `vmss-terminate demo` as a function.
 """
 
-from vmss_terminate.sandbox.agents import AgentFleet, demo_hook_command
+from vmss_terminate.sandbox.agents import SandboxAgents, demo_hook_command
 from vmss_terminate.sandbox.demo import DemoOptions, DemoResult, run_demo
 from vmss_terminate.sandbox.environment import Sandbox, SandboxConfig, notification_timeout
-from vmss_terminate.sandbox.scheduler import Deletion, DeletionScheduler, plan
+from vmss_terminate.sandbox.scheduler import Deletion, DeletionPlan, DeletionScheduler, plan_deletions
 from vmss_terminate.sandbox.timeline import Entry, Timeline, format_entry
 
 __all__ = [
-    "AgentFleet", "Deletion", "DeletionScheduler", "DemoOptions", "DemoResult", "Entry", "Sandbox",
-    "SandboxConfig", "Timeline", "demo_hook_command", "format_entry", "notification_timeout", "plan",
-    "run_demo",
+    "Deletion", "DeletionPlan", "DeletionScheduler", "DemoOptions", "DemoResult", "Entry", "Sandbox",
+    "SandboxAgents", "SandboxConfig", "Timeline", "demo_hook_command", "format_entry", "notification_timeout",
+    "plan_deletions", "run_demo",
 ]

@@ -45,7 +45,7 @@ def _summary(decision: Decision) -> str:
     return decision.message
 
 
-class AgentFleet:
+class SandboxAgents:
     """Agents for (some of) the sandbox's instances. `start()`, then `stop()` (or use `with`)."""
 
     def __init__(self, sandbox: Sandbox, hooks: Sequence[str] = (), vm_names: Optional[Iterable[str]] = None,
@@ -87,7 +87,7 @@ class AgentFleet:
         if entry.source == "sandbox" and entry.kind == "deletion_started" and entry.vm in self._stops:
             self._stops[entry.vm].set()
 
-    def start(self) -> "AgentFleet":
+    def start(self) -> "SandboxAgents":
         for name, agent in self.agents.items():
             thread = threading.Thread(target=agent.run, args=(self._stops[name],), daemon=True,
                                       name=f"agent:{name}")
@@ -106,7 +106,7 @@ class AgentFleet:
             thread.join(timeout)
         self._threads.clear()
 
-    def __enter__(self) -> "AgentFleet":
+    def __enter__(self) -> "SandboxAgents":
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

@@ -19,7 +19,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 from vmss_terminate.clock import ScaledClock
 from vmss_terminate.errors import UsageError
-from vmss_terminate.sandbox.agents import POLL_REAL_SECONDS, AgentFleet, demo_hook_command
+from vmss_terminate.sandbox.agents import POLL_REAL_SECONDS, SandboxAgents, demo_hook_command
 from vmss_terminate.sandbox.environment import Sandbox, SandboxConfig
 from vmss_terminate.sandbox.timeline import HEADER as TIMELINE_HEADER
 from vmss_terminate.sandbox.timeline import Entry, Timeline
@@ -97,16 +97,16 @@ def run_demo(options: DemoOptions = DemoOptions(), on_entry: Optional[Callable[[
     deadline = real_start + options.deadline
     config = SandboxConfig(instances=options.instances, timeout_minutes=None, speed=options.speed)
     sandbox = Sandbox(config, clock=clock, timeline=timeline)
-    fleet: Optional[AgentFleet] = None
+    agents: Optional[SandboxAgents] = None
     failure: Optional[str] = None
     removed: List[str] = []
     scale_in_at: Optional[Entry] = None
     try:
         sandbox.start()
-        failure, removed, scale_in_at, fleet = _story(sandbox, options, deadline)
+        failure, removed, scale_in_at, agents = _story(sandbox, options, deadline)
     finally:
-        if fleet is not None:
-            fleet.stop()
+        if agents is not None:
+            agents.stop()
         sandbox.stop()
     if failure is None:
         failure = _check(sandbox, removed)
@@ -131,10 +131,10 @@ def _story(sandbox: Sandbox, options: DemoOptions, deadline: float):  # type: ig
                         clock=sandbox.clock)
     record("control", "enabled", "", result.message, result=result.to_dict())
 
-    fleet = AgentFleet(sandbox, hooks=[options.hook or demo_hook_command()]).start()
-    if not fleet.wait_ready(max(0.0, deadline - time.monotonic())):
-        return "the agents did not learn their VM names from IMDS in time", [], None, fleet
-    record("demo", "agents_ready", "", f"{len(fleet.agents)} agents running, one per instance, each "
+    agents = SandboxAgents(sandbox, hooks=[options.hook or demo_hook_command()]).start()
+    if not agents.wait_ready(max(0.0, deadline - time.monotonic())):
+        return "the agents did not learn their VM names from IMDS in time", [], None, agents
+    record("demo", "agents_ready", "", f"{len(agents.agents)} agents running, one per instance, each "
                                        f"polling its own IMDS with a drain hook")
 
     target = options.instances - options.scale_in
@@ -143,12 +143,12 @@ def _story(sandbox: Sandbox, options: DemoOptions, deadline: float):  # type: ig
         client.patch(json.dumps({"sku": {"capacity": target}}).encode("utf-8"))
     removed = [d.vm_name for d in sandbox.scheduler.deletions()]
     if len(removed) != options.scale_in:
-        return f"expected {options.scale_in} deletions after the scale-in, saw {len(removed)}", removed, scale_in_at, fleet
+        return f"expected {options.scale_in} deletions after the scale-in, saw {len(removed)}", removed, scale_in_at, agents
     if not sandbox.scheduler.wait_deleted(removed, max(0.0, deadline - time.monotonic())):
         pending = [d.vm_name for d in sandbox.scheduler.deletions() if d.deleted_at is None]
         return (f"not deleted within the {options.deadline:g} s deadline: {', '.join(pending)}",
-                removed, scale_in_at, fleet)
-    return None, removed, scale_in_at, fleet
+                removed, scale_in_at, agents)
+    return None, removed, scale_in_at, agents
 
 
 def _check(sandbox: Sandbox, removed: List[str]) -> Optional[str]:

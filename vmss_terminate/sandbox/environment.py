@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, Iterator, List, Optional
 
 from vmss_terminate.clock import Clock, ScaledClock
-from vmss_terminate.control import body as patch_body
+from vmss_terminate.control import body
 from vmss_terminate.control.client import Connection
 from vmss_terminate.control.profile import parse_scheduled_events_profile
 from vmss_terminate.emulator.arm.app import ArmServers, ArmState, InstanceRecord, ScaleSetRecord, start_arm
@@ -122,7 +122,7 @@ class Sandbox:
         cfg = self.config
         profile = None
         if cfg.timeout_minutes is not None:
-            profile = {"terminateNotificationProfile": patch_body.profile(True, cfg.timeout_minutes)}
+            profile = {"terminateNotificationProfile": body.profile(True, cfg.timeout_minutes)}
         self.state.add_listener(self._on_arm_change)
         self.scale_set = self.state.add_scale_set(
             cfg.subscription, cfg.resource_group, cfg.name, orchestration="Uniform", upgrade_policy="Manual",

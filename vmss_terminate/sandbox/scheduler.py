@@ -11,7 +11,7 @@ event with NotBefore = now + that model's timeout. The instance is then deleted 
 An instance whose model has no notification (never upgraded, or disabled) gets no event and is
 deleted at once: the "incorrect NotBefore" case of the docs.
 
-`plan()` is the pure rule; `DeletionScheduler` applies it to a PlacementGroup on a Clock, so a test
+`plan_deletions()` is the pure rule; `DeletionScheduler` applies it to a PlacementGroup on a Clock, so a test
 can drive it step by step with a ManualClock and the sandbox can run it on a ScaledClock thread.
 """
 
@@ -84,7 +84,7 @@ class Deletion:
 
 
 @dataclass(frozen=True)
-class Plan:
+class DeletionPlan:
     """What to do now: deletions to start (with the reason) and who holds back the approved rest."""
 
     start: List[Tuple[Deletion, str]]
@@ -92,7 +92,7 @@ class Plan:
     wake_at: Optional[float]  # next NotBefore among pending deletions
 
 
-def plan(deletions: Sequence[Deletion], now: float) -> Plan:
+def plan_deletions(deletions: Sequence[Deletion], now: float) -> DeletionPlan:
     """Apply Azure's rules to the pending deletions at time `now` (pure; no side effects)."""
     pending = [d for d in deletions if d.pending]
     start: List[Tuple[Deletion, str]] = []
@@ -117,7 +117,7 @@ def plan(deletions: Sequence[Deletion], now: float) -> Plan:
             else:
                 start.append((d, _release_reason(d)))
     future = [d.not_before for d in pending if d.not_before is not None and d.not_before > now]
-    return Plan(start=start, held=held, wake_at=min(future) if future else None)
+    return DeletionPlan(start=start, held=held, wake_at=min(future) if future else None)
 
 
 def _release_reason(d: Deletion) -> str:
@@ -213,7 +213,7 @@ class DeletionScheduler:
             self._read_approvals()
             with self._changed:
                 snapshot = list(self._deletions)
-            result = plan(snapshot, now)
+            result = plan_deletions(snapshot, now)
             self._record_holds(snapshot, result, now)
             for deletion, reason in result.start:
                 self._start(deletion, reason, now)
@@ -240,7 +240,7 @@ class DeletionScheduler:
                 approved_by=approval.vm_name, event_id=d.event_id,
             )
 
-    def _record_holds(self, snapshot: Sequence[Deletion], result: Plan, now: float) -> None:
+    def _record_holds(self, snapshot: Sequence[Deletion], result: DeletionPlan, now: float) -> None:
         for d in snapshot:
             if not d.pending:
                 continue

@@ -9,7 +9,9 @@ JSON scenario file in the admin endpoint's keys.
 from __future__ import annotations
 
 import json
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from vmss_terminate.emulator.imds.app import EVENT_TYPES, EmulatedEvent, ImdsEmulator, PlacementGroup
 from vmss_terminate.emulator.imds.events import event_fields_from_mapping
@@ -51,6 +53,43 @@ def load_scenario(path: str) -> List[Dict[str, Any]]:
     return [event_fields_from_mapping(item) for item in events]
 
 
+@dataclass
+class ImdsServers:
+    """Running IMDS emulators over one placement group, one server per VM (in `vm_names` order).
+    Stop with `stop()` or use as a context manager."""
+
+    group: PlacementGroup
+    servers: List[EmulatorServer]
+
+    @property
+    def urls(self) -> List[str]:
+        """Each VM's IMDS base URL (what VMSS_TERMINATE_IMDS_URL / `--imds-url` take)."""
+        return [server.url for server in self.servers]
+
+    def url_of(self, vm_name: str) -> str:
+        """The base URL of the server that answers as `vm_name`."""
+        for server in self.servers:
+            if isinstance(server.app, ImdsEmulator) and server.app.vm_name == vm_name:
+                return server.url
+        raise KeyError(vm_name)
+
+    def stop(self) -> None:
+        # Each server's shutdown waits for its poll loop: stop them all at once.
+        others = [threading.Thread(target=server.stop, daemon=True) for server in self.servers[1:]]
+        for thread in others:
+            thread.start()
+        if self.servers:
+            self.servers[0].stop()
+        for thread in others:
+            thread.join(timeout=10)
+
+    def __enter__(self) -> "ImdsServers":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+
 def start_imds(
     vm_names: Sequence[str],
     host: str = "127.0.0.1",
@@ -62,7 +101,7 @@ def start_imds(
     auto_start: bool = True,
     events: Sequence[Dict[str, Any]] = (),
     listener: Optional[Callable[[str, EmulatedEvent], None]] = None,
-) -> Tuple[PlacementGroup, List[EmulatorServer]]:
+) -> ImdsServers:
     """The Python API behind the command: one group, one started server per VM (ports port, port+1, ...).
 
     `events` are `add_event` kwargs (a `not_before_in` key counts seconds from now); `listener` is
@@ -96,4 +135,4 @@ def start_imds(
         if isinstance(exc, OSError):
             raise UsageError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
         raise
-    return group, servers
+    return ImdsServers(group, servers)
