@@ -1,27 +1,40 @@
 """The terminate-notification timeout: one type shared by the CLI, the library and the templates.
 
-Azure accepts `notBeforeTimeout` from PT5M to PT15M. Users write it many ways; we accept
-ISO 8601 durations (`PT10M`, `PT600S`, `PT0H10M`), bare minutes (`10`) and `10m`, and always
-normalise to `PT{n}M`. Anything else, or outside 5..15 whole minutes, is a UsageError (exit 2),
-raised before any request is sent.
+Azure accepts `notBeforeTimeout` from PT5M to PT15M. Users write it many ways; we accept bare
+minutes (`10`), `10m`, and any ISO 8601 duration (`PT10M`, `PT600S`, `PT0H10M`, `P0DT10M`,
+`PT10.0M`, `PT0.25H`, `P0W`-style zero parts; a decimal fraction with `.` or `,`) whose length is a
+whole number of minutes, and always normalise to the canonical `PT{n}M`. Years and months have no
+fixed length, so only zero ones are accepted. Parsed with the stdlib (the agent-only install stays
+lean). Anything else, or outside 5..15 minutes, is an `InvalidValue` (exit 2), raised before any
+request is sent.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Union
+from fractions import Fraction
+from typing import Optional, Union
 
-from vmss_terminate.errors import UsageError
+from vmss_terminate.errors import InvalidValue
 
 MIN_MINUTES = 5
 MAX_MINUTES = 15
 
-_ISO = re.compile(r"^PT(?:(\d+)H)?(?:(\d+)M)?(?:(\d+)S)?$", re.IGNORECASE)
+_NUMBER = r"\d+(?:[.,]\d+)?"
+_ISO = re.compile(
+    rf"^P(?:(?P<Y>{_NUMBER})Y)?(?:(?P<MO>{_NUMBER})M)?(?:(?P<W>{_NUMBER})W)?(?:(?P<D>{_NUMBER})D)?"
+    rf"(?:T(?=.)(?:(?P<H>{_NUMBER})H)?(?:(?P<MI>{_NUMBER})M)?(?:(?P<S>{_NUMBER})S)?)?$",
+    re.IGNORECASE,
+)
+_SECONDS = {"W": 7 * 86400, "D": 86400, "H": 3600, "MI": 60, "S": 1}
 _MINUTES = re.compile(r"^(\d+)\s*(?:m|min|mins|minutes?)?$", re.IGNORECASE)
 
 
-class InvalidTimeout(UsageError):
+class InvalidTimeout(InvalidValue):
     """The timeout is malformed or outside PT5M..PT15M."""
+
+    def __init__(self, value: str, reason: str) -> None:
+        super().__init__("timeout", value, reason)
 
 
 def parse_timeout(value: Union[str, int]) -> int:
@@ -29,16 +42,15 @@ def parse_timeout(value: Union[str, int]) -> int:
     text = str(value).strip()
     seconds = _to_seconds(text)
     if seconds is None:
-        raise InvalidTimeout(
-            f"invalid timeout {text!r}: use minutes (10, 10m) or ISO 8601 (PT10M, PT600S)"
-        )
-    if seconds % 60:
-        raise InvalidTimeout(f"invalid timeout {text!r}: must be a whole number of minutes")
-    minutes = seconds // 60
+        raise InvalidTimeout(text, "use minutes (10, 10m) or an ISO 8601 duration (PT10M, PT600S, P0DT10M)")
+    if seconds.denominator != 1 or seconds % 60:
+        raise InvalidTimeout(text, "must be a whole number of minutes")
+    minutes = int(seconds // 60)
     if not MIN_MINUTES <= minutes <= MAX_MINUTES:
         raise InvalidTimeout(
-            f"invalid timeout {text!r}: must be between {MIN_MINUTES} and {MAX_MINUTES} minutes "
-            f"(PT{MIN_MINUTES}M..PT{MAX_MINUTES}M), got {minutes} minutes"
+            text,
+            f"must be between {MIN_MINUTES} and {MAX_MINUTES} minutes (PT{MIN_MINUTES}M..PT{MAX_MINUTES}M), "
+            f"got {minutes} minutes",
         )
     return minutes
 
@@ -56,17 +68,19 @@ def normalize_timeout(value: Union[str, int]) -> str:
 def iso_to_minutes_lenient(value: str) -> Union[int, None]:
     """Minutes of an ISO duration read back from Azure, without range checks (None if unreadable)."""
     seconds = _to_seconds(str(value).strip()) if value else None
-    if seconds is None or seconds % 60:
+    if seconds is None or seconds.denominator != 1 or seconds % 60:
         return None
-    return seconds // 60
+    return int(seconds // 60)
 
 
-def _to_seconds(text: str) -> Union[int, None]:
+def _to_seconds(text: str) -> Optional[Fraction]:
     match = _MINUTES.match(text)
     if match:
-        return int(match.group(1)) * 60
+        return Fraction(int(match.group(1)) * 60)
     match = _ISO.match(text)
-    if match and any(match.groups()):
-        hours, minutes, seconds = (int(g) if g else 0 for g in match.groups())
-        return hours * 3600 + minutes * 60 + seconds
-    return None
+    if not match or not any(match.groupdict().values()):
+        return None
+    parts = {key: Fraction(number.replace(",", ".")) for key, number in match.groupdict().items() if number}
+    if parts.get("Y") or parts.get("MO"):
+        return None  # a year or a month has no fixed length
+    return sum((parts.get(key, Fraction(0)) * factor for key, factor in _SECONDS.items()), Fraction(0))

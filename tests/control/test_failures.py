@@ -95,14 +95,17 @@ def test_upgrade_failure_in_batch_2_reports_and_rerun_finishes_the_rest(arm: Arm
     assert all(i.latest_model_applied for i in ss.instances.values())
 
 
-def test_upgrade_failure_json_output_still_has_the_report(arm: ArmServers, state: ArmState) -> None:
+def test_upgrade_failure_json_error_object_carries_the_report(arm: ArmServers, state: ArmState) -> None:
     state.add_scale_set(SUB, RG, "web", capacity=4, stale_instances=4)
     state.fail_manualupgrade(nth=1)
     result = run("upgrade", "-g", RG, "-n", "web", "--batch-size", "2", "-o", "json")
-    assert result.exit_code == 1
-    data = json.loads(result.stdout)
-    assert data["upgrade"]["upgraded"] == [] and len(data["upgrade"]["remaining"]) == 4
-    assert data["error"].startswith("upgrade incomplete: 0 done, 4 remaining")
+    assert result.exit_code == 1 and result.stdout == ""  # stdout holds results only
+    line, obj = result.stderr.strip().splitlines()
+    assert line.startswith("error: upgrade incomplete: 0 done, 4 remaining")
+    error = json.loads(obj)["error"]
+    assert error["type"] == "azure" and error["exit_code"] == 1
+    assert error["message"].startswith("upgrade incomplete: 0 done, 4 remaining")
+    assert error["upgrade"]["upgraded"] == [] and len(error["upgrade"]["remaining"]) == 4
 
 
 def test_library_progress_and_partial_result(conn: Connection, arm: ArmServers, state: ArmState) -> None:

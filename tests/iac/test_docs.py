@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shlex
 from typing import List
 
@@ -44,7 +45,11 @@ def test_other_examples_parse(words: List[str]) -> None:
     command = main.commands.get(words[1])
     if command is None:
         pytest.skip(f"`vmss-terminate {words[1]}` is not implemented yet")
-    args = [w.replace("$(RESOURCE_GROUP)", "rg").replace("$(VMSS_NAME)", "web") for w in words[2:]]
+    # pipeline variables ($(X) in Azure DevOps, $X / ${X} in shells) stand for real names, which
+    # the CLI checks against Azure's naming rules while parsing
+    values = {"RESOURCE_GROUP": "rg", "VMSS_NAME": "web"}
+    variable = re.compile(r"\$(?:\((\w+)\)|\{(\w+)\}|(\w+))")
+    args = [variable.sub(lambda m: values.get(next(g for g in m.groups() if g), m.group(0)), w) for w in words[2:]]
     ctx = command.make_context(words[1], args)
     assert ctx.params["resource_group"] and ctx.params["name"]
 

@@ -6,12 +6,13 @@ for it, and nothing here imports `azure.*`.
 
 from __future__ import annotations
 
-import json
 import signal
 import threading
 from typing import Any, Optional, Tuple
 
 import click
+
+from vmss_terminate.commands.output import echo_json, output_option, tsv_lines
 
 _IMDS_URL = click.option("--imds-url", metavar="URL", default=None,
                          help="IMDS base URL [env VMSS_TERMINATE_IMDS_URL; default http://169.254.169.254].")
@@ -110,7 +111,7 @@ def _stop_on_signals(stop: threading.Event) -> None:
 @_API_VERSION
 @_VM_NAME
 @_RETRY_FOR
-@click.option("--output", "-o", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@output_option("table: for people; json: the document; tsv: one row per event (Ours last).")
 def events_command(imds_url: Optional[str], api_version: str, vm_name: Optional[str], retry_for: float,
                    output: str) -> None:
     """Show the current Scheduled Events document, this VM's own events marked."""
@@ -118,7 +119,11 @@ def events_command(imds_url: Optional[str], api_version: str, vm_name: Optional[
 
     view = list_events(imds_url, api_version, vm_name, retry_for=retry_for)
     if output == "json":
-        click.echo(json.dumps(view.to_json(), indent=2))
+        echo_json(view.to_json())
+        return
+    if output == "tsv":
+        for line in tsv_lines(view.to_json()["Events"]):
+            click.echo(line)
         return
     click.echo(f"VM {view.vm_name}  DocumentIncarnation {view.document.incarnation}  "
                f"{len(view.document.events)} event(s), {len(view.own)} ours")
@@ -137,13 +142,19 @@ def events_command(imds_url: Optional[str], api_version: str, vm_name: Optional[
 @_API_VERSION
 @_VM_NAME
 @_RETRY_FOR
+@output_option()
 def approve_command(event_id: str, force: bool, imds_url: Optional[str], api_version: str,
-                    vm_name: Optional[str], retry_for: float) -> None:
+                    vm_name: Optional[str], retry_for: float, output: str) -> None:
     """Approve EVENT_ID now. Refuses (exit 2) an event that is not this VM's alone, unless --force."""
     from vmss_terminate.agent.ops import approve_event
 
     event = approve_event(event_id, imds_url, api_version, force=force, vm_name=vm_name, retry_for=retry_for)
-    click.echo(f"approved {event.event_type} {event.event_id} ({', '.join(event.resources)})")
+    if output == "table":
+        click.echo(f"approved {event.event_type} {event.event_id} ({', '.join(event.resources)})")
+    elif output == "json":
+        echo_json({"approved": event.to_json()})
+    else:
+        click.echo(tsv_lines(event.to_json())[0])
 
 
 COMMANDS = [agent_group]

@@ -6,16 +6,22 @@ one documented function of `vmss_terminate.control` and prints its result as tex
 
 from __future__ import annotations
 
-import sys
-from typing import Any, Callable, Dict, List, Optional, TextIO
+from typing import Any, Callable, Dict, List, Optional
 
 import click
 
 from vmss_terminate import control
-from vmss_terminate.commands.options import BATCH_SIZE, TIMEOUT, echo_json
-from vmss_terminate.control.client import CLOUDS, DEFAULT_CLOUD, Connection
+from vmss_terminate.commands.options import BATCH_SIZE, TIMEOUT, ParsedType
+from vmss_terminate.commands.output import emit, output_option
+from vmss_terminate.commands.progress import ProgressBar, terminal_progress
+from vmss_terminate.control.client import CLOUDS, DEFAULT_CLOUD, Connection, check_subscription
+from vmss_terminate.control.names import check_resource_group, check_scale_set_name
 from vmss_terminate.control.upgrade import Progress, UpgradeIncomplete, UpgradeOptions
 from vmss_terminate.errors import UsageError, VmssTerminateError
+
+RESOURCE_GROUP = ParsedType("resource-group", check_resource_group)
+SCALE_SET_NAME = ParsedType("name", check_scale_set_name)
+SUBSCRIPTION = ParsedType("subscription", lambda value: check_subscription(value) and value)
 
 
 def _apply(fn: Callable[..., Any], options: List[Callable[[Any], Any]]) -> Callable[..., Any]:
@@ -27,9 +33,12 @@ def _apply(fn: Callable[..., Any], options: List[Callable[[Any], Any]]) -> Calla
 def scale_set_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Target, connection and output options every control command takes."""
     options = [
-        click.option("-g", "--resource-group", required=True, help="Resource group of the scale set."),
-        click.option("-n", "--name", required=True, help="Scale set name."),
-        click.option("--subscription", envvar="AZURE_SUBSCRIPTION_ID", help="Subscription id [env AZURE_SUBSCRIPTION_ID]."),
+        click.option("-g", "--resource-group", type=RESOURCE_GROUP, required=True,
+                     help="Resource group of the scale set."),
+        click.option("-n", "--name", type=SCALE_SET_NAME, required=True, help="Scale set name."),
+        click.option("--subscription", type=SUBSCRIPTION, envvar="AZURE_SUBSCRIPTION_ID",
+                     help="Subscription id or display name (looked up with GET /subscriptions) "
+                          "[env AZURE_SUBSCRIPTION_ID]."),
         click.option(
             "--arm-endpoint",
             envvar="VMSS_TERMINATE_ARM_ENDPOINT",
@@ -42,7 +51,7 @@ def scale_set_options(fn: Callable[..., Any]) -> Callable[..., Any]:
             help="Token scope (default: the cloud's <management endpoint>/.default).",
         ),
         click.option("--api-version", help="Pin the compute api-version (>= 2019-03-01); default: the SDK's."),
-        click.option("-o", "--output", type=click.Choice(["table", "json"]), default="table", show_default=True),
+        output_option(),
     ]
     return _apply(fn, options)
 
@@ -89,54 +98,17 @@ def _upgrade_options(kw: Dict[str, Any]) -> UpgradeOptions:
     )
 
 
-def _emit(result: Any, output: str) -> None:
-    if output == "json":
-        echo_json(result.to_dict())
-    else:
-        for line in result.lines():
-            click.echo(line)
-
-
-class _TerminalProgress:
-    """Instances done / total on stderr, one line rewritten in place. `finish()` ends an unfinished
-    line, so an error printed after a failed batch or an expired --wait starts on its own line."""
-
-    def __init__(self, stream: TextIO) -> None:
-        self.stream = stream
-        self.open = False
-
-    def __call__(self, done: int, total: int) -> None:
-        self.open = done < total
-        self.stream.write(f"\rupgrading: {done}/{total} instances{'' if self.open else chr(10)}")
-        self.stream.flush()
-
-    def finish(self) -> None:
-        if self.open:
-            self.stream.write("\n")
-            self.stream.flush()
-            self.open = False
-
-
-def _progress(output: str) -> Optional[_TerminalProgress]:
-    """Progress only for a person watching a terminal: never in JSON mode or when stderr is piped."""
-    stream = sys.stderr
-    if output == "json" or not stream.isatty():
-        return None
-    return _TerminalProgress(stream)
-
-
 def _reporting_partial(output: str, resource: str, call: Callable[[Optional[Progress]], Any]) -> Any:
-    """Run `call(progress)`; if the upgrade stops half-way, print what was done before the error line
-    (which the CLI root prints), so a failed run's report is never lost."""
-    progress = _progress(output)
+    """Run `call(progress)`; if the upgrade stops half-way (a failed batch, an expired --wait, Ctrl-C
+    or SIGTERM), print what was done before the error (which the CLI root prints: with -o json the
+    partial report travels in the error object), so a failed run's report is never lost."""
+    progress: Optional[ProgressBar] = terminal_progress(output)
     try:
         return call(progress)
     except UpgradeIncomplete as exc:
         if progress is not None:
             progress.finish()
-        if output == "json":
-            echo_json({"error": str(exc), "upgrade": exc.result.to_dict()})
-        else:
+        if output == "table":
             click.echo(f"upgrade {resource}: {exc.result.describe()}")
         raise
     finally:
@@ -154,15 +126,19 @@ def _change_command(name: str, doc: str, with_timeout: bool) -> click.Command:
         connection = _connection(kw)
         options = _upgrade_options(kw)
         args = (rg, vmss, kw.pop("timeout")) if with_timeout else (rg, vmss)
-        dry_run = kw.pop("dry_run")
+        dry_run, no_wait = kw.pop("dry_run"), kw.pop("no_wait")
         result = _reporting_partial(output, f"{rg}/{vmss}", lambda progress: library(
-            *args, connection=connection, options=options, dry_run=dry_run, progress=progress
+            *args, connection=connection, options=options, dry_run=dry_run, progress=progress, no_wait=no_wait
         ))
-        _emit(result, output)
+        emit(result, output)
 
     run.__doc__ = doc
     run.__name__ = name
-    command = click.option("--dry-run", is_flag=True, help="Print the exact PATCH body and upgrade plan; write nothing.")(run)
+    command = click.option("--no-wait", is_flag=True,
+                           help="Return once ARM accepted the model change (as az does); no upgrade, and the "
+                                "output says how to follow up.")(run)
+    command = click.option("--dry-run", is_flag=True,
+                           help="Print the exact PATCH body and upgrade plan; write nothing.")(command)
     command = upgrade_options(with_skip=True)(command)
     if with_timeout:
         command = click.option("--timeout", type=TIMEOUT, required=True,
@@ -177,7 +153,7 @@ def status_command(**kw: Any) -> None:
     instances run the latest model."""
     output = kw.pop("output")
     result = control.status(kw.pop("resource_group"), kw.pop("name"), connection=_connection(kw))
-    _emit(result, output)
+    emit(result, output)
 
 
 @click.command("upgrade")
@@ -192,10 +168,10 @@ def upgrade_command(**kw: Any) -> None:
     result = _reporting_partial(output, f"{rg}/{vmss}", lambda progress: control.upgrade(
         rg, vmss, connection=connection, options=options, progress=progress
     ))
-    if output == "json":
-        echo_json(result.to_dict())
-    else:
+    if output == "table":
         click.echo(f"upgrade {rg}/{vmss}: {result.describe()}")
+    else:
+        emit(result, output)
 
 
 class _PlanCommand(click.Command):
@@ -227,7 +203,8 @@ class _PlanCommand(click.Command):
 @scale_set_options
 @click.option("--timeout", type=TIMEOUT, required=True, help="The timeout `enable` would set (5..15 minutes).")
 @click.option("--batch-size", type=BATCH_SIZE, default="20%", show_default=True)
-@click.option("--detailed-exitcode", is_flag=True, help="Exit 0: no change, 1: error, 2: changes pending.")
+@click.option("--detailed-exitcode", is_flag=True,
+              help="Exit 0: no change, 1: error, 2: changes pending or compliance unknown.")
 def plan_command(**kw: Any) -> None:
     """Show what `enable --timeout` would change (profile and stale instances) without writing."""
     output = kw.pop("output")
@@ -236,8 +213,8 @@ def plan_command(**kw: Any) -> None:
         kw.pop("resource_group"), kw.pop("name"), kw.pop("timeout"),
         connection=_connection(kw), options=UpgradeOptions(batch_size=kw.pop("batch_size")),
     )
-    _emit(result, output)
-    if detailed and result.changes_pending:
+    emit(result, output)
+    if detailed and (result.changes_pending or result.compliance_unknown):
         click.get_current_context().exit(2)
 
 

@@ -23,7 +23,22 @@ Every `vmss-terminate` command and option. Generated from the command definition
 fails when this file and the CLI disagree.
 
 Exit codes (all commands): `0` done (including "no change"), `1` Azure or runtime failure,
-`2` bad input (reported before any request is sent). Errors are one line on stderr: `error: ...`.
+`2` bad input (reported before any request is sent; unknown options, a single-value option given
+twice and empty or malformed values included), `130` stopped by Ctrl-C, `143` stopped by SIGTERM
+(a change stopped part-way says what was done, what remains and how to resume). `plan
+--detailed-exitcode` follows Terraform instead (see its entry).
+
+Output (every command that prints a result): `-o table` (default; `text` is accepted as an alias),
+`-o json` (one JSON document on stdout) or `-o tsv` (like `az -o tsv`: an object prints one row of
+its scalar fields in the JSON's key order, nested objects and lists left out; a list prints one row
+per element; empty cell for null). Progress bars (count, %, elapsed, ETA) appear only with `-o
+table` on a terminal, on stderr.
+
+Errors are one line on stderr, `error: ...`, never a traceback (`VMSS_TERMINATE_DEBUG=1` shows one
+for an unexpected exception). With `-o json` that line is followed by one JSON line on stderr:
+`{"error": {"message": "...", "type": "usage|azure|runtime|interrupted", "exit_code": N, ...}}`,
+plus what the failure carries: `upgrade` (the partial upgrade report of an incomplete upgrade).
+Stdout holds results only.
 """
 
 

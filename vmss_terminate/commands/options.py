@@ -2,20 +2,22 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any, Callable, Optional, Tuple, Type
 
 import click
 
+from vmss_terminate.commands.output import echo_json, output_option  # noqa: F401 - re-exported for commands
 from vmss_terminate.control.upgrade import BatchSize
 from vmss_terminate.emulator.faults import FAULT_SPEC_HELP, FaultSpecError, parse_fault_spec
-from vmss_terminate.errors import UsageError
+from vmss_terminate.errors import InvalidValue, UsageError, VmssTerminateError
 from vmss_terminate.timeout import parse_timeout
 
 
 class ParsedType(click.ParamType):
-    """A click type over one of the library's parsers: the parser's own error becomes click's
-    one-line usage error (exit 2), so the CLI and the Python API refuse the same input alike."""
+    """A click type over one of the library's parsers: the parser's own error becomes one usage
+    line (exit 2), so the CLI and the Python API refuse the same input alike. An `InvalidValue` is
+    said once, with the option's name (`invalid --batch-size '-1': ...`), not wrapped in click's
+    "Invalid value for '--batch-size':" prefix."""
 
     def __init__(self, name: str, parse: Callable[[Any], Any], errors: Tuple[Type[Exception], ...] = (UsageError,),
                  message: Callable[[Any, Exception], str] = lambda value, exc: str(exc)) -> None:
@@ -24,14 +26,39 @@ class ParsedType(click.ParamType):
     def convert(self, value: Any, param: Optional[click.Parameter], ctx: Optional[click.Context]) -> Any:
         try:
             return self._parse(value)
+        except InvalidValue as exc:
+            option = max(param.opts, key=len) if param is not None and param.opts else exc.option
+            shown = repr(exc.value) if isinstance(exc.value, str) else str(exc.value)
+            raise click.UsageError(f"invalid {option} {shown}: {exc.reason}", ctx) from None
+        except VmssTerminateError as exc:
+            raise click.UsageError(exc.cli_message or str(exc), ctx) from None
         except self._errors as exc:
             self.fail(self._message(value, exc), param, ctx)
 
 
-# `--timeout`: minutes (10, 10m) or ISO 8601 (PT10M) -> whole minutes. click already says
-# "Invalid value for '--timeout':", so our own "invalid timeout " prefix is dropped.
-TIMEOUT = ParsedType("timeout", parse_timeout,
-                     message=lambda value, exc: str(exc).replace("invalid timeout ", "", 1))
+def refuse_repeated_options(command: click.Command) -> None:
+    """Make `command` (and every subcommand) refuse a single-value option given twice (`-n a -n b`
+    would otherwise silently use b). Installed once by the CLI root over the whole command tree."""
+    original = command.parse_args
+
+    def parse_args(ctx: click.Context, args: Any) -> Any:
+        _, _, order = command.make_parser(ctx).parse_args(args=list(args))
+        seen = set()
+        for param in order:
+            if not isinstance(param, click.Option) or param.multiple or param.count or param.is_flag:
+                continue
+            if param.name in seen:
+                raise click.UsageError(f"{max(param.opts, key=len)} given more than once", ctx)
+            seen.add(param.name)
+        return original(ctx, args)
+
+    command.parse_args = parse_args  # type: ignore[method-assign]
+    for sub in getattr(command, "commands", {}).values():
+        refuse_repeated_options(sub)
+
+
+# `--timeout`: minutes (10, 10m) or ISO 8601 (PT10M) -> whole minutes.
+TIMEOUT = ParsedType("timeout", parse_timeout)
 
 # `--batch-size`: a count (5) or a percentage of all instances (20%).
 BATCH_SIZE = ParsedType("batch-size", BatchSize.parse)
@@ -44,8 +71,3 @@ fault_option = click.option(
     "--fault", "faults", type=FAULT, multiple=True, metavar="SPEC",
     help=f"Inject a fault (repeatable; also POST /emulator/faults while it runs): {FAULT_SPEC_HELP}.",
 )
-
-
-def echo_json(data: Any) -> None:
-    """`--output json`: one indented JSON document on stdout (results pass their `to_dict()`)."""
-    click.echo(json.dumps(data, indent=2))

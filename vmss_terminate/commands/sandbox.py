@@ -13,7 +13,8 @@ from typing import Optional
 import click
 
 from vmss_terminate.commands.foreground import Foreground
-from vmss_terminate.commands.options import TIMEOUT, echo_json
+from vmss_terminate.commands.options import TIMEOUT
+from vmss_terminate.commands.output import emit, output_option, tsv_lines
 from vmss_terminate.errors import VmssTerminateError
 from vmss_terminate.timeout import to_iso
 
@@ -29,7 +30,7 @@ from vmss_terminate.timeout import to_iso
               help="Drain hook command for every agent (default: python -m vmss_terminate.demo_hook).")
 @click.option("--deadline", type=click.FloatRange(min=1.0), default=30.0, show_default=True,
               help="Real seconds the story may take before the demo fails.")
-@click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@output_option()
 def demo(instances: int, scale_in: int, timeout: int, speed: float, hook: Optional[str], deadline: float,
          output: str) -> None:
     """Run the whole story on local emulators, no Azure: enable terminate notifications and upgrade
@@ -47,12 +48,15 @@ def demo(instances: int, scale_in: int, timeout: int, speed: float, hook: Option
             with printing:
                 click.echo(format_entry(entry))
 
-    if output == "text":
+    if output == "table":
         for line in header(options):
             click.echo(line)
-    result = run_demo(options, on_entry=live if output == "text" else None)
+    result = run_demo(options, on_entry=live if output == "table" else None)
     if output == "json":
         echo_json(result.to_dict())
+    elif output == "tsv":
+        for line in tsv_lines(result.to_dict()):
+            click.echo(line)
     else:
         with printing:
             for line in render_text(result):
@@ -75,8 +79,8 @@ def demo(instances: int, scale_in: int, timeout: int, speed: float, hook: Option
 @click.option("--resource-group", default="sandbox-rg", show_default=True, help="Resource group name.")
 @click.option("--duration", type=click.FloatRange(min=0), default=None,
               help="Stop after this many real seconds (default: run until Ctrl-C).")
-@click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text", show_default=True,
-              help="json: one JSON object with the endpoints, then the timeline as JSON lines.")
+@output_option("json: one JSON object with the endpoints, then the timeline as JSON lines; tsv: the "
+               "environment as NAME<TAB>VALUE rows, then one row per timeline entry.")
 def sandbox(instances: int, timeout: int, no_feature: bool, speed: float, port_base: int, name: str,
             resource_group: str, duration: Optional[float], output: str) -> None:
     """Keep a local sandbox running (ARM, token endpoint, one IMDS per instance) and print the
@@ -93,7 +97,10 @@ def sandbox(instances: int, timeout: int, no_feature: bool, speed: float, port_b
 
     def live(entry):  # type: ignore[no-untyped-def]
         with printing:
-            click.echo(json.dumps(entry.to_dict()) if output == "json" else format_entry(entry))
+            if output == "table":
+                click.echo(format_entry(entry))
+            else:
+                click.echo(json.dumps(entry.to_dict()) if output == "json" else tsv_lines(entry.to_dict())[0])
 
     with Foreground() as foreground:  # before start: a SIGTERM during start-up still gets the report
         try:
@@ -105,13 +112,16 @@ def sandbox(instances: int, timeout: int, no_feature: bool, speed: float, port_b
                 if output == "json":
                     click.echo(json.dumps({"env": box.env(), "imds": box.imds_urls(), "resource_group": resource_group,
                                            "name": name, "speed": box.speed}))
+                elif output == "tsv":
+                    for line in tsv_lines([[key, value] for key, value in box.env().items()]):
+                        click.echo(line)
                 else:
                     _print_endpoints(box, demo_hook_command())
             box.timeline.subscribe(live)
             foreground.wait(timeout=duration)
         finally:
             box.stop()
-            if output == "text":
+            if output == "table":
                 for line in box.report():
                     click.echo(line)
                 click.echo("sandbox stopped")

@@ -21,7 +21,7 @@ from typing import List, NamedTuple, Optional, Sequence, Tuple, Union
 
 from vmss_terminate.clock import SYSTEM_CLOCK, Clock
 from vmss_terminate.control import body
-from vmss_terminate.control.client import ArmRequestError, Connection, ScaleSetClient
+from vmss_terminate.control.client import ArmRequestError, Connection, PatchUnconfirmed, ScaleSetClient
 from vmss_terminate.control.profile import (
     InstanceState,
     ProfileState,
@@ -45,7 +45,7 @@ from vmss_terminate.control.upgrade import (
     run_manual,
     wait_until_current,
 )
-from vmss_terminate.errors import AzureError, UsageError, VmssTerminateError
+from vmss_terminate.errors import AzureError, Interrupted, UsageError, VmssTerminateError, interrupt_name
 from vmss_terminate.timeout import parse_timeout
 
 ENABLE, DISABLE, RETIME = "enable", "disable", "retime"
@@ -89,22 +89,25 @@ def plan(
 
 def enable(resource_group: str, name: str, timeout: Union[int, str], *, connection: Connection,
            options: UpgradeOptions = DEFAULT_OPTIONS, dry_run: bool = False, progress: Optional[Progress] = None,
-           clock: Clock = SYSTEM_CLOCK) -> ChangeResult:
+           clock: Clock = SYSTEM_CLOCK, no_wait: bool = False) -> ChangeResult:
     """Enable terminate notifications with `timeout` (5..15 minutes) and upgrade instances."""
-    return _change(ENABLE, resource_group, name, timeout, connection, options, dry_run, progress, clock)
+    return _change(ENABLE, resource_group, name, timeout, connection, options, dry_run, progress, clock,
+                   no_wait)
 
 
 def disable(resource_group: str, name: str, *, connection: Connection, options: UpgradeOptions = DEFAULT_OPTIONS,
-            dry_run: bool = False, progress: Optional[Progress] = None, clock: Clock = SYSTEM_CLOCK) -> ChangeResult:
+            dry_run: bool = False, progress: Optional[Progress] = None, clock: Clock = SYSTEM_CLOCK,
+            no_wait: bool = False) -> ChangeResult:
     """Disable terminate notifications (`"enable": false`) and upgrade instances."""
-    return _change(DISABLE, resource_group, name, None, connection, options, dry_run, progress, clock)
+    return _change(DISABLE, resource_group, name, None, connection, options, dry_run, progress, clock, no_wait)
 
 
 def retime(resource_group: str, name: str, timeout: Union[int, str], *, connection: Connection,
            options: UpgradeOptions = DEFAULT_OPTIONS, dry_run: bool = False, progress: Optional[Progress] = None,
-           clock: Clock = SYSTEM_CLOCK) -> ChangeResult:
+           clock: Clock = SYSTEM_CLOCK, no_wait: bool = False) -> ChangeResult:
     """Change the timeout of an enabled scale set (refused when notifications are not enabled)."""
-    return _change(RETIME, resource_group, name, timeout, connection, options, dry_run, progress, clock)
+    return _change(RETIME, resource_group, name, timeout, connection, options, dry_run, progress, clock,
+                   no_wait)
 
 
 def upgrade(
@@ -198,15 +201,25 @@ def _change(
     dry_run: bool,
     progress: Optional[Progress],
     clock: Clock,
+    no_wait: bool = False,
 ) -> ChangeResult:
+    """`no_wait` (az's `--no-wait`): return once ARM accepted the PATCH; no read-back, no upgrade."""
     minutes = _check_inputs(action, timeout)
+    if no_wait and options.wait:
+        raise UsageError("no_wait and options.wait contradict each other", cli_message="--no-wait and --wait "
+                         "contradict each other: pass one")
     with ScaleSetClient(connection, resource_group, name) as client:
-        the_plan, state, payload = _prepare(client, action, minutes, options, applying=not dry_run)
+        the_plan, state, payload = _prepare(client, action, minutes, options, applying=not dry_run and not no_wait)
         if dry_run:
             return ChangeResult(action, changed=False, dry_run=True, plan=the_plan)
         after = state.profile
+        if no_wait:
+            if the_plan.profile_change:
+                _patch_interruptible(client, payload, wait=False)
+            return ChangeResult(action, changed=the_plan.profile_change, dry_run=False, plan=the_plan,
+                                no_wait=True, follow_up=_follow_up(client))
         if the_plan.profile_change:
-            client.patch(payload)
+            _patch_interruptible(client, payload, wait=True, desired=the_plan.desired, action=action)
             after = parse_profile(client.get())
             _check_applied(action, the_plan.desired, after, client.resource)
             if options.upgrade:  # the new model made instances stale: plan from the list read now
@@ -221,6 +234,45 @@ def _change(
         return ChangeResult(
             action, changed=the_plan.profile_change, dry_run=False, plan=the_plan, after=after, upgrade=upgraded
         )
+
+
+def _follow_up(client: ScaleSetClient) -> str:
+    where = f"-g {client.resource_group} -n {client.name}"
+    return (f"follow with `vmss-terminate status {where}` until the profile shows the change, then "
+            f"`vmss-terminate upgrade {where}`")
+
+
+def _patch_interruptible(client: ScaleSetClient, payload: bytes, *, wait: bool, desired: Optional[ProfileState] = None,
+                         action: str = "") -> None:
+    """Send the PATCH; say what is known when it cannot be confirmed or a stop signal interrupts it
+    (either way the change may be applied: never report it as simply failed)."""
+    try:
+        if not wait:
+            client.patch_no_wait(payload)
+            return
+        try:
+            client.patch(payload)
+        except PatchUnconfirmed as exc:
+            applied = _reads_as(client, action, desired)
+            state = ("applied (the model reads back as changed), but its completion could not be confirmed"
+                     if applied else "accepted by ARM, but whether it is applied could not be confirmed")
+            raise AzureError(f"{action}: the profile change was {state}: {exc}; no instances were upgraded; "
+                             f"{_follow_up(client)}") from None
+    except KeyboardInterrupt as exc:
+        raise Interrupted(f"interrupted by {interrupt_name(exc)} while the PATCH of {client.resource} was in flight: "
+                          f"Azure may still apply the change; no instances were upgraded; "
+                          f"{_follow_up(client)}", exc) from None
+
+
+def _reads_as(client: ScaleSetClient, action: str, desired: Optional[ProfileState]) -> bool:
+    """Best effort: does the model read back as `desired` now? (False when it cannot be read.)"""
+    try:
+        after = parse_profile(client.get())
+    except AzureError:
+        return False
+    if desired is None:
+        return False
+    return after.is_off if action == DISABLE else after.is_enabled_with(desired.timeout_minutes or 0)
 
 
 def _check_applied(action: str, desired: ProfileState, after: ProfileState, resource: str) -> None:
@@ -270,6 +322,26 @@ def _inventory(client: ScaleSetClient, state: ScaleSetState) -> Inventory:
     return Inventory(instances)
 
 
+def _read_back(client: ScaleSetClient, state: ScaleSetState, result: UpgradeResult) -> None:
+    """Azure has been seen to answer manualupgrade with success and change nothing: read the
+    instances back and move any the upgrade did not reach from `upgraded` to `remaining`."""
+    instances = _inventory(client, state).instances
+    if instances is None:  # Flexible without latestModelApplied: nothing to check against
+        result.note = "the upgrade could not be verified: per-instance latestModelApplied is not reported"
+        return
+    stale = {i.instance_id for i in instances if i.latest_model_applied is False}
+    missed = [instance for instance in result.upgraded if instance in stale]
+    if not missed:
+        return
+    result.still_stale = missed
+    result.upgraded = [instance for instance in result.upgraded if instance not in stale]
+    result.remaining = missed + result.remaining
+    result.complete = False
+    shown = ", ".join(missed[:20]) + (" ..." if len(missed) > 20 else "")
+    result.error = (f"Azure reported the manualupgrade as done, but {len(missed)} instance(s) still run the old "
+                    f"model when read back: {shown}")
+
+
 def _refused_for_flexible(exc: ArmRequestError) -> bool:
     """The scale-set VM API refusing a Flexible set (409 OperationNotAllowed; any 400/404/409) means
     "not offered here"; throttling, auth and server errors are failures, not missing information."""
@@ -295,6 +367,8 @@ def _upgrade(
         return UpgradeResult(UNAVAILABLE, the_plan.upgrade_policy, the_plan.total, note=the_plan.note)
     if the_plan.mode == MANUAL:
         result = run_manual(client.manual_upgrade, the_plan, progress)
+        if result.complete and result.upgraded:
+            _read_back(client, state, result)
         if not result.complete:
             raise UpgradeIncomplete(
                 f"{prefix}upgrade incomplete: {len(result.upgraded)} done, {len(result.remaining)} remaining; "

@@ -17,13 +17,15 @@ from __future__ import annotations
 import io
 import json
 import logging
+import os
 import re
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 from urllib.parse import urlsplit
 
-from vmss_terminate.errors import AzureError, UsageError
+from vmss_terminate.errors import AzureError, InvalidValue, UsageError, VmssTerminateError
+from vmss_terminate.control.names import check_resource_group, check_scale_set_name
 from vmss_terminate.net import is_loopback_host, is_loopback_http, is_loopback_url
 
 MIN_COMPUTE_API_VERSION = "2019-03-01"
@@ -64,10 +66,10 @@ def check_compute_api_version(api_version: Optional[str]) -> Optional[str]:
     text = api_version.strip()
     match = _API_VERSION.match(text)
     if not match:
-        raise UsageError(f"invalid --api-version {api_version!r}: expected YYYY-MM-DD (e.g. {MIN_COMPUTE_API_VERSION})")
+        raise InvalidValue("api_version", api_version, f"expected YYYY-MM-DD (e.g. {MIN_COMPUTE_API_VERSION})")
     if match.group(1) < MIN_COMPUTE_API_VERSION:
-        raise UsageError(
-            f"--api-version {text} is too old: terminate notifications need compute API >= {MIN_COMPUTE_API_VERSION} "
+        raise InvalidValue(
+            "api_version", text, f"too old: terminate notifications need compute API >= {MIN_COMPUTE_API_VERSION} "
             f"(Azure answers \"{OLD_API_REASON}\")"
         )
     return text
@@ -80,16 +82,18 @@ def resolve_endpoint(arm_endpoint: Optional[str], cloud: Optional[str], scope: O
     """
     cloud = cloud or DEFAULT_CLOUD
     if cloud not in CLOUDS:
-        raise UsageError(f"unknown --cloud {cloud!r}: choose one of {', '.join(CLOUDS)}")
+        raise InvalidValue("cloud", cloud, f"choose one of {', '.join(CLOUDS)}")
     base_url, audience, _ = CLOUDS[cloud]
+    if arm_endpoint is not None and not arm_endpoint.strip():
+        raise InvalidValue("arm_endpoint", arm_endpoint, "empty: leave it unset for the cloud's endpoint")
     if arm_endpoint:
         parts = urlsplit(arm_endpoint.strip())
         scheme = parts.scheme.lower()
         if scheme not in ("http", "https") or not parts.hostname:
-            raise UsageError(f"invalid --arm-endpoint {arm_endpoint!r}: expected an https:// URL")
+            raise InvalidValue("arm_endpoint", arm_endpoint, "expected an https:// URL")
         if scheme == "http" and not is_loopback_host(parts.hostname):
-            raise UsageError(
-                f"refusing --arm-endpoint {arm_endpoint!r}: plain http would send the bearer token in clear; "
+            raise InvalidValue(
+                "arm_endpoint", arm_endpoint, "plain http would send the bearer token in clear; "
                 "use https (http is allowed only for loopback: 127.0.0.1, localhost, [::1])"
             )
         base_url = arm_endpoint.strip().rstrip("/")
@@ -121,17 +125,49 @@ class Connection:
     credential: Any = None
 
     def resolve(self) -> "ResolvedConnection":
+        """Validate, filling what was not given from the environment the CLI documents
+        (AZURE_SUBSCRIPTION_ID, VMSS_TERMINATE_ARM_ENDPOINT, VMSS_TERMINATE_ARM_SCOPE)."""
         api_version = check_compute_api_version(self.api_version)
-        base_url, scope = resolve_endpoint(self.arm_endpoint, self.cloud, self.scope)
-        subscription = (self.subscription_id or "").strip()
-        if not subscription:
-            raise UsageError("no subscription: pass --subscription ID or set AZURE_SUBSCRIPTION_ID")
-        if "/" in subscription or " " in subscription:
-            raise UsageError(f"invalid subscription id {subscription!r}")
+        base_url, scope = resolve_endpoint(_or_env(self.arm_endpoint, ENV_ARM_ENDPOINT), self.cloud,
+                                           _or_env(self.scope, ENV_ARM_SCOPE))
+        subscription, name = check_subscription(_or_env(self.subscription_id, ENV_SUBSCRIPTION))
         polling = self.polling_interval
         if polling is None and is_loopback_url(base_url):
             polling = LOOPBACK_POLL_SECONDS
-        return ResolvedConnection(self, subscription, base_url, scope, api_version, polling)
+        return ResolvedConnection(self, subscription, base_url, scope, api_version, polling, name)
+
+
+ENV_SUBSCRIPTION = "AZURE_SUBSCRIPTION_ID"
+ENV_ARM_ENDPOINT = "VMSS_TERMINATE_ARM_ENDPOINT"
+ENV_ARM_SCOPE = "VMSS_TERMINATE_ARM_SCOPE"
+_GUID = re.compile(r"^[0-9a-fA-F]{8}-(?:[0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12}$")
+_GUID_LIKE = re.compile(r"^[0-9a-fA-F-]{30,}$")
+_NAME_FORBIDDEN = re.compile(r"[/\\?#<>%&\x00-\x1f\x7f]")
+NAME_PLACEHOLDER = "00000000-0000-0000-0000-000000000000"
+
+
+def _or_env(value: Optional[str], variable: str) -> Optional[str]:
+    return value if value is not None else os.environ.get(variable)
+
+
+def check_subscription(value: Optional[str]) -> Tuple[str, Optional[str]]:
+    """(subscription id, None) for an id, (placeholder, display name) for a name to look up;
+    an empty or malformed value is refused before any request."""
+    text = (value or "").strip()
+    if not text:
+        raise UsageError(
+            f"no subscription: pass Connection(subscription_id=...) or set {ENV_SUBSCRIPTION}",
+            cli_message=f"no subscription: pass --subscription (an id or a name) or set {ENV_SUBSCRIPTION}",
+        )
+    if _GUID.match(text):
+        return text.lower(), None
+    if _GUID_LIKE.match(text):
+        raise InvalidValue("subscription_id", text, "not a subscription id (expected "
+                           "xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx) nor a display name", option="--subscription")
+    if len(text) > 64 or _NAME_FORBIDDEN.search(text):
+        raise InvalidValue("subscription_id", text, "not a subscription id (a GUID) nor a display name "
+                           "(at most 64 characters, no / \\ ? # < > % &)", option="--subscription")
+    return NAME_PLACEHOLDER, text
 
 
 @dataclass(frozen=True)
@@ -142,6 +178,8 @@ class ResolvedConnection:
     scope: str
     api_version: Optional[str]
     polling_interval: Optional[float]
+    subscription_name: Optional[str] = None
+    """A display name still to be looked up (`subscription_id` is then a placeholder)."""
 
     def resource_path(self, resource_group: str, name: str) -> str:
         return (
@@ -282,9 +320,37 @@ def arm_errors(action: str, resource: str, subscription: Optional[str] = None) -
     except ServiceRequestError as exc:
         if "non-TLS" in str(exc):
             raise AzureError(f"{action}: refusing to send a bearer token over plain http (non-loopback URL)") from None
-        raise AzureError(f"{action}: cannot reach ARM: {_one_line(str(exc))[:300]}") from None
+        raise AzureError(f"{action}: {transport_failure(exc, 'cannot reach ARM')}") from None
     except ServiceResponseError as exc:
-        raise AzureError(f"{action}: ARM connection failed: {_one_line(str(exc))[:300]}") from None
+        raise AzureError(f"{action}: {transport_failure(exc, 'ARM connection failed')}") from None
+    except VmssTerminateError:
+        raise
+    except OSError as exc:  # e.g. REQUESTS_CA_BUNDLE names a missing file: requests raises a bare OSError
+        raise AzureError(f"{action}: {_one_line(str(exc))[:300]}") from None
+    except Exception as exc:  # noqa: BLE001 - an SDK/transport surprise (odd body, deserializer) is one line
+        raise AzureError(f"{action}: unexpected answer ({type(exc).__name__}: {_one_line(str(exc))[:200]})") from None
+
+
+def transport_failure(exc: BaseException, fallback: str) -> str:
+    """What went wrong on the wire, named from the root cause (azure-core's class alone conflates a
+    reset of an open connection with a refused one)."""
+    seen = set()
+    stack = [exc]
+    while stack:
+        current = stack.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        if isinstance(current, ConnectionResetError) or "Connection reset" in str(current):
+            return "the connection to ARM was reset while the request was in progress"
+        if isinstance(current, ConnectionRefusedError):
+            return f"cannot connect to ARM: connection refused ({_one_line(str(exc))[:200]})"
+        if isinstance(current, TimeoutError) or "timed out" in str(current).lower():
+            return f"ARM did not answer in time ({_one_line(str(current))[:200]})"
+        stack.extend(item for item in (current.__cause__, current.__context__,
+                                       getattr(current, "inner_exception", None), *getattr(current, "args", ()))
+                     if isinstance(item, BaseException))
+    return f"{fallback}: {_one_line(str(exc))[:300]}"
 
 
 def allow_loopback_http_policy() -> Any:
@@ -321,6 +387,48 @@ def build_credential(cloud: str = DEFAULT_CLOUD) -> Any:
     return DefaultAzureCredential(authority=authority)
 
 
+SUBSCRIPTIONS_API_VERSION = "2022-12-01"
+
+
+def lookup_subscription(compute: Any, name: str) -> str:
+    """The id of the one subscription whose display name is `name` (case-insensitive), read from
+    `GET /subscriptions` through the compute client's own pipeline (same credential, retry and
+    loopback rules). None or several matches are errors that list what the credential can see."""
+    from azure.core.rest import HttpRequest  # noqa: PLC0415
+
+    seen: List[Dict[str, Any]] = []
+    url: Optional[str] = f"/subscriptions?api-version={SUBSCRIPTIONS_API_VERSION}"
+    with arm_errors(f"looking up subscription {name!r}", name):
+        while url and len(seen) < 10000:
+            response = compute._send_request(HttpRequest("GET", url))
+            response.raise_for_status()
+            page = _json_object(response.text(), f"GET /subscriptions answered {response.status_code}")
+            seen.extend(item for item in page.get("value") or [] if isinstance(item, dict))
+            url = page.get("nextLink")
+    matches = [s for s in seen if str(s.get("displayName", "")).lower() == name.lower()]
+    if len(matches) == 1 and matches[0].get("subscriptionId"):
+        return str(matches[0]["subscriptionId"])
+    if matches:
+        ids = ", ".join(str(s.get("subscriptionId")) for s in matches)
+        raise InvalidValue("subscription_id", name, f"{len(matches)} subscriptions have this name ({ids}): "
+                           "pass the id", option="--subscription")
+    visible = ", ".join(f"{s.get('displayName')} ({s.get('subscriptionId')})" for s in seen[:10]) or "none"
+    raise AzureError(f"no subscription named {name!r} is visible to this credential (visible: {visible})")
+
+
+def _json_object(text: str, what: str) -> Dict[str, Any]:
+    """A JSON object body, or AzureError: ARM bodies that are empty, not JSON or not an object
+    (a string, a list, a number) are one-line failures, never a traceback."""
+    try:
+        data = json.loads(text) if text and text.strip() else None
+    except ValueError:
+        data = None
+    if not isinstance(data, dict):
+        shown = _one_line(text or "")[:80] or "an empty body"
+        raise AzureError(f"{what} with {shown!r}, not a JSON object")
+    return data
+
+
 def build_compute_client(resolved: ResolvedConnection, credential: Any) -> Any:
     """The ComputeManagementClient: endpoint, scope, retry, polling and loopback policy in one place."""
     from azure.mgmt.compute import ComputeManagementClient  # noqa: PLC0415
@@ -347,9 +455,9 @@ class ScaleSetClient:
     """
 
     def __init__(self, connection: Connection, resource_group: str, name: str) -> None:
+        self.resource_group = check_resource_group(resource_group)
+        self.name = check_scale_set_name(name)
         self.resolved = connection.resolve()
-        self.resource_group = resource_group
-        self.name = name
         self._credential = connection.credential
         self._owns_credential = connection.credential is None
         self._client: Any = None
@@ -377,6 +485,11 @@ class ScaleSetClient:
             if self._credential is None:
                 self._credential = build_credential(self.resolved.source.cloud)
             self._client = build_compute_client(self.resolved, self._credential)
+            if self.resolved.subscription_name is not None:
+                found = lookup_subscription(self._client, self.resolved.subscription_name)
+                self._client.close()
+                self.resolved = replace(self.resolved, subscription_id=found, subscription_name=None)
+                self._client = build_compute_client(self.resolved, self._credential)
         return self._client
 
     def _call_kwargs(self) -> Dict[str, Any]:
@@ -385,15 +498,28 @@ class ScaleSetClient:
         return {}
 
     def get(self) -> Dict[str, Any]:
-        with self._errors(f"reading scale set {self.resource}"):
+        action = f"reading scale set {self.resource}"
+        with self._errors(action):
             model = self._sdk().virtual_machine_scale_sets.get(self.resource_group, self.name, **self._call_kwargs())
-            return dict(model.as_dict())
+            return _model_dict(model, action)
 
     def patch(self, body: bytes) -> Dict[str, Any]:
-        """PATCH these exact bytes (a VirtualMachineScaleSetUpdate) and wait for the LRO."""
+        """PATCH these exact bytes (a VirtualMachineScaleSetUpdate) and wait for the LRO. A failure
+        after ARM accepted the PATCH is `PatchUnconfirmed`: the change may well be applied."""
+        action = f"updating scale set {self.resource}"
+        with self._errors(action):
+            poller = self._send_raw("begin_update", body)
+        try:
+            with self._errors(f"confirming the update of {self.resource}"):
+                result = poller.result()
+                return _model_dict(result, action) if result is not None else {}
+        except AzureError as exc:
+            raise PatchUnconfirmed(str(exc)) from None
+
+    def patch_no_wait(self, body: bytes) -> None:
+        """PATCH these exact bytes and return once ARM accepted them (`--no-wait`): no LRO polling."""
         with self._errors(f"updating scale set {self.resource}"):
-            result = self._send_raw("begin_update", body).result()
-            return dict(result.as_dict()) if result is not None else {}
+            self._send_raw("begin_update", body, polling=False)
 
     def list_instances(self) -> List[Dict[str, Any]]:
         """Every VM of the scale set (all pages)."""
@@ -401,7 +527,7 @@ class ScaleSetClient:
             pages = self._sdk().virtual_machine_scale_set_vms.list(
                 self.resource_group, self.name, **self._call_kwargs()
             )
-            return [dict(vm.as_dict()) for vm in pages]
+            return [_model_dict(vm, "listing instances") for vm in pages]
 
     def list_flexible_members(self, scale_set_id: str) -> List[Dict[str, Any]]:
         """Flexible members are standalone VMs: list the resource group's VMs that belong to the set."""
@@ -412,7 +538,7 @@ class ScaleSetClient:
             wanted = scale_set_id.lower()
             members = []
             for vm in pages:
-                data = dict(vm.as_dict())
+                data = _model_dict(vm, "listing member VMs")
                 owner = ((data.get("properties") or {}).get("virtualMachineScaleSet") or {}).get("id") or ""
                 if owner.lower() == wanted:
                     members.append(data)
@@ -424,12 +550,13 @@ class ScaleSetClient:
         with self._errors(f"upgrading instances {_id_range(instance_ids)} of {self.resource}"):
             self._send_raw("begin_update_instances", body).result()
 
-    def _send_raw(self, operation: str, body: bytes) -> Any:
+    def _send_raw(self, operation: str, body: bytes, **kwargs: Any) -> Any:
         """Start a scale-set LRO with these exact JSON bytes (a raw IO body, so the SDK re-serialises
         nothing and a retry re-reads the same bytes); returns the poller."""
         begin = getattr(self._sdk().virtual_machine_scale_sets, operation)
         return begin(
-            self.resource_group, self.name, io.BytesIO(body), content_type="application/json", **self._call_kwargs()
+            self.resource_group, self.name, io.BytesIO(body), content_type="application/json", **self._call_kwargs(),
+            **kwargs,
         )
 
     def close(self) -> None:
@@ -447,6 +574,20 @@ class ScaleSetClient:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+class PatchUnconfirmed(AzureError):
+    """ARM accepted the PATCH, but following its long-running operation failed."""
+
+
+def _model_dict(model: Any, action: str) -> Dict[str, Any]:
+    """An SDK model as a wire-form dict; a body ARM sent that is not a JSON object (a string, a
+    list, a number, nothing) is a one-line AzureError, not an AttributeError traceback."""
+    as_dict = getattr(model, "as_dict", None)
+    if as_dict is None:
+        shown = _one_line(model if isinstance(model, str) else repr(model))[:80]
+        raise AzureError(f"{action}: ARM answered with {shown!r}, not a JSON object")
+    return dict(as_dict())
 
 
 def _id_range(ids: Sequence[str]) -> str:

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
 from vmss_terminate.control.profile import InstanceState, ProfileState
-from vmss_terminate.control.upgrade import MANUAL, UpgradePlan, UpgradeResult
+from vmss_terminate.control.upgrade import MANUAL, UNAVAILABLE, UpgradePlan, UpgradeResult
 
 
 @dataclass
@@ -91,11 +91,18 @@ class Plan:
         """True when applying would write: a PATCH or at least one manualupgrade."""
         return self.profile_change or (self.upgrade.mode == MANUAL and bool(self.upgrade.stale))
 
+    @property
+    def compliance_unknown(self) -> bool:
+        """True when which instances run the latest model cannot be read (Flexible without
+        latestModelApplied) and no change is planned: a drift check must not read that as compliant."""
+        return not self.changes_pending and self.upgrade.mode == UNAVAILABLE and self.upgrade.total > 0
+
     def to_dict(self) -> Dict[str, Any]:
         return {
             "action": self.action,
             **_target(self),
             "changes_pending": self.changes_pending,
+            "compliance_unknown": self.compliance_unknown,
             "profile_change": self.profile_change,
             "before": self.before.to_dict(),
             "desired": self.desired.to_dict(),
@@ -118,9 +125,12 @@ class Plan:
         out.append(f"  {self.upgrade.describe()}")
         for number, batch in enumerate(self.upgrade.batches if self.upgrade.mode == MANUAL else [], start=1):
             out.append(f"    batch {number}: {_ids(batch)}")
-        if self.upgrade.note:
+        if self.upgrade.note and self.upgrade.mode != UNAVAILABLE:  # UNAVAILABLE's describe() is the note
             out.append(f"  note: {self.upgrade.note}")
-        out.append("changes pending" if self.changes_pending else "no changes")
+        if self.compliance_unknown:
+            out.append("no profile change; whether instances run the latest model is unknown")
+        else:
+            out.append("changes pending" if self.changes_pending else "no changes")
         return out
 
 
@@ -134,11 +144,18 @@ class ChangeResult:
     plan: Plan
     after: Optional[ProfileState] = None
     upgrade: Optional[UpgradeResult] = None
+    no_wait: bool = False
+    """`--no-wait`: the PATCH was accepted and not followed; nothing read back, nothing upgraded."""
+    follow_up: Optional[str] = None
 
     @property
     def message(self) -> str:
         if self.dry_run:
             return "dry run: nothing written"
+        if self.no_wait:
+            done = (f"profile change to {self.plan.desired.describe()} accepted by ARM (not waited for)"
+                    if self.changed else "profile: no change")
+            return f"{done}; instances not upgraded; {self.follow_up}"
         profile = f"profile {self.after.describe()}" if self.changed and self.after else "profile: no change"
         if self.upgrade is not None:
             return f"{profile}; {self.upgrade.describe()}"
@@ -153,6 +170,7 @@ class ChangeResult:
             "plan": self.plan.to_dict(),
             "after": self.after.to_dict() if self.after else None,
             "upgrade": self.upgrade.to_dict() if self.upgrade else None,
+            "no_wait": self.no_wait,
         }
 
     def lines(self) -> List[str]:

@@ -19,7 +19,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from vmss_terminate.clock import SYSTEM_CLOCK, Clock
 from vmss_terminate.control.profile import InstanceState
-from vmss_terminate.errors import AzureError, UsageError
+from vmss_terminate.errors import AzureError, InvalidValue, interrupt_exit_code, interrupt_name
 
 Progress = Callable[[int, int], None]
 """progress(done, total): instances upgraded (or current) so far."""
@@ -43,10 +43,10 @@ class BatchSize:
     def parse(cls, text: Any) -> "BatchSize":
         match = _BATCH.match(str(text))
         if not match:
-            raise UsageError(f"invalid --batch-size {text!r}: use a count (5) or a percentage (20%)")
+            raise InvalidValue("batch_size", str(text), "use a count (5) or a percentage (20%)")
         value, percent = int(match.group(1)), bool(match.group(2))
         if value < 1 or (percent and value > 100):
-            raise UsageError(f"invalid --batch-size {text!r}: must be 1..100% or a count >= 1")
+            raise InvalidValue("batch_size", str(text), "must be 1..100% or a count >= 1")
         return cls(value, percent)
 
     def for_total(self, total_instances: int) -> int:
@@ -74,9 +74,9 @@ class UpgradeOptions:
 
     def __post_init__(self) -> None:
         if self.wait_timeout < 0:
-            raise UsageError(f"invalid wait timeout {self.wait_timeout}: must be >= 0 seconds")
+            raise InvalidValue("wait_timeout", self.wait_timeout, "must be >= 0 seconds")
         if self.poll_interval <= 0:
-            raise UsageError(f"invalid poll interval {self.poll_interval}: must be > 0 seconds")
+            raise InvalidValue("poll_interval", self.poll_interval, "must be > 0 seconds")
 
 
 @dataclass
@@ -194,6 +194,13 @@ class UpgradeResult:
     complete: bool = True
     error: Optional[str] = None
     note: Optional[str] = None
+    in_flight: List[str] = field(default_factory=list)
+    """A batch sent when the run was interrupted: Azure may still complete it (counted as remaining)."""
+    still_stale: List[str] = field(default_factory=list)
+    """Instances Azure reported as upgraded that still run the old model when read back."""
+    stopped_by: Optional[str] = None
+    """"Ctrl-C" or "SIGTERM" when a stop signal ended the run."""
+    exit_code: int = field(default=0, repr=False)
 
     def describe(self) -> str:
         if self.mode == MANUAL and not self.upgraded and not self.remaining:
@@ -202,6 +209,11 @@ class UpgradeResult:
             text = f"upgraded {len(self.upgraded)} instance(s) in {self.batches_done} batch(es)"
             if self.remaining:
                 text += f"; {len(self.remaining)} remaining"
+            if self.in_flight:
+                text += f" ({len(self.in_flight)} of them in flight when {self.stopped_by} stopped the run)"
+            if self.still_stale:
+                text += (f"; {len(self.still_stale)} reported upgraded but still on the old model: "
+                         f"{', '.join(self.still_stale[:20])}{' ...' if len(self.still_stale) > 20 else ''}")
             return text
         if self.mode == PLATFORM:
             if self.waited and self.complete:
@@ -222,15 +234,31 @@ class UpgradeResult:
         return f"upgrade: {self.note or 'not available'}"
 
     def to_dict(self) -> Dict[str, Any]:
-        return asdict(self)
+        data = asdict(self)
+        data.pop("exit_code")
+        return data
 
 
 class UpgradeIncomplete(AzureError):
-    """Some instances were not upgraded. Carries the partial result so the CLI can still print it."""
+    """Some instances were not upgraded. Carries the partial result so the CLI can still print it;
+    exit 1, or 130/143 when Ctrl-C/SIGTERM stopped the run."""
 
     def __init__(self, message: str, result: UpgradeResult) -> None:
         super().__init__(message)
         self.result = result
+        if result.exit_code:
+            self.exit_code, self.kind = result.exit_code, "interrupted"
+
+    def details(self) -> Dict[str, Any]:
+        return {"upgrade": self.result.to_dict()}
+
+
+def _stopped(result: UpgradeResult, exc: KeyboardInterrupt, doing: str) -> UpgradeResult:
+    result.complete = False
+    result.stopped_by = interrupt_name(exc)
+    result.exit_code = interrupt_exit_code(exc)
+    result.error = f"interrupted by {result.stopped_by} {doing}"
+    return result
 
 
 def run_manual(
@@ -244,13 +272,17 @@ def run_manual(
     total = len(plan.stale)
     if progress and total:
         progress(0, total)
-    for batch in plan.batches:
+    for number, batch in enumerate(plan.batches, start=1):
         try:
             upgrade_one_batch(batch)
         except AzureError as exc:
             result.complete = False
             result.error = str(exc)
             return result
+        except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM raised as StopSignal by the CLI
+            result.in_flight = list(batch)
+            return _stopped(result, exc, f"while batch {number} ({len(batch)} instance(s)) was in flight; "
+                                         "Azure may still complete it")
         result.upgraded.extend(batch)
         result.remaining = result.remaining[len(batch) :]
         result.batches_done += 1
@@ -269,8 +301,16 @@ def wait_until_current(
     progress: Optional[Progress] = None,
 ) -> UpgradeResult:
     """Poll the instance list until every instance reports latestModelApplied, or `timeout` passes."""
-    result = UpgradeResult(PLATFORM, plan.upgrade_policy, plan.total, waited=True)
+    result = UpgradeResult(PLATFORM, plan.upgrade_policy, plan.total, waited=True, remaining=list(plan.stale))
     deadline = clock.now() + timeout
+    try:
+        return _wait(list_instances, result, deadline, timeout, poll_interval, clock, progress)
+    except KeyboardInterrupt as exc:
+        return _stopped(result, exc, "while waiting; Azure keeps applying the model")
+
+
+def _wait(list_instances: Callable[[], List[InstanceState]], result: UpgradeResult, deadline: float, timeout: float,
+          poll_interval: float, clock: Clock, progress: Optional[Progress]) -> UpgradeResult:
     while True:
         instances = list_instances()
         stale = [i.instance_id for i in instances if i.latest_model_applied is not True]
