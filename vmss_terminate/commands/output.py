@@ -15,7 +15,7 @@ an ARM error's `code` and `http_status`). Stdout holds results only, never an er
 from __future__ import annotations
 
 import json
-from typing import Any, Dict, Iterable, List, Optional, Sequence
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence
 
 import click
 
@@ -61,15 +61,15 @@ def _cell(value: Any) -> str:
     return " ".join(str(value).replace("\t", " ").splitlines())
 
 
-def emit(result: Any, output: str) -> None:
-    """Print a library result (`to_dict()` for json/tsv, `lines()` for table) in the chosen format."""
+def emit(result: Any, output: str, lines: Optional[Callable[[], Iterable[str]]] = None) -> None:
+    """Print a library result (`to_dict()` for json/tsv, `lines()` -- or `lines` -- for table)."""
     if output == "json":
         echo_json(result.to_dict())
     elif output == "tsv":
         for line in tsv_lines(result.to_dict()):
             click.echo(line)
     else:
-        for line in result.lines():
+        for line in (lines or result.lines)():
             click.echo(line)
 
 

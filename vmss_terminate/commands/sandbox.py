@@ -52,15 +52,8 @@ def demo(instances: int, scale_in: int, timeout: int, speed: float, hook: Option
         for line in header(options):
             click.echo(line)
     result = run_demo(options, on_entry=live if output == "table" else None)
-    if output == "json":
-        echo_json(result.to_dict())
-    elif output == "tsv":
-        for line in tsv_lines(result.to_dict()):
-            click.echo(line)
-    else:
-        with printing:
-            for line in render_text(result):
-                click.echo(line)
+    with printing:
+        emit(result, output, lines=lambda: render_text(result))
     if not result.ok:
         raise VmssTerminateError(f"demo failed: {result.failure}")
 
