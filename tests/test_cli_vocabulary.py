@@ -12,8 +12,8 @@ import pytest
 from helpers import invoke_cli
 
 from vmss_terminate import cli
-from vmss_terminate.commands.output import requested_output, tsv_lines
 from vmss_terminate.commands.options import BATCH_SIZE, TIMEOUT
+from vmss_terminate.commands.output import requested_output, tsv_lines
 from vmss_terminate.errors import AzureError
 
 

@@ -24,8 +24,8 @@ from dataclasses import dataclass, replace
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 from urllib.parse import urlsplit
 
-from vmss_terminate.errors import AzureError, InvalidValue, UsageError, VmssTerminateError
 from vmss_terminate.control.names import check_resource_group, check_scale_set_name
+from vmss_terminate.errors import AzureError, InvalidValue, UsageError, VmssTerminateError
 from vmss_terminate.net import is_loopback_host, is_loopback_http, is_loopback_url
 
 MIN_COMPUTE_API_VERSION = "2019-03-01"
