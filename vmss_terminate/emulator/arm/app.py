@@ -93,6 +93,7 @@ from vmss_terminate.emulator.arm.inventory import (
     ScaleSetRecord,
 )
 from vmss_terminate.emulator.arm.token import ARM_AUDIENCES, TokenEndpoint, credential_env, identity_endpoint
+from vmss_terminate.emulator.routes import Route, match_route, path_pattern
 from vmss_terminate.emulator.server import EmulatorServer, Request, Response
 from vmss_terminate.timeout import MAX_MINUTES, MIN_MINUTES, iso_to_minutes_lenient
 
@@ -102,7 +103,7 @@ __all__ = [
 ]
 
 def _path(pattern: str) -> "re.Pattern[str]":
-    return re.compile("^" + pattern + "/?$", re.IGNORECASE)
+    return path_pattern(pattern + "/?", ignore_case=True)
 
 
 _SUB = r"/subscriptions/(?P<sub>[^/]+)"
@@ -121,18 +122,7 @@ DELETE_INSTANCES = _path(_VMSS + r"/delete")
 STANDALONE_VMS = _path(_RG + r"/virtualmachines")
 STANDALONE_VM = _path(_RG + r"/virtualmachines/(?P<vm>[^/]+)")
 
-Handler = Callable[..., Response]
 _Item = TypeVar("_Item")
-
-
-@dataclass(frozen=True)
-class Route:
-    """One ARM operation: `method` on a path matching `pattern` is answered by `handler(request,
-    api_version, **named groups)`."""
-
-    method: str
-    pattern: "re.Pattern[str]"
-    handler: Handler
 
 
 class _Refusal(Exception):
@@ -155,7 +145,8 @@ class ArmEmulator:
         self.scheme = scheme
         self.audiences = audiences
         self.retry_after = retry_after  # Retry-After on LRO answers; None: not sent (fast SDK polling)
-        # The route table: every operation the emulator serves, in one place (issue 9).
+        # The route table: every operation the emulator serves, in one place; each handler is
+        # called as handler(request, api_version, **the pattern's named groups).
         self.routes: List[Route] = [
             Route("GET", SUBSCRIPTIONS, self._subscriptions_get),
             Route("GET", SUBSCRIPTION, self._subscription_get),
@@ -200,15 +191,10 @@ class ArmEmulator:
     def _route(self, request: Request) -> Tuple[Route, "re.Match[str]"]:
         """The route for the request's method and path; 405 when only other methods serve the
         path, 404 when nothing does."""
-        path_served = False
-        for route in self.routes:
-            match = route.pattern.match(request.path)
-            if match is None:
-                continue
-            if route.method == request.method:
-                return route, match
-            path_served = True
-        if path_served:
+        found = match_route(self.routes, request.method, request.path)
+        if found.route is not None and found.match is not None:
+            return found.route, found.match
+        if found.allowed:
             raise _refuse(405, "MethodNotAllowed",
                           f"The requested method '{request.method}' is not allowed on this resource.")
         raise _refuse(404, "InvalidResourceType", f"The resource path '{request.path}' is not served here.")

@@ -3,15 +3,16 @@ and read approvals of a *running* emulator (e.g. from curl while testing a drain
 
 It is deliberately outside the IMDS rules (no Metadata header, api-version or rate limit) and
 under a path IMDS never uses, so it can't be confused with real IMDS behaviour. Routes are listed
-in `imds.py`'s module docstring and at `GET /emulator`.
+in `ADMIN_ROUTES` below, in `app.py`'s module docstring and at `GET /emulator`.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Tuple
+from typing import TYPE_CHECKING, Any, Dict
 
 from vmss_terminate.emulator.imds.events import Approval, EmulatedEvent, event_fields_from_mapping
-from vmss_terminate.emulator.imds.replies import error_reply, method_not_allowed
+from vmss_terminate.emulator.imds.replies import error_reply, no_route
+from vmss_terminate.emulator.routes import Route, match_route, path_pattern
 from vmss_terminate.emulator.server import Request, Response
 from vmss_terminate.errors import UsageError
 
@@ -44,52 +45,33 @@ def approval_json(approval: Approval) -> Dict[str, Any]:
 
 def handle_admin(app: "ImdsEmulator", request: Request, path: str) -> Response:
     """Answer one `/emulator/...` request (bad input 400, unknown event 404, wrong verb 405)."""
-    name, event_id = _route([p for p in path.split("/") if p][1:])
-    handlers = _HANDLERS.get(name)
-    if handlers is None:
-        return error_reply(404, "Not found", routes=ROUTES)
-    refused = method_not_allowed(request.method, tuple(handlers))
-    if refused is not None:
-        return refused
+    path = "/" + "/".join(part for part in path.split("/") if part)
+    found = match_route(ADMIN_ROUTES, request.method, path)
+    if found.route is None or found.match is None:
+        return no_route(found.allowed, routes=ROUTES)
     app.group.tick()  # answers reflect the clock, like IMDS reads do
     try:
-        return handlers[request.method](app, request, event_id)
+        return found.route.handler(app, request, **found.match.groupdict())
     except KeyError:
         return error_reply(404, "no such event")
     except UsageError as exc:
         return error_reply(400, str(exc))
 
 
-def _route(parts: List[str]) -> Tuple[str, str]:
-    """("index" | "approvals" | "events" | "event" | "start" | "", event id or "")."""
-    if not parts:
-        return "index", ""
-    if parts == ["approvals"]:
-        return "approvals", ""
-    if parts[0] == "events":
-        if len(parts) == 1:
-            return "events", ""
-        if len(parts) == 2:
-            return "event", parts[1]
-        if len(parts) == 3 and parts[2] == "start":
-            return "start", parts[1]
-    return "", ""
-
-
-def _index(app: "ImdsEmulator", request: Request, event_id: str) -> Response:
+def _index(app: "ImdsEmulator", request: Request) -> Response:
     return Response.json(200, {"vmName": app.vm_name, "routes": ROUTES})
 
 
-def _list_approvals(app: "ImdsEmulator", request: Request, event_id: str) -> Response:
+def _list_approvals(app: "ImdsEmulator", request: Request) -> Response:
     return Response.json(200, {"Approvals": [approval_json(a) for a in app.group.approvals]})
 
 
-def _list_events(app: "ImdsEmulator", request: Request, event_id: str) -> Response:
+def _list_events(app: "ImdsEmulator", request: Request) -> Response:
     incarnation, events = app.group.snapshot()
     return Response.json(200, {"DocumentIncarnation": incarnation, "Events": [event_json(e) for e in events]})
 
 
-def _add_event(app: "ImdsEmulator", request: Request, event_id: str) -> Response:
+def _add_event(app: "ImdsEmulator", request: Request) -> Response:
     eid = app.group.add_event(**event_fields_from_mapping(_body(request), app.group.clock))
     return Response.json(201, {"EventId": eid})
 
@@ -119,14 +101,18 @@ def _start_event(app: "ImdsEmulator", request: Request, event_id: str) -> Respon
     return _get_event(app, request, event_id)
 
 
-Handler = Callable[["ImdsEmulator", Request, str], Response]
-_HANDLERS: Dict[str, Dict[str, Handler]] = {
-    "index": {"GET": _index},
-    "approvals": {"GET": _list_approvals},
-    "events": {"GET": _list_events, "POST": _add_event},
-    "event": {"GET": _get_event, "PATCH": _change_event, "DELETE": _remove_event},
-    "start": {"POST": _start_event},
-}
+_EVENT = "/emulator/events/(?P<event_id>[^/]+)"
+# The admin route table; each handler is called as handler(app, request, **the pattern's groups).
+ADMIN_ROUTES = [
+    Route("GET", path_pattern("/emulator"), _index),
+    Route("GET", path_pattern("/emulator/approvals"), _list_approvals),
+    Route("GET", path_pattern("/emulator/events"), _list_events),
+    Route("POST", path_pattern("/emulator/events"), _add_event),
+    Route("GET", path_pattern(_EVENT), _get_event),
+    Route("PATCH", path_pattern(_EVENT), _change_event),
+    Route("DELETE", path_pattern(_EVENT), _remove_event),
+    Route("POST", path_pattern(_EVENT + "/start"), _start_event),
+]
 
 
 def _body(request: Request) -> Any:

@@ -59,6 +59,7 @@ Pass `admin=False` to serve IMDS paths only.
 
 from __future__ import annotations
 
+import re
 from typing import Any, Dict, List, Optional
 
 from vmss_terminate.emulator.imds.admin import handle_admin
@@ -80,7 +81,7 @@ from vmss_terminate.emulator.imds.instance import (
     make_identity,
     select,
 )
-from vmss_terminate.emulator.imds.replies import error_reply, method_not_allowed
+from vmss_terminate.emulator.imds.replies import error_reply, no_route
 from vmss_terminate.emulator.imds.throttle import FirstCallGate, SlidingWindowLimiter
 from vmss_terminate.emulator.imds.versions import (
     INSTANCE_VERSIONS,
@@ -89,6 +90,7 @@ from vmss_terminate.emulator.imds.versions import (
     scheduled_events_document,
     shape_compute,
 )
+from vmss_terminate.emulator.routes import Route, match_route, path_pattern
 from vmss_terminate.emulator.server import Request, Response
 
 __all__ = [
@@ -108,6 +110,9 @@ EVENTS_PATH = "/metadata/scheduledevents"
 INSTANCE_PATH = "/metadata/instance"
 VERSIONS_PATH = "/metadata/versions"
 ADMIN_PREFIX = "/emulator"
+_VERSIONS = path_pattern(re.escape(VERSIONS_PATH))
+_EVENTS = path_pattern(re.escape(EVENTS_PATH))
+_INSTANCE = path_pattern(re.escape(INSTANCE_PATH) + "(?P<node>/.*)?")
 
 
 class ImdsEmulator:
@@ -145,6 +150,13 @@ class ImdsEmulator:
         self.limiter = SlidingWindowLimiter(rate_limit, rate_window)
         self.first_call = FirstCallGate(first_call_delay)
         self.admin_enabled = admin
+        # The IMDS route table; each handler is called as handler(request, **the pattern's groups).
+        self.routes: List[Route] = [
+            Route("GET", _VERSIONS, self._versions),
+            Route("GET", _EVENTS, self._scheduled_events),
+            Route("POST", _EVENTS, self._scheduled_events),
+            Route("GET", _INSTANCE, self._instance),
+        ]
 
     @property
     def vmss_name(self) -> str:
@@ -163,14 +175,10 @@ class ImdsEmulator:
         rejected = self._check_request(request)
         if rejected is not None:
             return rejected
-        if path == VERSIONS_PATH:
-            versions = Response.json(200, {"apiVersions": list(INSTANCE_VERSIONS)})
-            return method_not_allowed(request.method, ("GET",)) or versions
-        if path == EVENTS_PATH:
-            return method_not_allowed(request.method, ("GET", "POST")) or self._scheduled_events(request)
-        if path == INSTANCE_PATH or path.startswith(INSTANCE_PATH + "/"):
-            return method_not_allowed(request.method, ("GET",)) or self._instance(request, path)
-        return error_reply(404, "Not found")
+        found = match_route(self.routes, request.method, path)
+        if found.route is None or found.match is None:
+            return no_route(found.allowed)
+        return found.route.handler(request, **found.match.groupdict())
 
     # -- request hygiene -------------------------------------------------------------------
 
@@ -187,6 +195,9 @@ class ImdsEmulator:
         if duplicates:
             return error_reply(400, f"{DUPLICATE_PARAMETER}: {', '.join(duplicates)}")
         return None
+
+    def _versions(self, request: Request) -> Response:
+        return Response.json(200, {"apiVersions": list(INSTANCE_VERSIONS)})
 
     # -- scheduled events --------------------------------------------------------------------
 
@@ -212,7 +223,7 @@ class ImdsEmulator:
 
     # -- instance metadata -------------------------------------------------------------------
 
-    def _instance(self, request: Request, path: str) -> Response:
+    def _instance(self, request: Request, node: Optional[str]) -> Response:
         version = request.param("api-version")
         if version not in INSTANCE_VERSIONS:
             return Response.json(400, bad_version_body(INSTANCE_VERSIONS))
@@ -221,7 +232,7 @@ class ImdsEmulator:
             return error_reply(400, BAD_FORMAT)
         document = self.identity.document()
         document["compute"] = shape_compute(document["compute"], version)
-        segments: List[str] = [s for s in path[len(INSTANCE_PATH):].split("/") if s]
+        segments: List[str] = [s for s in (node or "").split("/") if s]
         try:
             node = select(document, segments)
         except NotFound:

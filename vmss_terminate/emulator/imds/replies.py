@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+from typing import Any, Sequence
 
 from vmss_terminate.emulator.server import Response
 
@@ -12,8 +12,9 @@ def error_reply(status: int, message: str, **extra: Any) -> Response:
     return Response.json(status, dict({"error": message}, **extra))
 
 
-def method_not_allowed(method: str, allowed: Sequence[str]) -> Optional[Response]:
-    """None when `method` is allowed, else the 405 answer with an `Allow` header."""
-    if method in allowed:
-        return None
-    return Response.json(405, {"error": "Method not allowed"}, {"Allow": ", ".join(allowed)})
+def no_route(allowed: Sequence[str], **not_found: Any) -> Response:
+    """The answer when no route serves a request: 405 with an `Allow` header when other methods
+    serve its path (`RouteMatch.allowed`), else 404 (with `not_found`'s extra keys)."""
+    if allowed:
+        return Response.json(405, {"error": "Method not allowed"}, {"Allow": ", ".join(allowed)})
+    return error_reply(404, "Not found", **not_found)
