@@ -91,6 +91,9 @@ def test_admin_is_outside_the_rate_limit_and_unknown_routes_404(group, serve, im
     assert imds.admin("GET", server, "/nope").status_code == 404
     assert imds.admin("PUT", server, "/events").status_code == 405
     assert imds.admin("POST", server, "/approvals").status_code == 405
+    assert imds.admin("POST", server, "/events/e1").headers["Allow"] == "GET, PATCH, DELETE"
+    assert imds.admin("GET", server, "/events/e1/start").headers["Allow"] == "POST"
+    assert imds.admin("GET", server, "/events/e1/nope").json()["routes"][0] == "GET /emulator/events"
 
 
 def test_admin_can_be_turned_off(group, serve, imds) -> None:
