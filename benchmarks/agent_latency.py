@@ -59,7 +59,7 @@ def measure_latency(events: int, poll: float = 1.0) -> List[float]:
                 before = len(group.approvals)
                 added = time.time()
                 eid = group.add_event("Terminate", [VM])
-                if not group.wait_for(lambda n=before: len(group.approvals) > n, 10):
+                if not group.wait_for(lambda: len(group.approvals) > before, 10):  # noqa: B023 (called now)
                     raise SystemExit(f"event {eid} was not approved within 10 s")
                 latencies.append(group.approvals[before].at - added)
                 group.wait_for(lambda: not group.events(), 5)  # Started, then removed

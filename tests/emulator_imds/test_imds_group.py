@@ -54,20 +54,20 @@ def test_wait_for_wakes_on_a_change_from_another_thread(group) -> None:
     timer = threading.Timer(0.05, group.approve, args=(eid, "myvmss_3"))
     timer.start()
     try:
-        assert group.wait_for(lambda g: bool(g.approvals), timeout=5)
+        assert group.wait_for(lambda: bool(group.approvals), timeout=5)
     finally:
         timer.cancel()
     assert group.wait_for(lambda: group.get(eid).status == "Started", timeout=1)
 
 
 def test_wait_for_times_out_false(group) -> None:
-    assert group.wait_for(lambda g: g.events() != [], timeout=0.05) is False
+    assert group.wait_for(lambda: group.events() != [], timeout=0.05) is False
 
 
 def test_wait_for_applies_time_on_a_running_clock() -> None:
     group = PlacementGroup(clock=ScaledClock(speed=600.0), started_ttl=60.0)
     eid = group.add_event("Preempt", ["a"])  # NotBefore in 30 s of clock time = 0.05 s real
-    assert group.wait_for(lambda g: g.get(eid) is None, timeout=5)  # started, then removed after ttl
+    assert group.wait_for(lambda: group.get(eid) is None, timeout=5)  # started, then removed after ttl
 
 
 def test_tick_without_auto_start_leaves_events_alone(clock) -> None:

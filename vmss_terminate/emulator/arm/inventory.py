@@ -387,8 +387,6 @@ class ArmState:
         with self.lock:
             return self._scale_sets.get((subscription.lower(), resource_group.lower(), name.lower()))
 
-    get_scale_set = scale_set
-
     def scale_sets(self, subscription: Optional[str] = None, resource_group: Optional[str] = None
                    ) -> List[ScaleSetRecord]:
         with self.lock:

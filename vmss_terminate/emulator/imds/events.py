@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import collections
 import copy
-import inspect
 import logging
 import threading
 import time
@@ -329,19 +328,19 @@ class PlacementGroup:
             self._bump(changes)
         self._deliver()
 
-    def wait_for(self, predicate: Callable[..., bool], timeout: float, poll: float = 0.05) -> bool:
-        """Block until `predicate(group)` (or `predicate()`) holds or `timeout` real seconds pass.
+    def wait_for(self, predicate: Callable[[], bool], timeout: float, poll: float = 0.05) -> bool:
+        """Block until `predicate()` holds or `timeout` real seconds pass (like
+        `threading.Condition.wait_for`).
 
         Wakes on every change; also re-checks every `poll` seconds after a `tick()`, so NotBefore
         and started_ttl transitions on a running clock are seen without anyone else polling.
         """
-        call = predicate if _arity(predicate) == 0 else (lambda: predicate(self))
         deadline = time.monotonic() + timeout
         while True:
             self.tick()
             with self._lock:
                 seen = self._version
-            if call():
+            if predicate():
                 return True
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -406,14 +405,6 @@ class PlacementGroup:
             with self._lock:
                 if not self._undelivered:
                     return
-
-
-def _arity(fn: Callable[..., Any]) -> int:
-    try:
-        params = inspect.signature(fn).parameters.values()
-    except (TypeError, ValueError):
-        return 1
-    return sum(1 for p in params if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD))
 
 
 def event_fields_from_mapping(data: Mapping[str, Any], clock: Clock = SYSTEM_CLOCK, new: bool = True) -> Dict[str, Any]:
