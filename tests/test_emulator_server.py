@@ -120,3 +120,25 @@ def test_reset_ends_injected_delays_and_keeps_old_requests_out_of_the_new_scenar
     assert server.in_flight == 0 and server.log.all() == []
     assert requests.get(f"{server.url}/next", timeout=5).status_code == 200
     assert [r.path for r in server.log.all()] == ["/next"]
+
+
+def test_stop_hangs_up_keep_alive_connections() -> None:
+    """Issue 12 #6: a stopped server (a deleted VM's IMDS) must not keep answering on a connection
+    a client opened before, or the client never sees the outage."""
+    import http.client
+
+    server = EmulatorServer(Echo()).start()
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=5)
+    try:
+        conn.request("GET", "/before")
+        first = conn.getresponse()
+        assert first.status == 200 and not first.will_close  # a keep-alive connection
+        first.read()
+        server.stop()
+        with pytest.raises((http.client.HTTPException, ConnectionError)):
+            conn.request("GET", "/after")
+            conn.getresponse()
+    finally:
+        conn.close()
+        server.stop()  # idempotent
+    assert server.log.count("GET", "/after") == 0

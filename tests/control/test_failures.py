@@ -138,7 +138,7 @@ def test_arm_rejecting_the_token_audience_is_reported(arm: ArmServers, state: Ar
     assert "InvalidAuthenticationTokenAudience" in line and "az login" in line
     resources = [r.query.get("resource", [""])[0] for r in arm.token_server.log.all()]
     assert resources == ["https://management.chinacloudapi.cn"]
-    issued = [t for t in arm.tokens._tokens]  # noqa: SLF001 - the secret must never be printed
+    issued = list(arm.tokens.recently_issued)  # the secret must never be printed
     assert issued and all(t not in line for t in issued)
 
 

@@ -105,6 +105,11 @@ def test_unapproved_pending_deletion_holds_back_an_approved_one() -> None:
 def test_every_instance_sees_every_event_and_deleted_imds_stops_answering() -> None:
     with running(instances=3, timeout_minutes=5, speed=100.0, delete_duration=5.0) as box:
         urls = box.imds_urls()
+        agent_like = requests.Session()  # a keep-alive connection opened before the deletion
+        agent_like.trust_env = False
+        events_url = f"{urls['myvmss_2']}/metadata/scheduledevents"
+        poll = {"params": {"api-version": "2019-01-01"}, "headers": {"Metadata": "true"}, "timeout": 5}
+        assert agent_like.get(events_url, **poll).status_code == 200
         with box.azure_env(), ScaleSetClient(box.connection(), box.config.resource_group, box.config.name) as c:
             c.patch(b'{"sku": {"capacity": 1}}')
         views = [resources_by_event(imds_events(url)) for url in urls.values()]
@@ -121,6 +126,9 @@ def test_every_instance_sees_every_event_and_deleted_imds_stops_answering() -> N
         assert box.wait_imds_gone("myvmss_2", 5)
         with pytest.raises(requests.ConnectionError):
             imds_events(urls["myvmss_2"])
+        with pytest.raises(requests.ConnectionError):  # issue 12 #6: not even on the old connection
+            agent_like.get(events_url, **poll)
+        agent_like.close()
         assert imds_events(urls["myvmss_0"])["Events"] == []  # the survivor's view is clean again
 
 

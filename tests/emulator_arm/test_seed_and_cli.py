@@ -100,7 +100,7 @@ def _serving(*args: str) -> Iterator[List[str]]:
 
 
 def test_cli_serves_in_the_foreground_and_prints_how_to_connect() -> None:
-    with _serving("--port", "0", "--seed", str(EXAMPLE_SEED),
+    with _serving("--port", "0", "--seed", str(EXAMPLE_SEED), "--lro-retry-after", "2",
                   "--fault", "status=429,retry-after=3,path=/virtualMachineScaleSets/webvmss") as lines:
         text = "".join(lines)
         assert "export IDENTITY_ENDPOINT=http://127.0.0.1:" in text and "export IDENTITY_HEADER=" in text
@@ -119,6 +119,11 @@ def test_cli_serves_in_the_foreground_and_prints_how_to_connect() -> None:
         throttled = get_webvmss()  # the --fault: once (the default), for this path only
         assert throttled.status_code == 429 and throttled.headers["Retry-After"] == "3"
         assert get_webvmss().json()["sku"]["capacity"] == 6
+        upgrade = requests.post(f"{connect['VMSS_TERMINATE_ARM_ENDPOINT']}/subscriptions/{SUB}/resourceGroups/rg/"
+                                f"providers/Microsoft.Compute/virtualMachineScaleSets/webvmss/manualupgrade",
+                                params={"api-version": "2024-11-01"}, json={"instanceIds": ["*"]}, timeout=5,
+                                headers={"Authorization": f"Bearer {token}"})
+        assert upgrade.status_code == 202 and upgrade.headers["Retry-After"] == "2"  # --lro-retry-after
 
 
 def test_cli_refuses_a_bad_seed(tmp_path: Path) -> None:

@@ -56,9 +56,15 @@ def _tls_context(cert: Optional[Path], key: Optional[Path]) -> Optional[ssl.SSLC
                    "(e.g. REQUESTS_CA_BUNDLE). The token endpoint stays http, like App Service's.")
 @click.option("--tls-key", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="PEM private key for --tls-cert (omit if the certificate file holds it).")
+@click.option("--lro-retry-after", type=click.IntRange(1, 3600), metavar="S",
+              help="Send Retry-After: S on long-running-operation answers, so clients that wait 30 s "
+                   "between polls by default (az) poll every S seconds. An emulator convenience, not "
+                   "something Azure promises. Default: no Retry-After. (0 would not help: "
+                   "azure-core treats Retry-After: 0 as absent.)")
 @fault_option
 def arm_command(host: str, port: int, token_port: int, seed: Optional[Path], page_size: Optional[int],
-                tls_cert: Optional[Path], tls_key: Optional[Path], faults: Tuple[Fault, ...]) -> None:
+                tls_cert: Optional[Path], tls_key: Optional[Path], lro_retry_after: Optional[int],
+                faults: Tuple[Fault, ...]) -> None:
     """Serve a local Azure Resource Manager for scale sets, plus a token endpoint for
     DefaultAzureCredential (App Service managed identity). Stop with Ctrl+C."""
     from vmss_terminate.emulator.arm.app import start_arm
@@ -67,7 +73,8 @@ def arm_command(host: str, port: int, token_port: int, seed: Optional[Path], pag
     context = _tls_context(tls_cert, tls_key)
     with Foreground() as foreground:  # before start: a SIGTERM during start-up still stops the servers
         try:
-            servers = start_arm(state, host=host, port=port, token_port=token_port, ssl_context=context)
+            servers = start_arm(state, host=host, port=port, token_port=token_port, ssl_context=context,
+                                lro_retry_after=lro_retry_after)
         except OSError as exc:
             raise UsageError(f"cannot listen on {host}: {exc}") from None
         for fault in faults:

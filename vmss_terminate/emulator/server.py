@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import socket
 import ssl
 import sys
 import threading
@@ -17,7 +18,7 @@ import time
 from dataclasses import dataclass, field
 from email.message import Message
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable, Dict, Iterator, List, Optional, Protocol, Union
+from typing import Any, Callable, Dict, Iterator, List, Optional, Protocol, Set, Union
 from urllib.parse import parse_qs, urlsplit
 
 from vmss_terminate.clock import wait_until
@@ -137,7 +138,20 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
         log.debug("%s %s", self.address_string(), format % args)
 
+    def setup(self) -> None:
+        super().setup()
+        self.server.host.opened(self.connection)
+
+    def finish(self) -> None:
+        try:
+            super().finish()
+        finally:
+            self.server.host.closed(self.connection)
+
     def _dispatch(self) -> None:
+        if self.server.host.stopping:  # a keep-alive connection outliving stop(): no answer, hang up
+            self.close_connection = True
+            return
         parts = urlsplit(self.path)
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length) if length else b""
@@ -216,6 +230,8 @@ class EmulatorServer:
         self._thread: Optional[threading.Thread] = None
         self._in_flight = 0
         self._idle = threading.Condition()
+        self._connections: Set[socket.socket] = set()
+        self.stopping = False
 
     @property
     def address(self) -> str:
@@ -259,6 +275,14 @@ class EmulatorServer:
             with self._idle:
                 self._in_flight -= 1
                 self._idle.notify_all()
+
+    def opened(self, connection: socket.socket) -> None:
+        with self._idle:
+            self._connections.add(connection)
+
+    def closed(self, connection: socket.socket) -> None:
+        with self._idle:
+            self._connections.discard(connection)
 
     @property
     def in_flight(self) -> int:
@@ -308,11 +332,19 @@ class EmulatorServer:
         self._httpd.serve_forever()
 
     def stop(self) -> None:
+        """Stop listening and hang up every open connection: a keep-alive client must see the
+        server gone (a deleted VM's IMDS), not keep getting answers on a connection made earlier."""
+        self.stopping = True
         if self._thread is not None:
             self._httpd.shutdown()
             self._thread.join(timeout=5)
             self._thread = None
         self._httpd.server_close()
+        with self._idle:
+            connections = list(self._connections)
+        for connection in connections:
+            with contextlib.suppress(OSError):  # already closed by the client or its handler
+                connection.shutdown(socket.SHUT_RDWR)
 
     def __enter__(self) -> "EmulatorServer":
         return self.start()

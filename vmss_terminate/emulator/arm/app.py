@@ -23,17 +23,25 @@ Pointing the real SDK at it (azure-mgmt-compute 39, azure-core 1.41, azure-ident
   * `api_version="2019-03-01"` per operation call reaches the wire; the client default is 2026-04-01.
 
 What the emulator answers (ARM error bodies are always {"error": {"code", "message"}}):
-  * auth: `Authorization: Bearer <token issued by our TokenEndpoint for an ARM audience>`, else 401
-    (AuthenticationFailed / InvalidAuthenticationToken / ExpiredAuthenticationToken).
+  * auth: `Authorization: Bearer <JWT signed by our TokenEndpoint for an ARM audience, not expired>`,
+    else 401 (AuthenticationFailed / InvalidAuthenticationToken / ExpiredAuthenticationToken /
+    InvalidAuthenticationTokenAudience).
   * `api-version` is required (400 MissingApiVersionParameter / InvalidApiVersionParameter).
   * routes: `ArmEmulator.routes`, one explicit table (method + path pattern -> handler); a path
     served for other methods answers 405, an unknown path 404.
   * GET /subscriptions (paged like VM lists) and GET /subscriptions/{id}: Microsoft.Resources'
     shape with the display name and tenant the seed gives (`state.add_subscription`); every
     subscription a scale set names is listed too.
+  * GET /metadata/endpoints (no token, any api-version; `//` tolerated): the cloud metadata
+    document `az cloud register --endpoint-resource-manager` reads, naming only the emulator's
+    own endpoints (ARM; the token endpoint as loginEndpoint) and Azure's ARM audiences.
   * GET/PUT/PATCH .../virtualMachineScaleSets/{name}: names are case-insensitive. PATCH merges the
     objects it carries (null = unchanged), answers 200 with provisioningState Updating and an
-    Azure-AsyncOperation header; PUT replaces virtualMachineProfile (201 when it creates).
+    Azure-AsyncOperation header; PUT replaces virtualMachineProfile (201 when it creates) but
+    keeps what Compute keeps when a PUT leaves it out: storageProfile.imageReference (az drops it
+    on purpose) and a missing storageProfile.
+  * a terminateNotificationProfile without `enable` in a PUT/PATCH body is stored `enable: true`
+    (Azure's recorded answer to `az vmss update --terminate-notification-time N`).
   * scheduledEventsProfile in a PUT/PATCH body with api-version < 2019-03-01: 400 BadRequest
     "Could not find member 'scheduledEventsProfile' on object of type 'VirtualMachineProfile'. ...";
     a GET at such a version omits it. notBeforeTimeout must be PT5M..PT15M (400 InvalidParameter).
@@ -45,7 +53,8 @@ What the emulator answers (ARM error bodies are always {"error": {"code", "messa
     Flexible: 409 OperationNotAllowed -- Flexible members are standalone VMs; list them with
     GET .../resourceGroups/{rg}/providers/Microsoft.Compute/virtualMachines (each carries
     properties.virtualMachineScaleSet.id; no latestModelApplied there).
-  * POST .../manualupgrade {"instanceIds": [...]} (required, 400 otherwise): 202 + Azure-AsyncOperation
+  * POST .../manualupgrade {"instanceIds": [...]} (required, 400 otherwise; "*" = all instances,
+    as az documents, also for POST .../delete): 202 + Azure-AsyncOperation
     + Location; the status goes InProgress (for `state.lro_polls` polls) -> Succeeded, then the
     instances run the current model. Flexible accepts VM names as instance ids.
   * POST .../delete {"instanceIds": [...]}, DELETE .../virtualMachines/{id}, and lowering
@@ -54,7 +63,9 @@ What the emulator answers (ARM error bodies are always {"error": {"code", "messa
   * LRO status: GET /subscriptions/{sub}/providers/Microsoft.Compute/locations/{loc}/operations/{id}
     -> {"status": "InProgress"|"Succeeded"|"Failed", "error": {...}}; with `monitor=true` (the Location
     URL) 202 while in progress, 200 when done, 500 + error when failed. No Retry-After unless
-    `ArmEmulator.retry_after` is set, so the SDK polls at its own `polling_interval`.
+    `ArmEmulator.retry_after` is set (`start_arm(lro_retry_after=S)`, `--lro-retry-after S`: an
+    emulator convenience for clients that wait 30 s between polls, like az), so the SDK polls at
+    its own `polling_interval`.
   * faults: `server.faults` (429 + Retry-After, 500, delays, garbage) per request; LRO-level
     `state.fail_next_lro(code, message, kind=None)` and `state.fail_manualupgrade(nth, ...)`.
 
@@ -109,6 +120,7 @@ def _path(pattern: str) -> "re.Pattern[str]":
 _SUB = r"/subscriptions/(?P<sub>[^/]+)"
 _RG = _SUB + r"/resourcegroups/(?P<rg>[^/]+)/providers/microsoft\.compute"
 _VMSS = _RG + r"/virtualmachinescalesets/(?P<name>[^/]+)"
+CLOUD_METADATA = _path(r"/metadata/endpoints")
 SUBSCRIPTIONS = _path(r"/subscriptions")
 SUBSCRIPTION = _path(_SUB)
 OPERATION = _path(_SUB + r"/providers/microsoft\.compute/locations/(?P<loc>[^/]+)/operations/(?P<op>[^/]+)")
@@ -122,6 +134,7 @@ DELETE_INSTANCES = _path(_VMSS + r"/delete")
 STANDALONE_VMS = _path(_RG + r"/virtualmachines")
 STANDALONE_VM = _path(_RG + r"/virtualmachines/(?P<vm>[^/]+)")
 
+_MANY_SLASHES = re.compile("/{2,}")
 _Item = TypeVar("_Item")
 
 
@@ -145,6 +158,9 @@ class ArmEmulator:
         self.scheme = scheme
         self.audiences = audiences
         self.retry_after = retry_after  # Retry-After on LRO answers; None: not sent (fast SDK polling)
+        self.login_endpoint: Optional[str] = None  # the token endpoint's URL, for the cloud metadata
+        # Served without a token or api-version check, like ARM's cloud metadata.
+        self.public_routes: List[Route] = [Route("GET", CLOUD_METADATA, self._cloud_metadata_get)]
         # The route table: every operation the emulator serves, in one place; each handler is
         # called as handler(request, api_version, **the pattern's named groups).
         self.routes: List[Route] = [
@@ -169,7 +185,11 @@ class ArmEmulator:
     # ------------------------------------------------------------ entry point
 
     def handle(self, request: Request) -> Response:
+        request.path = _MANY_SLASHES.sub("/", request.path)  # az asks for //metadata/endpoints
         try:
+            public = match_route(self.public_routes, request.method, request.path)
+            if public.route is not None and public.match is not None:
+                return public.route.handler(request, request.param("api-version"), **public.match.groupdict())
             self._authenticate(request)
             api_version = request.param("api-version")
             if not api_version:
@@ -250,7 +270,11 @@ class ArmEmulator:
             headers["Retry-After"] = str(self.retry_after)
         return headers
 
-    # ------------------------------------------------------------ subscriptions
+    # ------------------------------------------------------------ cloud metadata, subscriptions
+
+    def _cloud_metadata_get(self, request: Request, api_version: Optional[str]) -> Response:
+        base = self._base(request)
+        return Response.json(200, render.cloud_metadata(base, self.login_endpoint or base, self.audiences))
 
     def _subscriptions_get(self, request: Request, api_version: str) -> Response:
         return self._page(request, api_version, self.state.subscriptions, render.subscription)
@@ -326,7 +350,7 @@ class ArmEmulator:
             status, op = 201, self.state.begin_operation("create", ss)
         else:
             with self.state.lock:
-                new_profile = vm_profile if vm_profile is not None else ss.vm_profile
+                new_profile = _keep_omitted(vm_profile, ss.vm_profile) if vm_profile is not None else ss.vm_profile
             self.state.apply_model(ss, new_profile, capacity=capacity, upgrade_policy=mode, tags=tags)
             status, op = 200, self.state.begin_operation("update", ss)
         with self.state.lock:
@@ -495,7 +519,7 @@ def _upgrade_mode(properties: Dict[str, Any]) -> Optional[str]:
 
 
 def _check_scheduled_events(vm_profile: Dict[str, Any], api_version: str) -> None:
-    """The 2019-03-01 minimum, the notBeforeTimeout range and the enable type."""
+    """The 2019-03-01 minimum, the notBeforeTimeout range and the enable type (absent: true)."""
     if "scheduledEventsProfile" not in vm_profile:
         return
     if not render.supports_scheduled_events(api_version):
@@ -510,7 +534,9 @@ def _check_scheduled_events(vm_profile: Dict[str, Any], api_version: str) -> Non
         return
     tnp = _object(tnp, "scheduledEventsProfile.terminateNotificationProfile")
     enable = tnp.get("enable")
-    if isinstance(enable, str) and enable.lower() in ("true", "false"):
+    if enable is None:  # Azure reads back `enable: true` for a timeout-only profile (az sends one)
+        tnp["enable"] = True
+    elif isinstance(enable, str) and enable.lower() in ("true", "false"):
         tnp["enable"] = enable.lower() == "true"
     elif enable is not None and not isinstance(enable, bool):
         raise _refuse(400, "InvalidParameter", f"The value '{enable}' of enable is not a boolean.",
@@ -527,6 +553,22 @@ def _check_scheduled_events(vm_profile: Dict[str, Any], api_version: str) -> Non
         raise _refuse(400, "InvalidParameter",
                       f"NotBeforeTimeout '{timeout}' is out of range: it must be between PT{MIN_MINUTES}M and "
                       f"PT{MAX_MINUTES}M.", "terminateNotificationProfile.notBeforeTimeout")
+
+
+def _keep_omitted(new: Dict[str, Any], stored: Dict[str, Any]) -> Dict[str, Any]:
+    """PUT semantics for what Compute keeps when a full PUT leaves it out: the image reference
+    (`az vmss update` GETs, drops storageProfile.imageReference "to avoid unnecessary permission
+    check of image", then PUTs) and a storageProfile left out altogether."""
+    stored_storage = stored.get("storageProfile")
+    if not isinstance(stored_storage, dict):
+        return new
+    storage = new.get("storageProfile")
+    if storage is None:
+        return dict(new, storageProfile=stored_storage)
+    if isinstance(storage, dict) and storage.get("imageReference") is None \
+            and stored_storage.get("imageReference") is not None:
+        return dict(new, storageProfile=dict(storage, imageReference=stored_storage["imageReference"]))
+    return new
 
 
 def _merge(base: Dict[str, Any], patch: Dict[str, Any]) -> Dict[str, Any]:
@@ -575,6 +617,7 @@ class ArmServers:
         for server in (self.arm_server, self.token_server):
             server.reset()
         self.state = self.arm.state = state if state is not None else ArmState()
+        self.tokens.tenant_id = self.state.tenant_id
         return self.state
 
     def stop(self) -> None:
@@ -601,9 +644,11 @@ def start_arm(
     clock: Optional[Clock] = None,
     page_size: Optional[int] = None,
     lro_polls: Optional[int] = None,
+    lro_retry_after: Optional[int] = None,
 ) -> ArmServers:
     """Start the ARM emulator (HTTPS when `ssl_context` is given) and the token endpoint (always
-    http, like App Service's local endpoint) in background threads; returns them running."""
+    http, like App Service's local endpoint) in background threads; returns them running.
+    `lro_retry_after`: seconds sent as Retry-After on LRO answers (None: no header)."""
     if state is None:
         state = ArmState(clock=clock) if clock is not None else ArmState()
     if seed is not None:
@@ -612,9 +657,11 @@ def start_arm(
         state.page_size = page_size
     if lro_polls is not None:
         state.lro_polls = lro_polls
-    tokens = TokenEndpoint()
-    arm = ArmEmulator(state, tokens, scheme="https" if ssl_context is not None else "http")
+    tokens = TokenEndpoint(tenant_id=state.tenant_id)
+    arm = ArmEmulator(state, tokens, scheme="https" if ssl_context is not None else "http",
+                      retry_after=lro_retry_after)
     token_server = EmulatorServer(tokens, host=host, port=token_port).start()
+    arm.login_endpoint = token_server.url
     try:
         arm_server = EmulatorServer(arm, host=host, port=port, ssl_context=ssl_context).start()
     except BaseException:

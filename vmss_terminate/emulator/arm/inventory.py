@@ -619,6 +619,10 @@ class ArmState:
         return live[:count]
 
     def _resolve(self, ss: ScaleSetRecord, instance_ids: List[str]) -> List[InstanceRecord]:
+        """The instances named; `"*"` means all of them (what `az vmss update-instances
+        --instance-ids '*'` sends)."""
+        if "*" in instance_ids:
+            return ss.live_instances()
         found, missing = [], []
         for iid in instance_ids:
             inst = ss.instance(str(iid))

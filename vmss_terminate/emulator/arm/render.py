@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 import time
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Tuple
 
 from vmss_terminate.emulator.arm.inventory import InstanceRecord, ScaleSetRecord, SubscriptionRecord
 from vmss_terminate.emulator.server import Response
@@ -14,6 +14,7 @@ from vmss_terminate.emulator.server import Response
 SCHEDULED_EVENTS_MIN_API = "2019-03-01"
 ORCHESTRATION_MODE_MIN_API = "2020-12-01"
 _API_VERSION = re.compile(r"^\d{4}-\d{2}-\d{2}(-preview)?$")
+CLOUD_NAME = "VmssTerminateEmulator"
 MEMBER_NOT_FOUND = "Could not find member 'scheduledEventsProfile' on object of type 'VirtualMachineProfile'"
 
 
@@ -36,6 +37,25 @@ def error(status: int, code: str, message: str, target: Optional[str] = None,
     if target:
         body["target"] = target
     return Response.json(status, {"error": body}, headers)
+
+
+def cloud_metadata(resource_manager: str, login_endpoint: str, audiences: Tuple[str, ...]) -> Dict[str, Any]:
+    """`GET /metadata/endpoints?api-version=2022-09-01`: what `az cloud register
+    --endpoint-resource-manager URL` reads to discover a cloud. Only the emulator's own endpoints
+    (ARM, its token endpoint as the login endpoint): services it does not emulate are left out, so
+    no client is sent to a real Azure host. Audiences are Azure's ARM audiences: identifiers a token
+    is minted for (by the emulator's token endpoint), never contacted."""
+    return {
+        "name": CLOUD_NAME,
+        "resourceManager": resource_manager.rstrip("/") + "/",
+        "authentication": {
+            "loginEndpoint": login_endpoint.rstrip("/") + "/",
+            "audiences": [a.rstrip("/") + "/" for a in audiences],
+            "tenant": "common",
+            "identityProvider": "AAD",
+        },
+        "suffixes": {},
+    }
 
 
 def subscription(sub: SubscriptionRecord) -> Dict[str, Any]:

@@ -9,65 +9,128 @@ talking to an emulator. What azure-identity 1.27 (through MSAL) sends and expect
         X-IDENTITY-HEADER: {IDENTITY_HEADER}
     200 {"access_token": "...", "expires_on": "<epoch seconds>", "resource": "...", "token_type": "Bearer"}
 
-Tokens are opaque random strings; the ARM emulator accepts only tokens this endpoint issued, for an
-ARM audience, not expired. Expiry is on real wall-clock time (the default clock) because the client
-computes its refresh time from `time.time()`. The endpoint is plain http on loopback, like the real
-App Service endpoint (`http://localhost:PORT/msi/token`).
+Tokens are JWTs shaped like Entra ID's managed-identity access tokens (header; claims `aud`,
+`iss`, `tid`, `oid`, `sub`, `appid`, `iat`, `nbf`, `exp`, `jti`), because real clients read them:
+`az login --identity` decodes the token to find its tenant (`tid`). They are signed HS256 with a
+key only this endpoint holds (stdlib hmac), so the ARM emulator accepts exactly the tokens it
+issued, for an ARM audience, inside `nbf`..`exp` on the injected clock. `revoke_all()` changes
+the key. Expiry defaults to real wall-clock time (the system clock) because clients compute their
+refresh time from `time.time()`. The endpoint is plain http on loopback, like the real App Service
+endpoint (`http://localhost:PORT/msi/token`).
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
+import json
 import secrets
 import threading
-from dataclasses import dataclass
-from typing import Dict, Optional
+import uuid
+from collections import deque
+from typing import Any, Deque, Dict, Optional, Tuple
 
 from vmss_terminate.clock import SYSTEM_CLOCK, Clock
+from vmss_terminate.emulator.arm.inventory import DEFAULT_TENANT
 from vmss_terminate.emulator.server import EmulatorServer, Request, Response
 
 TOKEN_PATH = "/msi/token"
 ARM_AUDIENCES = ("https://management.azure.com", "https://management.core.windows.net")
 
 
-@dataclass(frozen=True)
-class IssuedToken:
-    resource: str
-    expires_on: float
+IDENTITY_CLIENT_ID = "00000000-0000-0000-0000-00000000c1d0"
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
+
+
+def _unb64(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+def decode_claims(token: str) -> Dict[str, Any]:
+    """The claims of a JWT, unverified (what a client such as az reads); ValueError if not a JWT."""
+    parts = token.split(".")
+    if len(parts) != 3:
+        raise ValueError("not a JWT: expected header.claims.signature")
+    try:
+        claims = json.loads(_unb64(parts[1]))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ValueError(f"not a JWT: {exc}") from None
+    if not isinstance(claims, dict):
+        raise ValueError("not a JWT: the claims are not an object")
+    return claims
 
 
 class TokenEndpoint:
-    """The app: issues bearer tokens to callers that present the identity header secret."""
+    """The app: issues signed bearer tokens to callers that present the identity header secret."""
 
-    def __init__(self, secret: Optional[str] = None, lifetime: float = 3600.0, clock: Clock = SYSTEM_CLOCK) -> None:
+    def __init__(self, secret: Optional[str] = None, lifetime: float = 3600.0, clock: Clock = SYSTEM_CLOCK,
+                 tenant_id: str = DEFAULT_TENANT) -> None:
         self.secret = secret or secrets.token_urlsafe(24)
         self.lifetime = lifetime
         self.clock = clock
-        self._tokens: Dict[str, IssuedToken] = {}
+        self.tenant_id = tenant_id
+        self.object_id = str(uuid.uuid4())  # the managed identity's principal (oid)
+        self._key = secrets.token_bytes(32)
         self._lock = threading.Lock()
+        self.recently_issued: Deque[str] = deque(maxlen=256)  # tests check tokens never reach output
+
+    @property
+    def issuer(self) -> str:
+        return f"https://sts.windows.net/{self.tenant_id}/"
 
     def issue(self, resource: str = ARM_AUDIENCES[0]) -> str:
         """Mint a token directly (for tests of the ARM emulator that do not go through azure-identity)."""
-        token = "emu." + secrets.token_urlsafe(32)
+        now = int(self.clock.now())
+        header = {"typ": "JWT", "alg": "HS256", "kid": "vmss-terminate-emulator"}
+        claims = {
+            "aud": resource, "iss": self.issuer, "iat": now, "nbf": now, "exp": now + int(self.lifetime),
+            "tid": self.tenant_id, "oid": self.object_id, "sub": self.object_id, "appid": IDENTITY_CLIENT_ID,
+            "idtyp": "app", "ver": "1.0", "jti": secrets.token_urlsafe(12),
+        }
+        signing_input = _b64(json.dumps(header, separators=(",", ":")).encode()) + "." + \
+            _b64(json.dumps(claims, separators=(",", ":")).encode())
         with self._lock:
-            self._tokens[token] = IssuedToken(resource, self.clock.now() + self.lifetime)
+            token = signing_input + "." + _b64(self._sign(signing_input))
+            self.recently_issued.append(token)
         return token
 
-    def revoke_all(self) -> None:
-        """Forget every issued token: the ARM emulator answers 401 to them from now on."""
-        with self._lock:
-            self._tokens.clear()
+    def _sign(self, signing_input: str) -> bytes:
+        return hmac.new(self._key, signing_input.encode("ascii"), hashlib.sha256).digest()
 
-    def check(self, token: str, audiences: tuple = ARM_AUDIENCES) -> Optional[str]:
-        """None if `token` is valid for one of `audiences`, else the ARM error code why not."""
+    def revoke_all(self) -> None:
+        """Change the signing key: the ARM emulator answers 401 to every token issued so far."""
         with self._lock:
-            issued = self._tokens.get(token)
-        if issued is None:
+            self._key = secrets.token_bytes(32)
+
+    def check(self, token: str, audiences: Tuple[str, ...] = ARM_AUDIENCES) -> Optional[str]:
+        """None if `token` is one we signed, in its validity window, for one of `audiences`; else
+        the ARM error code why not."""
+        signing_input, _, signature = token.rpartition(".")
+        try:
+            valid = signing_input.isascii() and hmac.compare_digest(self._signature_of(signing_input),
+                                                                    _unb64(signature))
+            claims = decode_claims(token) if valid else {}
+        except ValueError:  # bad base64 or JSON
+            valid = False
+        if not valid:
             return "InvalidAuthenticationToken"
-        if issued.expires_on <= self.clock.now():
+        now = self.clock.now()
+        if not isinstance(claims.get("exp"), int) or claims["exp"] <= now:
             return "ExpiredAuthenticationToken"
-        if issued.resource.rstrip("/").lower() not in {a.rstrip("/").lower() for a in audiences}:
+        if not isinstance(claims.get("nbf"), int) or claims["nbf"] > now:
+            return "InvalidAuthenticationToken"
+        audience = str(claims.get("aud", ""))
+        if audience.rstrip("/").lower() not in {a.rstrip("/").lower() for a in audiences}:
             return "InvalidAuthenticationTokenAudience"
         return None
+
+    def _signature_of(self, signing_input: str) -> bytes:
+        with self._lock:
+            return self._sign(signing_input)
 
     def handle(self, request: Request) -> Response:
         if request.method != "GET" or request.path.rstrip("/") != TOKEN_PATH:
@@ -80,14 +143,12 @@ class TokenEndpoint:
         if not resource:
             return Response.json(400, {"statusCode": 400, "message": "resource is required."})
         token = self.issue(resource)
-        with self._lock:
-            expires_on = self._tokens[token].expires_on
         return Response.json(200, {
             "access_token": token,
-            "expires_on": str(int(expires_on)),
+            "expires_on": str(decode_claims(token)["exp"]),
             "resource": resource,
             "token_type": "Bearer",
-            "client_id": "00000000-0000-0000-0000-00000000c1d0",
+            "client_id": IDENTITY_CLIENT_ID,
         })
 
 
