@@ -21,7 +21,7 @@ import os
 import re
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 from urllib.parse import urlsplit
 
 from vmss_terminate.control.names import check_resource_group, check_scale_set_name
@@ -123,14 +123,20 @@ class Connection:
     retry_total: Optional[int] = None
     retry_backoff_factor: Optional[float] = None
     credential: Any = None
+    # Extra azure-core per-retry policies, as factories: a pipeline chains its policy objects, so
+    # every client needs its own instances (fleet: the per-subscription throttle).
+    policy_factories: Tuple[Callable[[], Any], ...] = ()
 
-    def resolve(self) -> "ResolvedConnection":
+    def resolve(self, require_subscription: bool = True) -> "ResolvedConnection":
         """Validate, filling what was not given from the environment the CLI documents
-        (AZURE_SUBSCRIPTION_ID, VMSS_TERMINATE_ARM_ENDPOINT, VMSS_TERMINATE_ARM_SCOPE)."""
+        (AZURE_SUBSCRIPTION_ID, VMSS_TERMINATE_ARM_ENDPOINT, VMSS_TERMINATE_ARM_SCOPE). Tenant-wide
+        clients (Resource Graph, the subscription list) pass `require_subscription=False`."""
         api_version = check_compute_api_version(self.api_version)
         base_url, scope = resolve_endpoint(_or_env(self.arm_endpoint, ENV_ARM_ENDPOINT), self.cloud,
                                            _or_env(self.scope, ENV_ARM_SCOPE))
-        subscription, name = check_subscription(_or_env(self.subscription_id, ENV_SUBSCRIPTION))
+        subscription, name = "", None
+        if require_subscription:
+            subscription, name = check_subscription(_or_env(self.subscription_id, ENV_SUBSCRIPTION))
         polling = self.polling_interval
         if polling is None and is_loopback_url(base_url):
             polling = LOOPBACK_POLL_SECONDS
@@ -394,17 +400,8 @@ def lookup_subscription(compute: Any, name: str) -> str:
     """The id of the one subscription whose display name is `name` (case-insensitive), read from
     `GET /subscriptions` through the compute client's own pipeline (same credential, retry and
     loopback rules). None or several matches are errors that list what the credential can see."""
-    from azure.core.rest import HttpRequest  # noqa: PLC0415
-
-    seen: List[Dict[str, Any]] = []
-    url: Optional[str] = f"/subscriptions?api-version={SUBSCRIPTIONS_API_VERSION}"
     with arm_errors(f"looking up subscription {name!r}", name):
-        while url and len(seen) < 10000:
-            response = compute._send_request(HttpRequest("GET", url))
-            response.raise_for_status()
-            page = _json_object(response.text(), f"GET /subscriptions answered {response.status_code}")
-            seen.extend(item for item in page.get("value") or [] if isinstance(item, dict))
-            url = page.get("nextLink")
+        seen = list_subscriptions(compute)
     matches = [s for s in seen if str(s.get("displayName", "")).lower() == name.lower()]
     if len(matches) == 1 and matches[0].get("subscriptionId"):
         return str(matches[0]["subscriptionId"])
@@ -414,6 +411,23 @@ def lookup_subscription(compute: Any, name: str) -> str:
                            "pass the id", option="--subscription")
     visible = ", ".join(f"{s.get('displayName')} ({s.get('subscriptionId')})" for s in seen[:10]) or "none"
     raise AzureError(f"no subscription named {name!r} is visible to this credential (visible: {visible})")
+
+
+def list_subscriptions(client: Any) -> List[Dict[str, Any]]:
+    """Every subscription the credential sees (`GET /subscriptions`, all pages), through `client`'s
+    own pipeline (any management client: same credential, retry and loopback rules). Call inside
+    `arm_errors`."""
+    from azure.core.rest import HttpRequest  # noqa: PLC0415
+
+    seen: List[Dict[str, Any]] = []
+    url: Optional[str] = f"/subscriptions?api-version={SUBSCRIPTIONS_API_VERSION}"
+    while url and len(seen) < 10000:
+        response = client._send_request(HttpRequest("GET", url))
+        response.raise_for_status()
+        page = _json_object(response.text(), f"GET /subscriptions answered {response.status_code}")
+        seen.extend(item for item in page.get("value") or [] if isinstance(item, dict))
+        url = page.get("nextLink")
+    return seen
 
 
 def _json_object(text: str, what: str) -> Dict[str, Any]:
@@ -429,22 +443,31 @@ def _json_object(text: str, what: str) -> Dict[str, Any]:
     return data
 
 
-def build_compute_client(resolved: ResolvedConnection, credential: Any) -> Any:
-    """The ComputeManagementClient: endpoint, scope, retry, polling and loopback policy in one place."""
-    from azure.mgmt.compute import ComputeManagementClient  # noqa: PLC0415
-
+def sdk_client_kwargs(resolved: ResolvedConnection) -> Dict[str, Any]:
+    """Keyword arguments every management client we build shares: endpoint, scope, retry, polling,
+    the loopback policy and the connection's extra policies."""
     source = resolved.source
     kwargs: Dict[str, Any] = {
+        "base_url": resolved.base_url,
         "credential_scopes": [resolved.scope],
         "per_call_policies": [allow_loopback_http_policy()],
     }
+    if source.policy_factories:
+        kwargs["per_retry_policies"] = [make() for make in source.policy_factories]
     if resolved.polling_interval is not None:
         kwargs["polling_interval"] = resolved.polling_interval
     if source.retry_total is not None:
         kwargs["retry_total"] = source.retry_total
     if source.retry_backoff_factor is not None:
         kwargs["retry_backoff_factor"] = source.retry_backoff_factor
-    return ComputeManagementClient(credential, resolved.subscription_id, base_url=resolved.base_url, **kwargs)
+    return kwargs
+
+
+def build_compute_client(resolved: ResolvedConnection, credential: Any) -> Any:
+    """The ComputeManagementClient, configured by `sdk_client_kwargs`."""
+    from azure.mgmt.compute import ComputeManagementClient  # noqa: PLC0415
+
+    return ComputeManagementClient(credential, resolved.subscription_id, **sdk_client_kwargs(resolved))
 
 
 class ScaleSetClient:

@@ -94,7 +94,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar, Union
 from urllib.parse import quote, urlencode
 
 from vmss_terminate.clock import Clock
-from vmss_terminate.emulator.arm import render
+from vmss_terminate.emulator.arm import quota, render, resourcegraph
 from vmss_terminate.emulator.arm.inventory import (
     UPGRADE_POLICIES,
     ArmState,
@@ -133,9 +133,13 @@ MANUAL_UPGRADE = _path(_VMSS + r"/manualupgrade")
 DELETE_INSTANCES = _path(_VMSS + r"/delete")
 STANDALONE_VMS = _path(_RG + r"/virtualmachines")
 STANDALONE_VM = _path(_RG + r"/virtualmachines/(?P<vm>[^/]+)")
+RESOURCE_GRAPH = _path(r"/providers/microsoft\.resourcegraph/resources")
 
 _MANY_SLASHES = re.compile("/{2,}")
 _Item = TypeVar("_Item")
+
+
+_SUBSCRIPTION_PATH = re.compile(r"^/subscriptions/([^/]+)(?:/|$)", re.IGNORECASE)
 
 
 class _Refusal(Exception):
@@ -180,6 +184,7 @@ class ArmEmulator:
             Route("GET", STANDALONE_VMS, self._standalone_vms_get),
             Route("GET", STANDALONE_VM, self._standalone_vm_get),
             Route("DELETE", STANDALONE_VM, self._standalone_vm_delete),
+            Route("POST", RESOURCE_GRAPH, self._resource_graph_post),
         ]
 
     # ------------------------------------------------------------ entry point
@@ -201,12 +206,45 @@ class ArmEmulator:
                               f"YYYY-MM-DD or YYYY-MM-DD-preview (scheduledEventsProfile needs "
                               f"{render.SCHEDULED_EVENTS_MIN_API} or later).")
             self.state.tick()
+            throttled, quota_headers = self._quota(request)
+            if throttled is not None:
+                return throttled
             route, match = self._route(request)
-            return route.handler(request, api_version, **match.groupdict())
+            response = route.handler(request, api_version, **match.groupdict())
+            response.headers.update(quota_headers)
+            return response
         except _Refusal as refusal:
             return refusal.response
         except ArmStateError as exc:
             return render.error(exc.status, exc.code, exc.message, exc.target)
+
+    def _quota(self, request: Request) -> Tuple[Optional[Response], Dict[str, str]]:
+        """Spend a token of the subscription's read/write quota (when one is configured): a 429 when
+        the bucket is empty, else the remaining-header to add to the answer."""
+        found = _SUBSCRIPTION_PATH.match(request.path)
+        if not found:
+            return None, {}
+        kind = quota.kind_of(request.method)
+        allowed, remaining, retry_after = self.state.quotas.take(found.group(1), kind)
+        if remaining < 0:
+            return None, {}
+        headers = {quota.header(kind): str(remaining)}
+        if allowed:
+            return None, headers
+        message = (f"Number of '{kind[:-1]}' requests for subscription '{found.group(1)}' actor "
+                   f"'emulated-principal' exceeded. Please try again after '{retry_after}' seconds "
+                   f"after additional tokens are available. Refer to https://aka.ms/arm-throttling")
+        return render.error(429, "SubscriptionRequestsThrottled", message,
+                            headers=dict(headers, **{"Retry-After": str(retry_after)})), {}
+
+    # ------------------------------------------------------------ Resource Graph
+
+    def _resource_graph_post(self, request: Request, api_version: str) -> Response:
+        if api_version not in resourcegraph.API_VERSIONS:
+            raise _refuse(400, "InvalidApiVersionParameter",
+                          f"The api-version '{api_version}' is invalid. The supported versions are "
+                          f"'{', '.join(resourcegraph.API_VERSIONS)}'.")
+        return resourcegraph.answer(self.state, _json_object(request))
 
     def _route(self, request: Request) -> Tuple[Route, "re.Match[str]"]:
         """The route for the request's method and path; 405 when only other methods serve the
@@ -645,6 +683,7 @@ def start_arm(
     page_size: Optional[int] = None,
     lro_polls: Optional[int] = None,
     lro_retry_after: Optional[int] = None,
+    quotas: Optional[Dict[str, Any]] = None,
 ) -> ArmServers:
     """Start the ARM emulator (HTTPS when `ssl_context` is given) and the token endpoint (always
     http, like App Service's local endpoint) in background threads; returns them running.
@@ -657,6 +696,8 @@ def start_arm(
         state.page_size = page_size
     if lro_polls is not None:
         state.lro_polls = lro_polls
+    if quotas:
+        state.quotas.configure(quota.parse_limits(quotas))
     tokens = TokenEndpoint(tenant_id=state.tenant_id)
     arm = ArmEmulator(state, tokens, scheme="https" if ssl_context is not None else "http",
                       retry_after=lro_retry_after)

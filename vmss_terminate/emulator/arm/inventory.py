@@ -38,9 +38,16 @@ Seed format (JSON file or dict; see examples/seed.json)::
           "rollingDelaySeconds": 30,         # optional (Rolling policy)
           "staleInstances": 0,               # optional: this many of the instances run an older
                                              #   model (latestModelApplied false) ...
-          "staleProfile": null               # ... whose scheduledEventsProfile is this (null: absent)
+          "staleProfile": null,              # ... whose scheduledEventsProfile is this (null: absent)
+          "priority": "Spot",                # optional: virtualMachineProfile.priority
+          "scaleInPolicy": {...},            # optional properties, served as given (e.g. forceDeletion)
+          "automaticRepairsPolicy": {...}
         }
-      ]
+      ],
+      "managementGroups": {"mg-id": ["<subscription id>", ...]},   # optional (Resource Graph scope)
+      "resourceGraphPageSize": 1000,         # optional: rows per Resource Graph page (max 1000)
+      "quotas": {"writes": {"bucket": 40, "refillPerSecond": 20}},  # optional: see quota.py
+      "generate": {"scaleSets": 200, "subscriptions": 5, "capacity": 20}  # optional: see fleetgen.py
     }
 """
 
@@ -56,11 +63,14 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Union
 
 from vmss_terminate.clock import SYSTEM_CLOCK, Clock
+from vmss_terminate.emulator.arm import fleetgen
+from vmss_terminate.emulator.arm.quota import Quotas, parse_limits
 
 ORCHESTRATIONS = ("Uniform", "Flexible")
 DEFAULT_TENANT = "11111111-1111-1111-1111-111111111111"
 SUBSCRIPTION_STATES = ("Enabled", "Warned", "PastDue", "Disabled", "Deleted")
 UPGRADE_POLICIES = ("Manual", "Automatic", "Rolling")
+EXTRA_PROPERTIES = ("scaleInPolicy", "automaticRepairsPolicy")  # seed keys served inside `properties`
 
 Deleter = Callable[["ScaleSetRecord", List["InstanceRecord"]], None]
 Listener = Callable[[str, "ScaleSetRecord", List["InstanceRecord"]], None]
@@ -164,6 +174,7 @@ class ScaleSetRecord:
     unique_id: str = field(default_factory=lambda: str(uuid.uuid4()))
     instances: Dict[str, InstanceRecord] = field(default_factory=dict)
     was_disabled: bool = False  # enable:false was applied at some point (azure-docs#41434)
+    extra_properties: Dict[str, Any] = field(default_factory=dict)  # scaleInPolicy, automaticRepairsPolicy
     next_instance_number: int = 0
     _rng: random.Random = field(default_factory=random.Random)
 
@@ -253,6 +264,9 @@ class ArmState:
         self._lro_faults: List[_LroFault] = []
         self._listeners: List[Listener] = []
         self._sequence = 0
+        self.rg_page_size = 1000  # Resource Graph rows per page
+        self.quotas = Quotas(clock)  # per-subscription read/write quotas (none configured: off)
+        self._management_groups: Dict[str, List[str]] = {}
 
     # ---------------------------------------------------------------- setup
 
@@ -296,6 +310,8 @@ class ArmState:
         vm_profile: Optional[Dict[str, Any]] = None,
         stale_instances: int = 0,
         stale_profile: Optional[Dict[str, Any]] = None,
+        priority: Optional[str] = None,
+        extra_properties: Optional[Dict[str, Any]] = None,
     ) -> ScaleSetRecord:
         """Create a scale set with `capacity` instances running its model (the last
         `stale_instances` of them run an older model whose profile is `stale_profile`)."""
@@ -304,11 +320,14 @@ class ArmState:
         profile = copy.deepcopy(vm_profile) if vm_profile is not None else _default_vm_profile(name)
         if scheduled_events_profile is not None:
             profile["scheduledEventsProfile"] = copy.deepcopy(scheduled_events_profile)
+        if priority is not None:
+            profile["priority"] = priority
         ss = ScaleSetRecord(
             subscription=subscription, resource_group=resource_group, name=name,
             orchestration=orchestration, upgrade_policy=upgrade_policy,
             location=location or self.location, sku=sku, capacity=capacity, vm_profile=profile,
             tags=dict(tags or {}), automatic_delay=automatic_delay, rolling_delay=rolling_delay,
+            extra_properties=copy.deepcopy(extra_properties or {}),
         )
         ss._rng.seed(f"{subscription}/{resource_group}/{name}".lower())
         ss.vm_profile = self._normalise_profile(ss, profile)
@@ -334,6 +353,9 @@ class ArmState:
             self.page_size = int(seed["pageSize"])
         if "lroPolls" in seed:
             self.lro_polls = int(seed["lroPolls"])
+        self._load_fleet_options(seed)
+        if "generate" in seed:
+            seed = dict(seed, **_merged(seed, fleetgen.generate(seed["generate"])))
         if "tenantId" in seed:
             self.tenant_id = str(seed["tenantId"])
         for index, entry in enumerate(seed.get("subscriptions", [])):
@@ -372,7 +394,31 @@ class ArmState:
             vm_profile=entry.get("virtualMachineProfile"),
             stale_instances=int(entry.get("staleInstances", 0)),
             stale_profile=entry.get("staleProfile"),
+            priority=entry.get("priority"),
+            extra_properties={key: entry[key] for key in EXTRA_PROPERTIES if key in entry},
         )
+
+    def _load_fleet_options(self, seed: Dict[str, Any]) -> None:
+        """Seed keys for estates: management groups, Resource Graph page size, quotas."""
+        groups = seed.get("managementGroups", {})
+        if not isinstance(groups, dict) or not all(isinstance(v, list) for v in groups.values()):
+            raise ValueError('managementGroups must map a management group id to a list of subscription ids')
+        for group, members in groups.items():
+            self.add_management_group(group, [str(m) for m in members])
+        if "resourceGraphPageSize" in seed:
+            self.rg_page_size = max(1, min(1000, int(seed["resourceGraphPageSize"])))
+        if "quotas" in seed:
+            self.quotas.configure(parse_limits(seed["quotas"]))
+
+    def add_management_group(self, group: str, subscriptions: List[str]) -> None:
+        with self.lock:
+            self._management_groups.setdefault(group.lower(), []).extend(subscriptions)
+
+    def management_group_subscriptions(self, group: str) -> Optional[List[str]]:
+        """Subscription ids under a management group (None: no such group)."""
+        with self.lock:
+            found = self._management_groups.get(group.lower())
+            return list(found) if found is not None else None
 
     def add_listener(self, listener: Listener) -> None:
         """`listener(kind, scale_set, instances)`; kinds: "added", "upgraded", "deleting", "removed",
@@ -666,6 +712,11 @@ class ArmState:
         for kind, ss, instances in notes:
             for listener in listeners:
                 listener(kind, ss, instances)
+
+
+def _merged(seed: Dict[str, Any], generated: Dict[str, Any]) -> Dict[str, Any]:
+    """A seed's own subscriptions and scale sets followed by the generated ones."""
+    return {key: list(seed.get(key, [])) + generated[key] for key in ("subscriptions", "scaleSets")}
 
 
 def _canonical(value: str, allowed: Tuple[str, ...], what: str) -> str:

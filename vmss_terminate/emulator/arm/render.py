@@ -90,6 +90,7 @@ def scale_set(ss: ScaleSetRecord, api_version: str) -> Dict[str, Any]:
         "overprovision": False,
         "uniqueId": ss.unique_id,
     }
+    properties.update(ss.extra_properties)
     if ss.orchestration == "Flexible":
         properties["platformFaultDomainCount"] = 1
     if api_version[:10] >= ORCHESTRATION_MODE_MIN_API:

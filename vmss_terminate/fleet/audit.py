@@ -1,0 +1,160 @@
+"""`audit`: every scale set in scope, its terminate-notification state and findings, read through
+Azure Resource Graph plus one instance list per set where staleness matters.
+
+ARM calls an audit costs (documented in docs/fleet.md): one `GET /subscriptions` when the scope
+is not given as subscription ids (to find them, or to resolve display names); one Resource Graph
+page per 1,000 scale sets (per 1,000 subscriptions); one instance-list page per enabled Uniform
+scale set (instance lists are paged by ARM; big sets take more pages). Disabled sets are not
+listed: enabling them makes every instance stale anyway, which `rollout` plans for.
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Union
+
+from vmss_terminate.clock import SYSTEM_CLOCK, Clock
+from vmss_terminate.control.client import ArmRequestError, Connection, ScaleSetClient
+from vmss_terminate.control.profile import parse_instance
+from vmss_terminate.errors import UsageError
+from vmss_terminate.fleet.records import ScaleSetAudit, parse_row
+from vmss_terminate.fleet.scope import Scope, is_subscription_id
+from vmss_terminate.fleet.session import FleetSession
+from vmss_terminate.timeout import parse_timeout
+
+MAX_SUBSCRIPTIONS_PER_QUERY = 1000
+DEFAULT_CONCURRENCY = 16
+_INACTIVE_STATES = ("disabled", "deleted")
+
+
+@dataclass
+class AuditReport:
+    """The audit's records plus what it cost."""
+
+    scope: Scope
+    timeout_minutes: Optional[int]
+    scale_sets: List[ScaleSetAudit]
+    subscriptions: List[str]
+    calls: Dict[str, int] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    @property
+    def non_compliant(self) -> List[ScaleSetAudit]:
+        return [s for s in self.scale_sets if not s.compliant]
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"scope": self.scope.describe(), "timeout_minutes": self.timeout_minutes,
+                "subscriptions": list(self.subscriptions), "calls": dict(self.calls),
+                "seconds": round(self.seconds, 3), "scale_sets": [s.to_dict() for s in self.scale_sets]}
+
+
+def audit(
+    scope: Optional[Scope] = None,
+    *,
+    timeout: Union[int, str, None] = None,
+    connection: Optional[Connection] = None,
+    concurrency: int = DEFAULT_CONCURRENCY,
+    clock: Clock = SYSTEM_CLOCK,
+    session: Optional[FleetSession] = None,
+) -> AuditReport:
+    """Audit every scale set in `scope` (default: every subscription the credential sees).
+
+    `timeout` (5..15 minutes, like `enable`) makes a different notBeforeTimeout a finding and
+    non-compliant; without it any enabled timeout is compliant. `connection` carries the ARM
+    endpoint, cloud and credential (its subscription_id is ignored: the scope decides).
+    """
+    scope = scope or Scope()
+    wanted = parse_timeout(timeout) if timeout is not None else None
+    if concurrency < 1:
+        raise UsageError(f"invalid concurrency {concurrency}: must be >= 1")
+    started = time.monotonic()
+    owned = session is None
+    session = session or FleetSession(connection, clock)
+    try:
+        calls = {"subscription_lists": 0, "graph_pages": 0, "instance_lists": 0}
+        subscriptions, names = _subscriptions(session, scope, calls)
+        records = []
+        chunks = [subscriptions[i:i + MAX_SUBSCRIPTIONS_PER_QUERY]
+                  for i in range(0, len(subscriptions), MAX_SUBSCRIPTIONS_PER_QUERY)]
+        if scope.management_groups and not scope.subscriptions:
+            chunks = [[]]
+        for chunk in chunks:
+            for page in session.query_pages(scope.query(), chunk, list(scope.management_groups)):
+                calls["graph_pages"] += 1
+                records.extend(parse_row(row, names) for row in page)
+        _read_instances(session, [r for r in records if r.enabled], concurrency, calls)
+        for record in records:
+            record.evaluate(wanted)
+        return AuditReport(scope, wanted, records, subscriptions, calls, time.monotonic() - started)
+    finally:
+        if owned:
+            session.close()
+
+
+def _subscriptions(session: FleetSession, scope: Scope, calls: Dict[str, int]) -> "tuple[List[str], Dict[str, str]]":
+    """Subscription ids to query and their display names (lower-case id -> name)."""
+    given = list(scope.subscriptions)
+    if given and all(is_subscription_id(s) for s in given):
+        return _unique(given), {}
+    if scope.management_groups and not given:
+        return [], {}
+    calls["subscription_lists"] += 1
+    visible = session.list_subscriptions()
+    names = {str(s.get("subscriptionId", "")).lower(): str(s.get("displayName") or "") for s in visible}
+    if not given:
+        return [str(s["subscriptionId"]) for s in visible
+                if s.get("subscriptionId") and str(s.get("state", "Enabled")).lower() not in _INACTIVE_STATES], names
+    resolved = []
+    for wanted in given:
+        if is_subscription_id(wanted):
+            resolved.append(wanted)
+            continue
+        matches = [s for s in visible if str(s.get("displayName", "")).lower() == wanted.lower()]
+        if not matches:
+            raise UsageError(f"--subscription {wanted!r}: no subscription with that id or display name among the "
+                             f"{len(visible)} this credential can see")
+        if len(matches) > 1:
+            raise UsageError(f"--subscription {wanted!r}: {len(matches)} subscriptions have that display name; "
+                             "give the subscription id")
+        resolved.append(str(matches[0]["subscriptionId"]))
+    return _unique(resolved), names
+
+
+def _unique(items: List[str]) -> List[str]:
+    seen, out = set(), []
+    for item in items:
+        if item.lower() not in seen:
+            seen.add(item.lower())
+            out.append(item)
+    return out
+
+
+def _read_instances(session: FleetSession, records: List[ScaleSetAudit], concurrency: int,
+                    calls: Dict[str, int]) -> None:
+    """Stale instances of enabled sets, concurrently (each subscription throttled on its own)."""
+    uniform = [r for r in records if r.uniform]
+    for record in records:
+        if not record.uniform:
+            record.instances_note = ("Flexible orchestration: per-instance latestModelApplied is not reported; "
+                                     "stale instances not counted")
+    calls["instance_lists"] += len(uniform)
+    if not uniform:
+        return
+    with ThreadPoolExecutor(max_workers=min(concurrency, len(uniform)), thread_name_prefix="fleet-audit") as pool:
+        list(pool.map(lambda record: _stale(session, record), uniform))
+
+
+def _stale(session: FleetSession, record: ScaleSetAudit) -> None:
+    with ScaleSetClient(session.connection(record.subscription_id), record.resource_group, record.name) as client:
+        try:
+            instances = [parse_instance(vm) for vm in client.list_instances()]
+        except ArmRequestError as exc:
+            if exc.status == 404:  # deleted since Resource Graph indexed it
+                record.instances_note = f"not found when listing instances: {exc}"
+                return
+            raise
+    record.instances = len(instances)
+    record.stale_ids = [i.instance_id for i in instances if i.latest_model_applied is False]
+    record.stale_instances = len(record.stale_ids)

@@ -1,0 +1,67 @@
+"""Fleet findings: stable codes with a one-line explanation each, decided from one scale set's
+Resource Graph row (and, for `stale-model`, its instance list).
+
+Codes are a contract (JSON output, `--include-skipped`, pipelines grep for them): add, never rename.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Mapping, Optional
+
+DISABLED = "disabled"
+TIMEOUT_DIFFERS = "timeout-differs"
+STALE_MODEL = "stale-model"
+SPOT = "spot"
+AKS_MANAGED = "aks-managed"
+FORCE_DELETION = "force-deletion"
+AUTOMATIC_REPAIRS = "automatic-repairs"
+
+EXPLANATIONS: Dict[str, str] = {
+    DISABLED: "terminate notification is not enabled: instances are deleted without a Terminate event",
+    TIMEOUT_DIFFERS: "notBeforeTimeout differs from the --timeout wanted",
+    STALE_MODEL: "instances run an older model and would get the old NotBefore (or no Terminate event)",
+    SPOT: "Spot priority: terminate notification is not supported for Spot instances",
+    AKS_MANAGED: "AKS-managed node pool (aks-managed-* tag): AKS reverts direct changes; configure it through AKS",
+    FORCE_DELETION: "scaleInPolicy.forceDeletion: force-deleted instances may not wait for the Terminate event",
+    AUTOMATIC_REPAIRS: "automatic repairs honour the delay but create the replacement instance at once",
+}
+FINDINGS = tuple(EXPLANATIONS)
+
+# Skipped by a rollout unless --include-skipped names them: changing these sets is wrong or futile.
+SKIPPED_BY_DEFAULT = (SPOT, AKS_MANAGED)
+
+
+def _dict(value: Any) -> Dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def properties_findings(properties: Mapping[str, Any], tags: Mapping[str, Any]) -> List[str]:
+    """Findings that follow from the set's configuration alone (not its terminate profile)."""
+    found = []
+    if str(_dict(properties.get("virtualMachineProfile")).get("priority") or "").lower() == "spot":
+        found.append(SPOT)
+    if any(str(key).lower().startswith("aks-managed-") for key in tags):
+        found.append(AKS_MANAGED)
+    if _dict(properties.get("scaleInPolicy")).get("forceDeletion") is True:
+        found.append(FORCE_DELETION)
+    if _dict(properties.get("automaticRepairsPolicy")).get("enabled") is True:
+        found.append(AUTOMATIC_REPAIRS)
+    return found
+
+
+def profile_findings(enabled: bool, effective_minutes: Optional[int], wanted_minutes: Optional[int],
+                     stale_instances: Optional[int]) -> List[str]:
+    """disabled / timeout-differs / stale-model."""
+    if not enabled:
+        return [DISABLED]
+    found = []
+    if wanted_minutes is not None and effective_minutes != wanted_minutes:
+        found.append(TIMEOUT_DIFFERS)
+    if stale_instances:
+        found.append(STALE_MODEL)
+    return found
+
+
+def order(codes: List[str]) -> List[str]:
+    """Codes in their documented order, without duplicates."""
+    return [code for code in FINDINGS if code in codes]

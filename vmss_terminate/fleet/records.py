@@ -1,0 +1,124 @@
+"""Typed audit records: one per scale set, parsed from its Resource Graph row with the same parser
+the single-set commands use (`control.profile.parse_scale_set`), so both read a profile alike."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+from vmss_terminate.control.profile import ProfileState, parse_scale_set
+from vmss_terminate.fleet import findings as codes
+from vmss_terminate.timeout import to_iso
+
+# `-o table` / `-o csv` columns (JSON carries every field of `ScaleSetAudit.to_dict`).
+COLUMNS = ("subscription", "resource_group", "name", "enabled", "not_before_timeout", "orchestration_mode",
+           "upgrade_mode", "instances", "stale_instances", "compliant", "findings")
+
+
+@dataclass
+class ScaleSetAudit:
+    """What a fleet audit knows about one scale set."""
+
+    id: str
+    subscription_id: str
+    resource_group: str
+    name: str
+    location: str
+    profile: ProfileState
+    orchestration_mode: str
+    upgrade_mode: str
+    instances: int
+    tags: Dict[str, str]
+    config_findings: List[str]
+    subscription_name: Optional[str] = None
+    stale_instances: Optional[int] = None  # None: not read (disabled sets) or not reported (Flexible)
+    stale_ids: List[str] = field(default_factory=list)
+    instances_note: Optional[str] = None
+    findings: List[str] = field(default_factory=list)
+    compliant: bool = False
+
+    @property
+    def enabled(self) -> bool:
+        return self.profile.enabled
+
+    @property
+    def not_before_timeout(self) -> Optional[str]:
+        """The notice in effect, ISO-8601: as Azure stores it, or its PT5M default when enabled without one."""
+        if not self.enabled:
+            return None
+        minutes = self.profile.effective_minutes
+        return self.profile.timeout or (to_iso(minutes) if minutes is not None else None)
+
+    @property
+    def uniform(self) -> bool:
+        return self.orchestration_mode.lower() == "uniform"
+
+    def evaluate(self, wanted_minutes: Optional[int]) -> None:
+        """Findings and compliance for the `--timeout` wanted (None: any timeout is compliant)."""
+        self.findings = codes.order(self.config_findings + codes.profile_findings(
+            self.enabled, self.profile.effective_minutes, wanted_minutes, self.stale_instances))
+        self.compliant = (self.enabled and (wanted_minutes is None or self.profile.effective_minutes == wanted_minutes)
+                          and not self.stale_instances)
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {
+            "id": self.id,
+            "subscription_id": self.subscription_id,
+            "subscription_name": self.subscription_name,
+            "resource_group": self.resource_group,
+            "name": self.name,
+            "location": self.location,
+            "enabled": self.enabled,
+            "not_before_timeout": self.not_before_timeout,
+            "orchestration_mode": self.orchestration_mode,
+            "upgrade_mode": self.upgrade_mode,
+            "instances": self.instances,
+            "stale_instances": self.stale_instances,
+            "instances_note": self.instances_note,
+            "findings": list(self.findings),
+            "compliant": self.compliant,
+            "tags": dict(self.tags),
+        }
+
+    def row(self) -> Dict[str, str]:
+        """Text cells for table and csv output."""
+        data = self.to_dict()
+        cells = {key: _cell(data.get(key)) for key in COLUMNS}
+        cells["subscription"] = self.subscription_name or self.subscription_id
+        cells["findings"] = ",".join(self.findings) or "-"
+        return cells
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return str(value)
+
+
+def parse_row(row: Dict[str, Any], subscription_names: Optional[Dict[str, str]] = None) -> ScaleSetAudit:
+    """A Resource Graph row (the projected ARM fields) -> record. The resource group and name are
+    taken from the id, which keeps ARM's casing (Resource Graph lower-cases `resourceGroup`)."""
+    resource_id = str(row.get("id") or "")
+    parts = resource_id.split("/")
+    subscription = str(row.get("subscriptionId") or (parts[2] if len(parts) > 2 else ""))
+    group = parts[4] if len(parts) > 4 else str(row.get("resourceGroup") or "")
+    state = parse_scale_set({"id": resource_id, "properties": row.get("properties") or {}})
+    tags = row.get("tags") if isinstance(row.get("tags"), dict) else {}
+    sku = row.get("sku") if isinstance(row.get("sku"), dict) else {}
+    capacity = sku.get("capacity")
+    return ScaleSetAudit(
+        id=resource_id,
+        subscription_id=subscription,
+        subscription_name=(subscription_names or {}).get(subscription.lower()),
+        resource_group=group,
+        name=str(row.get("name") or (parts[-1] if parts else "")),
+        location=str(row.get("location") or ""),
+        profile=state.profile,
+        orchestration_mode=state.orchestration_mode,
+        upgrade_mode=state.upgrade_mode,
+        instances=int(capacity) if isinstance(capacity, int) else 0,
+        tags={str(k): str(v) for k, v in tags.items()},
+        config_findings=codes.properties_findings(row.get("properties") or {}, tags),
+    )

@@ -1,0 +1,314 @@
+"""`rollout`: audit, plan, then enable/retime and upgrade every non-compliant scale set through
+`vmss_terminate.control.enable` -- the code `vmss-terminate enable` runs: one PATCH carrying only
+scheduledEventsProfile (never a PUT) plus ceil(stale / batch) manualupgrade calls per set.
+
+Concurrency: up to `concurrency` scale sets at once, across subscriptions; each subscription is
+throttled on its own by the session's SubscriptionThrottle (429 + Retry-After and the remaining
+headers slow that subscription only).
+
+Stopping: setting `stop` (the CLI does on Ctrl-C) starts no new scale set and no new upgrade
+batch; calls in flight finish. The result names what was done and what remains, and the journal
+lets a re-run continue: it re-audits everything, so a set finished earlier is verified, not redone.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Dict, Iterable, List, Optional, Set, Union
+
+from vmss_terminate import control
+from vmss_terminate.clock import SYSTEM_CLOCK, Clock
+from vmss_terminate.control.client import Connection
+from vmss_terminate.control.upgrade import DEFAULT_BATCH, BatchSize, UpgradeIncomplete, UpgradeOptions
+from vmss_terminate.errors import UsageError, VmssTerminateError
+from vmss_terminate.fleet import findings as codes
+from vmss_terminate.fleet.audit import DEFAULT_CONCURRENCY, AuditReport, audit
+from vmss_terminate.fleet.journal import DONE, FAILED, INTERRUPTED, STARTED, Journal
+from vmss_terminate.fleet.plan import RolloutPlan, PlannedSet, make_plan
+from vmss_terminate.fleet.scope import Scope
+from vmss_terminate.fleet.session import FleetSession
+from vmss_terminate.timeout import parse_timeout, to_iso
+
+# Outcome statuses of a planned set after the run.
+CHANGED, SKIPPED, COMPLIANT, NOT_STARTED = "changed", "skipped", "compliant", "not-started"
+
+
+class _Stopped(Exception):
+    """Raised from the upgrade progress callback to start no further batch after a stop."""
+
+
+@dataclass
+class SetOutcome:
+    planned: PlannedSet
+    status: str
+    upgraded: int = 0
+    error: Optional[str] = None
+
+    def to_dict(self) -> Dict[str, Any]:
+        record = self.planned.record
+        return {"id": record.id, "resource_group": record.resource_group, "name": record.name,
+                "action": self.planned.action, "status": self.status, "upgraded": self.upgraded,
+                "error": self.error, "reasons": list(self.planned.reasons)}
+
+
+@dataclass
+class RolloutProgress:
+    """A snapshot for progress displays."""
+
+    sets_done: int
+    sets_total: int
+    instances_upgraded: int
+    instances_total: int
+    writes_done: int
+    writes_total: int
+    elapsed: float
+
+    @property
+    def fraction(self) -> float:
+        if self.writes_total:
+            return min(1.0, self.writes_done / self.writes_total)
+        return self.sets_done / self.sets_total if self.sets_total else 1.0
+
+    @property
+    def eta(self) -> Optional[float]:
+        """Seconds left at the rate so far (None until something is done)."""
+        if self.fraction <= 0:
+            return None
+        return self.elapsed * (1 - self.fraction) / self.fraction
+
+
+@dataclass
+class RolloutResult:
+    plan: RolloutPlan
+    outcomes: List[SetOutcome]
+    dry_run: bool = False
+    interrupted: bool = False
+    seconds: float = 0.0
+    journal: Optional[str] = None
+    resumed: bool = False
+    throttling: Dict[str, Any] = field(default_factory=dict)
+
+    def by_status(self, *statuses: str) -> List[SetOutcome]:
+        return [o for o in self.outcomes if o.status in statuses]
+
+    @property
+    def failed(self) -> List[SetOutcome]:
+        return self.by_status(FAILED)
+
+    @property
+    def remaining(self) -> List[SetOutcome]:
+        """Sets the rollout meant to change and did not finish (failed, interrupted, not started)."""
+        return self.by_status(FAILED, INTERRUPTED, NOT_STARTED, STARTED)
+
+    @property
+    def ok(self) -> bool:
+        """Every set not skipped is compliant now."""
+        return not self.dry_run and not self.remaining
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {
+            "timeout": to_iso(self.plan.timeout_minutes),
+            "dry_run": self.dry_run,
+            "interrupted": self.interrupted,
+            "ok": self.ok,
+            "seconds": round(self.seconds, 3),
+            "journal": self.journal,
+            "resumed": self.resumed,
+            "sets": {
+                "in_scope": len(self.outcomes),
+                "changed": len(self.by_status(CHANGED)),
+                "compliant_before": len(self.by_status(COMPLIANT)),
+                "skipped": len(self.by_status(SKIPPED)),
+                "failed": len(self.failed),
+                "remaining": len(self.remaining),
+            },
+            "instances_upgraded": sum(o.upgraded for o in self.outcomes),
+            "writes_planned": self.plan.writes,
+            "failed": [o.to_dict() for o in self.failed],
+            "remaining": [o.planned.record.id for o in self.remaining],
+            "skipped": [o.to_dict() for o in self.by_status(SKIPPED)],
+            "throttling": dict(self.throttling),
+            "plan": self.plan.to_dict() if self.dry_run else None,
+        }
+
+    def lines(self) -> List[str]:
+        data = self.to_dict()["sets"]
+        upgraded = sum(o.upgraded for o in self.outcomes)
+        out = [f"rollout {'stopped' if self.interrupted else 'finished'} in {self.seconds:.1f}s: "
+               f"{data['changed']} changed ({upgraded} instances upgraded), {data['compliant_before']} already "
+               f"compliant, {data['skipped']} skipped, {data['failed']} failed, {data['remaining']} remaining"]
+        for outcome in self.failed:
+            record = outcome.planned.record
+            out.append(f"  failed {record.resource_group}/{record.name}: {outcome.error}")
+        for outcome in self.by_status(SKIPPED):
+            record = outcome.planned.record
+            out.append(f"  skipped {record.resource_group}/{record.name}: {', '.join(outcome.planned.reasons)}")
+        if self.throttling.get("throttled"):
+            out.append(f"  throttled {self.throttling['throttled']} time(s), every one retried "
+                       f"({self.throttling['gave_up']} given up)")
+        return out
+
+
+class _Tracker:
+    """Thread-safe progress counters that call the display callback."""
+
+    def __init__(self, plan: RolloutPlan, progress: Optional[Callable[[RolloutProgress], None]]) -> None:
+        self.plan = plan
+        self.callback = progress
+        self.started = time.monotonic()
+        self.sets_done = 0
+        self.upgraded: Dict[str, int] = {}
+        self.writes = 0
+        self.lock = threading.Lock()
+
+    def update(self, key: Optional[str] = None, upgraded: Optional[int] = None, writes: int = 0,
+               set_done: bool = False) -> None:
+        with self.lock:
+            if key is not None and upgraded is not None:
+                self.upgraded[key] = upgraded
+            self.writes += writes
+            self.sets_done += int(set_done)
+            snapshot = RolloutProgress(self.sets_done, len(self.plan.work), sum(self.upgraded.values()),
+                                       self.plan.instances, self.writes, self.plan.writes,
+                                       time.monotonic() - self.started)
+        if self.callback is not None:
+            self.callback(snapshot)
+
+
+def rollout(
+    scope: Optional[Scope] = None,
+    *,
+    timeout: Union[int, str],
+    connection: Optional[Connection] = None,
+    concurrency: int = DEFAULT_CONCURRENCY,
+    batch_size: Union[BatchSize, str, int] = DEFAULT_BATCH,
+    dry_run: bool = False,
+    journal: Union[str, Path, None] = None,
+    include_skipped: Iterable[str] = (),
+    progress: Optional[Callable[[RolloutProgress], None]] = None,
+    on_plan: Optional[Callable[[RolloutPlan], None]] = None,
+    stop: Optional[threading.Event] = None,
+    clock: Clock = SYSTEM_CLOCK,
+    wait_timeout: float = 1800.0,
+    session: Optional[FleetSession] = None,
+) -> RolloutResult:
+    """Enable terminate notification with `timeout` on every non-compliant scale set in `scope`.
+
+    Audits first and builds the plan (`on_plan(plan)` is called with it before any write);
+    `dry_run` stops there. Automatic / Rolling sets are waited for (up to `wait_timeout` seconds on
+    `clock`) until Azure has applied the model. Raises UsageError for bad input; Azure failures of
+    single sets are reported in the result (`failed`), not raised.
+    """
+    minutes = parse_timeout(timeout)
+    batch = batch_size if isinstance(batch_size, BatchSize) else BatchSize.parse(batch_size)
+    include = list(include_skipped)
+    for code in include:
+        if code not in codes.FINDINGS:
+            raise UsageError(f"invalid --include-skipped {code!r}: one of {', '.join(codes.SKIPPED_BY_DEFAULT)}")
+    if concurrency < 1:
+        raise UsageError(f"invalid --concurrency {concurrency}: must be >= 1")
+    stop = stop or threading.Event()
+    book = Journal(journal, to_iso(minutes), str(batch)) if journal is not None and not dry_run else None
+    owned = session is None
+    session = session or FleetSession(connection, clock)
+    started = time.monotonic()
+    try:
+        report: AuditReport = audit(scope, timeout=minutes, concurrency=concurrency, clock=clock, session=session)
+        plan = make_plan(report.scale_sets, minutes, batch, include, book.done() if book else None)
+        if on_plan is not None:
+            on_plan(plan)
+        result = RolloutResult(plan, [], dry_run=dry_run, journal=str(journal) if journal else None,
+                               resumed=bool(book and book.resumed))
+        if dry_run:
+            result.outcomes = [SetOutcome(p, _static_status(p)) for p in plan.sets]
+        else:
+            options = UpgradeOptions(batch_size=batch, wait=True, wait_timeout=wait_timeout)
+            result.outcomes = _execute(plan, session, options, concurrency, book, progress, stop, clock)
+            result.interrupted = stop.is_set()
+        result.throttling = session.throttle.stats.to_dict()
+        result.seconds = time.monotonic() - started
+        return result
+    finally:
+        if book is not None:
+            book.close()
+        if owned:
+            session.close()
+
+
+def _static_status(planned: PlannedSet) -> str:
+    return {"skip": SKIPPED, "none": COMPLIANT}.get(planned.action, NOT_STARTED)
+
+
+def _execute(plan: RolloutPlan, session: FleetSession, options: UpgradeOptions, concurrency: int,
+             book: Optional[Journal], progress: Optional[Callable[[RolloutProgress], None]],
+             stop: threading.Event, clock: Clock) -> List[SetOutcome]:
+    tracker = _Tracker(plan, progress)
+    outcomes: Dict[int, SetOutcome] = {i: SetOutcome(p, _static_status(p)) for i, p in enumerate(plan.sets)}
+    queue = [i for i, p in enumerate(plan.sets) if p.works]
+    running: Set["Future[SetOutcome]"] = set()
+    index_of: Dict["Future[SetOutcome]", int] = {}
+    with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="fleet-rollout") as pool:
+        while queue or running:
+            while queue and len(running) < concurrency and not stop.is_set():
+                i = queue.pop(0)
+                future = pool.submit(_one, plan.sets[i], plan.timeout_minutes, session, options, book, tracker, stop, clock)
+                running.add(future)
+                index_of[future] = i
+            if not running:
+                break  # stopped with work still queued: it stays not-started
+            finished, running = _wait(running)
+            for future in finished:
+                outcomes[index_of[future]] = future.result()
+    return [outcomes[i] for i in range(len(plan.sets))]
+
+
+def _wait(running: Set["Future[SetOutcome]"]) -> "tuple[Set[Future[SetOutcome]], Set[Future[SetOutcome]]]":
+    done, pending = wait(running, timeout=0.2, return_when=FIRST_COMPLETED)
+    return set(done), set(pending)
+
+
+def _one(planned: PlannedSet, minutes: int, session: FleetSession, options: UpgradeOptions, book: Optional[Journal],
+         tracker: _Tracker, stop: threading.Event, clock: Clock) -> SetOutcome:
+    """Enable one scale set through the control plane; never raises for Azure failures."""
+    record = planned.record
+    key = record.id.lower()
+    if stop.is_set():
+        return SetOutcome(planned, NOT_STARTED)
+    if book is not None:
+        book.record(record.id, STARTED)
+    upgraded = [0]
+
+    def on_progress(done: int, total: int) -> None:
+        if done > upgraded[0]:
+            tracker.update(key, done, writes=1)
+        upgraded[0] = done
+        if stop.is_set() and done < total:
+            raise _Stopped()
+
+    try:
+        result = control.enable(record.resource_group, record.name, minutes,
+                                connection=session.connection(record.subscription_id), options=options,
+                                progress=on_progress, clock=clock)
+    except _Stopped:
+        outcome = SetOutcome(planned, INTERRUPTED, upgraded[0], "stopped before the remaining upgrade batches")
+    except UpgradeIncomplete as exc:
+        outcome = SetOutcome(planned, FAILED, len(exc.result.upgraded), str(exc))
+    except VmssTerminateError as exc:
+        outcome = SetOutcome(planned, FAILED, upgraded[0], str(exc))
+    else:
+        done = len(result.upgrade.upgraded) if result.upgrade is not None else 0
+        if result.upgrade is not None and result.upgrade.mode == "platform":
+            done = result.upgrade.total - len(result.upgrade.remaining)
+        outcome = SetOutcome(planned, CHANGED, done)
+        if result.changed:
+            tracker.update(writes=1)
+    if book is not None:
+        book.record(record.id, DONE if outcome.status == CHANGED else outcome.status,
+                    upgraded=outcome.upgraded, error=outcome.error)
+    tracker.update(key, outcome.upgraded, set_done=outcome.status == CHANGED)
+    return outcome
+

@@ -1,0 +1,103 @@
+"""Which scale sets a fleet command works on, and the Resource Graph query that selects them.
+
+The query is built from a fixed template (the forms the ARM emulator documents in
+`emulator/arm/resourcegraph.py`); user values only ever appear as quoted, escaped KQL strings.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Dict, Optional, Sequence, Tuple
+
+from vmss_terminate.errors import UsageError
+
+SCALE_SET_TYPE = "microsoft.compute/virtualmachinescalesets"
+PROJECTED = ("id", "name", "type", "subscriptionId", "resourceGroup", "location", "tags", "sku", "properties")
+_GUID = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
+_NAME_GLOB = re.compile(r"^[A-Za-z0-9_.\-*?\[\]!]+$")
+
+
+def is_subscription_id(text: str) -> bool:
+    return bool(_GUID.match(text.strip()))
+
+
+@dataclass(frozen=True)
+class Scope:
+    """Scope (subscriptions by id or display name, management groups; neither = every subscription
+    the credential sees) and selectors (resource groups, tags that must all match, a name glob)."""
+
+    subscriptions: Tuple[str, ...] = ()
+    management_groups: Tuple[str, ...] = ()
+    resource_groups: Tuple[str, ...] = ()
+    tags: Tuple[Tuple[str, str], ...] = ()
+    name: Optional[str] = None
+
+    @classmethod
+    def build(cls, subscriptions: Sequence[str] = (), management_groups: Sequence[str] = (),
+              resource_groups: Sequence[str] = (), tags: Sequence[str] = (), name: Optional[str] = None) -> "Scope":
+        """Validate CLI-style input (`--tag KEY=VALUE`); UsageError (exit 2) on bad input."""
+        pairs = []
+        for tag in tags:
+            key, sep, value = tag.partition("=")
+            if not sep or not key.strip():
+                raise UsageError(f"invalid --tag {tag!r}: use KEY=VALUE")
+            pairs.append((key.strip(), value))
+        for group in resource_groups:
+            if not group.strip() or "/" in group:
+                raise UsageError(f"invalid --resource-group {group!r}")
+        if name is not None and not _NAME_GLOB.match(name):
+            raise UsageError(f"invalid --name {name!r}: a scale set name or glob (letters, digits, _ . - * ? [])")
+        for sub in subscriptions:
+            if not sub.strip():
+                raise UsageError("invalid --subscription '': give a subscription id or display name")
+        return cls(tuple(s.strip() for s in subscriptions), tuple(management_groups), tuple(resource_groups),
+                   tuple(pairs), name)
+
+    def query(self) -> str:
+        """The Resource Graph query for this scope's selectors."""
+        lines = ["resources", f"| where type =~ {kql_string(SCALE_SET_TYPE)}"]
+        if len(self.resource_groups) == 1:
+            lines.append(f"| where resourceGroup =~ {kql_string(self.resource_groups[0])}")
+        elif self.resource_groups:
+            lines.append(f"| where resourceGroup in~ ({', '.join(kql_string(g) for g in self.resource_groups)})")
+        for key, value in self.tags:
+            lines.append(f"| where tags[{kql_string(key)}] =~ {kql_string(value)}")
+        if self.name:
+            lines.append(f"| where name matches regex {kql_string(glob_to_regex(self.name))}")
+        lines.append(f"| project {', '.join(PROJECTED)}")
+        lines.append("| order by id asc")
+        return "\n".join(lines)
+
+    def describe(self) -> Dict[str, object]:
+        return {"subscriptions": list(self.subscriptions), "management_groups": list(self.management_groups),
+                "resource_groups": list(self.resource_groups), "tags": dict(self.tags), "name": self.name}
+
+
+def kql_string(value: str) -> str:
+    """A single-quoted KQL string literal."""
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def glob_to_regex(glob: str) -> str:
+    """`web-*` -> `(?i)^web\\-.*$` (scale set names are case-insensitive in ARM)."""
+    out, i = [], 0
+    while i < len(glob):
+        char = glob[i]
+        if char == "*":
+            out.append(".*")
+        elif char == "?":
+            out.append(".")
+        elif char == "[":
+            end = glob.find("]", i + 1)
+            if end == -1:
+                raise UsageError(f"invalid --name {glob!r}: unclosed [")
+            body = glob[i + 1:end]
+            negate = body.startswith("!")
+            body = re.sub(r"[\\\]^]", lambda m: "\\" + m.group(0), body[1:] if negate else body)
+            out.append(f"[{'^' if negate else ''}{body}]")
+            i = end
+        else:
+            out.append(re.escape(char))
+        i += 1
+    return "(?i)^" + "".join(out) + "$"

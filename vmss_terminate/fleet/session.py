@@ -1,0 +1,116 @@
+"""One fleet run's connection to Azure: a single credential (one token for the whole run), one
+per-subscription throttle shared by every client, and the clients built from them.
+
+Why one session: a fleet touches hundreds of scale sets; building a credential per set would fetch
+a token per set, and separate throttles could not slow a whole subscription down together.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+
+from vmss_terminate.clock import SYSTEM_CLOCK, Clock
+from vmss_terminate.control.client import (
+    Connection,
+    arm_errors,
+    build_credential,
+    quiet_sdk_logging,
+    sdk_client_kwargs,
+)
+from vmss_terminate.fleet.throttle import SubscriptionThrottle
+
+SUBSCRIPTIONS_API_VERSION = "2022-12-01"
+GRAPH_API_VERSION = "2021-03-01"
+
+
+class FleetSession:
+    """Credential, throttle and clients for one audit or rollout. Use as a context manager."""
+
+    def __init__(self, connection: Optional[Connection] = None, clock: Clock = SYSTEM_CLOCK,
+                 throttle: Optional[SubscriptionThrottle] = None) -> None:
+        connection = connection or Connection()
+        self.throttle = throttle or SubscriptionThrottle(clock)
+        self.clock = clock
+        self._owns_credential = connection.credential is None
+        self._base = connection
+        self.resolved = connection.resolve(require_subscription=False)  # validates endpoint/api-version early
+        self._graph: Any = None
+
+    @property
+    def credential(self) -> Any:
+        if self._base.credential is None:
+            quiet_sdk_logging()
+            self._base = dataclasses.replace(self._base, credential=build_credential(self._base.cloud))
+        return self._base.credential
+
+    def connection(self, subscription_id: str) -> Connection:
+        """The control-plane Connection for one subscription: shared credential and throttle."""
+        return dataclasses.replace(self._base, subscription_id=subscription_id, credential=self.credential,
+                                   policy_factories=self._factories())
+
+    def _factories(self) -> Tuple[Callable[[], Any], ...]:
+        return tuple(self._base.policy_factories) + (self.throttle.policy,)
+
+    def graph(self) -> Any:
+        """The ResourceGraphClient (also used for the tenant-level subscription list)."""
+        if self._graph is None:
+            from azure.mgmt.resourcegraph import ResourceGraphClient  # noqa: PLC0415
+
+            resolved = dataclasses.replace(self._base, policy_factories=self._factories()).resolve(
+                require_subscription=False)
+            kwargs = sdk_client_kwargs(resolved)
+            kwargs.pop("polling_interval", None)
+            self._graph = ResourceGraphClient(self.credential, **kwargs)
+        return self._graph
+
+    def list_subscriptions(self) -> List[Dict[str, Any]]:
+        """`GET /subscriptions` (every page): what the credential can see, with display names."""
+        from azure.core.rest import HttpRequest  # noqa: PLC0415
+
+        found: List[Dict[str, Any]] = []
+        url: Optional[str] = f"/subscriptions?api-version={SUBSCRIPTIONS_API_VERSION}"
+        with arm_errors("listing subscriptions", "subscriptions"):
+            while url:
+                response = self.graph().send_request(HttpRequest("GET", url))
+                response.raise_for_status()
+                body = response.json()
+                found.extend(item for item in body.get("value", []) if isinstance(item, dict))
+                url = body.get("nextLink")
+        return found
+
+    def query_pages(self, query: str, subscriptions: List[str], management_groups: List[str]) -> Iterator[List[Dict[str, Any]]]:
+        """Resource Graph pages of `query` (objectArray rows), following `$skipToken` to the end."""
+        from azure.mgmt.resourcegraph.models import QueryRequest, QueryRequestOptions  # noqa: PLC0415
+
+        skip_token: Optional[str] = None
+        while True:
+            request = QueryRequest(
+                query=query,
+                subscriptions=subscriptions or None,
+                management_groups=management_groups or None,
+                options=QueryRequestOptions(top=1000, skip_token=skip_token, result_format="objectArray"),
+            )
+            with arm_errors("querying Azure Resource Graph", "resources"):
+                response = self.graph().resources(request)
+            data = response.data if isinstance(response.data, list) else []
+            yield [row for row in data if isinstance(row, dict)]
+            skip_token = response.skip_token
+            if not skip_token:
+                return
+
+    def close(self) -> None:
+        if self._graph is not None:
+            self._graph.close()
+            self._graph = None
+        if self._owns_credential and self._base.credential is not None:
+            close = getattr(self._base.credential, "close", None)
+            if close is not None:
+                close()
+
+    def __enter__(self) -> "FleetSession":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
