@@ -94,9 +94,9 @@ def main() -> None:
 
 
 def _register() -> None:
-    from vmss_terminate.commands import agent, control, emulator, iac, sandbox
+    from vmss_terminate.commands import agent, control, emulator, fleet, iac, sandbox
 
-    for module in (agent, control, emulator, iac, sandbox):
+    for module in (agent, control, emulator, fleet, iac, sandbox):
         for command in module.COMMANDS:
             main.add_command(command)
     refuse_repeated_options(main)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 import ssl
 from pathlib import Path
-from typing import Optional, Tuple
+import re
+from typing import Dict, Optional, Tuple
 
 import click
 
@@ -14,9 +15,27 @@ from vmss_terminate.commands.options import fault_option
 from vmss_terminate.emulator.faults import Fault
 from vmss_terminate.errors import UsageError
 
+BANNER_SETS = 10  # scale sets listed in the start-up banner
 
-def _load_state(seed: Optional[Path], page_size: Optional[int]):  # -> ArmState
+
+_GENERATE = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*(?:x\s*(\d+))?\s*$")
+
+
+def _generate(text: str) -> Dict[str, int]:
+    """`--generate 200/5x20`: 200 scale sets across 5 subscriptions, 20 instances each."""
+    match = _GENERATE.match(text)
+    if not match or int(match.group(2)) < 1:
+        raise UsageError(f"invalid --generate {text!r}: use SETS/SUBSCRIPTIONS[xINSTANCES], e.g. 200/5x20")
+    config = {"scaleSets": int(match.group(1)), "subscriptions": int(match.group(2))}
+    if match.group(3):
+        config["capacity"] = int(match.group(3))
+    return config
+
+
+def _load_state(seed: Optional[Path], page_size: Optional[int], generate: Optional[str] = None,
+                quotas: Tuple[str, ...] = ()):  # -> ArmState
     from vmss_terminate.emulator.arm.app import ArmState
+    from vmss_terminate.emulator.arm.quota import parse_spec
 
     state = ArmState()
     if seed is not None:
@@ -25,6 +44,12 @@ def _load_state(seed: Optional[Path], page_size: Optional[int]):  # -> ArmState
         except (OSError, ValueError, KeyError, TypeError) as exc:
             # json.JSONDecodeError is a ValueError; a missing "name" is a KeyError
             raise UsageError(f"invalid seed {str(seed)!r}: {exc}") from None
+    if generate is not None:
+        state.load_seed({"generate": _generate(generate)})
+    try:
+        state.quotas.configure(dict(parse_spec(spec) for spec in quotas))
+    except ValueError as exc:
+        raise UsageError(f"invalid --quota: {exc}") from None
     if page_size is not None:
         state.page_size = page_size
     return state
@@ -61,15 +86,22 @@ def _tls_context(cert: Optional[Path], key: Optional[Path]) -> Optional[ssl.SSLC
                    "between polls by default (az) poll every S seconds. An emulator convenience, not "
                    "something Azure promises. Default: no Retry-After. (0 would not help: "
                    "azure-core treats Retry-After: 0 as absent.)")
+@click.option("--generate", metavar="SETS/SUBS[xN]",
+              help="Also serve a generated estate: SETS scale sets across SUBS subscriptions (N instances each), "
+                   "e.g. 200/5x20 (mix: vmss_terminate/emulator/arm/fleetgen.py).")
+@click.option("--quota", "quotas", multiple=True, metavar="KIND=BUCKET/PERSECOND",
+              help="Per-subscription ARM quota (repeatable), e.g. writes=40/20: a bucket of 40 refilled at 20/s; "
+                   "answers 429 + Retry-After when empty. Off by default.")
 @fault_option
 def arm_command(host: str, port: int, token_port: int, seed: Optional[Path], page_size: Optional[int],
                 tls_cert: Optional[Path], tls_key: Optional[Path], lro_retry_after: Optional[int],
+                generate: Optional[str], quotas: Tuple[str, ...],
                 faults: Tuple[Fault, ...]) -> None:
     """Serve a local Azure Resource Manager for scale sets, plus a token endpoint for
     DefaultAzureCredential (App Service managed identity). Stop with Ctrl+C."""
     from vmss_terminate.emulator.arm.app import start_arm
 
-    state = _load_state(seed, page_size)
+    state = _load_state(seed, page_size, generate, quotas)
     context = _tls_context(tls_cert, tls_key)
     with Foreground() as foreground:  # before start: a SIGTERM during start-up still stops the servers
         try:
@@ -86,9 +118,12 @@ def arm_command(host: str, port: int, token_port: int, seed: Optional[Path], pag
                 connect["AZURE_SUBSCRIPTION_ID"] = example.subscription
             click.echo(f"ARM emulator:    {servers.arm_url}")
             click.echo(f"token endpoint:  {servers.token_url}")
-            for ss in state.scale_sets():
+            for ss in state.scale_sets()[:BANNER_SETS]:
                 click.echo(f"scale set:       {ss.resource_id} ({ss.orchestration}, {ss.upgrade_policy}, "
                            f"{len(ss.instances)} instances)")
+            if len(state.scale_sets()) > BANNER_SETS:
+                click.echo(f"                 ... and {len(state.scale_sets()) - BANNER_SETS} more "
+                           f"(vmss-terminate fleet audit lists them all)")
             click.echo("")
             click.echo("Point DefaultAzureCredential and the CLI at it (bash):")
             for name, value in connect.items():

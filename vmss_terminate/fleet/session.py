@@ -72,7 +72,7 @@ class FleetSession:
         url: Optional[str] = f"/subscriptions?api-version={SUBSCRIPTIONS_API_VERSION}"
         with arm_errors("listing subscriptions", "subscriptions"):
             while url:
-                response = self.graph().send_request(HttpRequest("GET", url))
+                response = self.graph()._send_request(HttpRequest("GET", url))  # the client's raw-request hook
                 response.raise_for_status()
                 body = response.json()
                 found.extend(item for item in body.get("value", []) if isinstance(item, dict))

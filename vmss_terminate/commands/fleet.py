@@ -1,0 +1,267 @@
+"""`vmss-terminate fleet audit|rollout`: thin wrappers over `vmss_terminate.fleet`.
+
+Options follow the single-set commands (ARM endpoint, cloud, credentials) plus the fleet's scope
+(--subscription, --management-group) and selectors (-g, --tag, --name).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import shlex
+import signal
+import sys
+import threading
+import time
+from typing import Any, Callable, Dict, List, Optional, Sequence, TextIO
+
+import click
+
+from vmss_terminate.commands.options import BATCH_SIZE, TIMEOUT, echo_json
+from vmss_terminate.control.client import CLOUDS, DEFAULT_CLOUD, Connection
+from vmss_terminate.errors import VmssTerminateError
+
+OUTPUTS = ("table", "json", "csv")
+INTERRUPTED_EXIT = 130
+
+
+def _apply(fn: Callable[..., Any], options: List[Callable[[Any], Any]]) -> Callable[..., Any]:
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+def fleet_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Scope, selectors, connection and output options both fleet commands take."""
+    return _apply(fn, [
+        click.option("--subscription", "subscriptions", multiple=True, metavar="ID_OR_NAME",
+                     help="Subscription id or display name (repeatable). Default: every subscription the "
+                          "credential can see (GET /subscriptions)."),
+        click.option("--management-group", "management_groups", multiple=True, metavar="ID",
+                     help="Query the subscriptions under this management group (repeatable)."),
+        click.option("-g", "--resource-group", "resource_groups", multiple=True,
+                     help="Only scale sets in this resource group (repeatable)."),
+        click.option("--tag", "tags", multiple=True, metavar="KEY=VALUE",
+                     help="Only scale sets with this tag (repeatable: all must match)."),
+        click.option("--name", "name", metavar="GLOB", help="Only scale sets whose name matches (e.g. 'web-*')."),
+        click.option("--concurrency", type=click.IntRange(1, 256), default=16, show_default=True,
+                     help="Scale sets worked on at once (each subscription is throttled on its own)."),
+        click.option("--arm-endpoint", envvar="VMSS_TERMINATE_ARM_ENDPOINT",
+                     help="ARM base URL (https; http only for loopback) [env VMSS_TERMINATE_ARM_ENDPOINT]."),
+        click.option("--cloud", type=click.Choice(list(CLOUDS)), default=DEFAULT_CLOUD, show_default=True),
+        click.option("--arm-scope", envvar="VMSS_TERMINATE_ARM_SCOPE",
+                     help="Token scope (default: the cloud's <management endpoint>/.default)."),
+        click.option("--api-version", help="Pin the compute api-version (>= 2019-03-01); default: the SDK's."),
+    ])
+
+
+def _scope(kw: Dict[str, Any]) -> Any:
+    from vmss_terminate.fleet import Scope
+
+    return Scope.build(kw.pop("subscriptions"), kw.pop("management_groups"), kw.pop("resource_groups"),
+                       kw.pop("tags"), kw.pop("name"))
+
+
+def _connection(kw: Dict[str, Any]) -> Connection:
+    return Connection(arm_endpoint=kw.pop("arm_endpoint"), cloud=kw.pop("cloud"), scope=kw.pop("arm_scope"),
+                      api_version=kw.pop("api_version"))
+
+
+class _DetailedExit(click.Command):
+    """With --detailed-exitcode 2 means "non-compliant", so bad input must not be exit 2 there: it
+    becomes exit 1 (as `plan --detailed-exitcode` does)."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except click.UsageError as exc:
+            if ctx.params.get("detailed_exitcode"):
+                raise VmssTerminateError(exc.format_message()) from None
+            raise
+        except VmssTerminateError as exc:
+            if ctx.params.get("detailed_exitcode") and exc.exit_code == 2:
+                raise VmssTerminateError(str(exc)) from None
+            raise
+
+
+@click.command("audit", cls=_DetailedExit)
+@fleet_options
+@click.option("--timeout", type=TIMEOUT, default=None,
+              help="The notBeforeTimeout sets should have (5..15 minutes); without it any enabled timeout complies.")
+@click.option("-o", "--output", type=click.Choice(OUTPUTS), default="table", show_default=True)
+@click.option("--detailed-exitcode", is_flag=True, help="Exit 0: all compliant, 1: error, 2: something non-compliant.")
+def audit_command(**kw: Any) -> None:
+    """Inventory scale sets through Azure Resource Graph: terminate notification, timeout, stale
+    instances and findings (disabled, timeout-differs, stale-model, spot, aks-managed,
+    force-deletion, automatic-repairs)."""
+    from vmss_terminate.fleet import audit
+
+    output, detailed = kw.pop("output"), kw.pop("detailed_exitcode")
+    scope = _scope(kw)
+    report = audit(scope, timeout=kw.pop("timeout"), connection=_connection(kw), concurrency=kw.pop("concurrency"))
+    records = report.scale_sets
+    if output == "json":
+        echo_json([r.to_dict() for r in records])
+    elif output == "csv":
+        click.echo(_csv([r.to_dict() for r in records]), nl=False)
+    else:
+        for line in _audit_table(report):
+            click.echo(line)
+    if detailed and report.non_compliant:
+        click.get_current_context().exit(2)
+
+
+def _csv(rows: List[Dict[str, Any]]) -> str:
+    out = io.StringIO()
+    if not rows:
+        return ""
+    fields = [k for k in rows[0] if k != "tags"]
+    writer = csv.DictWriter(out, fieldnames=fields, extrasaction="ignore", lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: (";".join(v) if isinstance(v, list) else "" if v is None else v) for k, v in row.items()})
+    return out.getvalue()
+
+
+def _audit_table(report: Any) -> List[str]:
+    from vmss_terminate.fleet.findings import EXPLANATIONS
+    from vmss_terminate.fleet.records import COLUMNS
+
+    rows = [r.row() for r in report.scale_sets]
+    headers = {c: c.upper().replace("_", " ") for c in COLUMNS}
+    headers.update(not_before_timeout="TIMEOUT", orchestration_mode="ORCHESTRATION", upgrade_mode="UPGRADE",
+                   stale_instances="STALE")
+    widths = {c: max([len(headers[c])] + [len(r[c]) for r in rows]) for c in COLUMNS}
+    lines = ["  ".join(headers[c].ljust(widths[c]) for c in COLUMNS).rstrip()]
+    lines += ["  ".join(r[c].ljust(widths[c]) for c in COLUMNS).rstrip() for r in rows]
+    found = sorted({code for r in report.scale_sets for code in r.findings})
+    bad = len(report.non_compliant)
+    lines.append(f"{len(rows)} scale set(s), {len(rows) - bad} compliant, {bad} not "
+                 f"({report.calls.get('graph_pages', 0)} Resource Graph page(s), "
+                 f"{report.calls.get('instance_lists', 0)} instance list(s), {report.seconds:.1f}s)")
+    lines += [f"  {code}: {EXPLANATIONS[code]}" for code in found]
+    return lines
+
+
+@click.command("rollout")
+@fleet_options
+@click.option("--timeout", type=TIMEOUT, required=True, help="notBeforeTimeout to set: 5..15 minutes (10, 10m, PT10M).")
+@click.option("--batch-size", type=BATCH_SIZE, default="20%", show_default=True,
+              help="Manual policy: instances per manualupgrade call (count or % of a set's instances).")
+@click.option("--dry-run", is_flag=True, help="Print the plan; write nothing.")
+@click.option("--journal", type=click.Path(dir_okay=False), metavar="FILE",
+              help="Record per-set progress here; re-run with the same file to resume.")
+@click.option("--include-skipped", "include_skipped", multiple=True, metavar="CODE",
+              type=click.Choice(["spot", "aks-managed"]),
+              help="Also change sets skipped by default for this finding (repeatable).")
+@click.option("-o", "--output", type=click.Choice(["table", "json"]), default="table", show_default=True)
+def rollout_command(**kw: Any) -> None:
+    """Plan, then enable/retime terminate notification and upgrade instances on every
+    non-compliant scale set in scope (one PATCH + batched manualupgrade per set, as `enable`).
+    Ctrl-C stops starting new work; re-run with --journal to resume."""
+    from vmss_terminate.fleet.rollout import rollout
+
+    output = kw.pop("output")
+    argv = list(sys.argv[1:]) if sys.argv else []
+    scope = _scope(kw)
+    stop = threading.Event()
+    display = _Progress(sys.stderr) if output != "json" and sys.stderr.isatty() else None
+
+    def show_plan(plan: Any) -> None:
+        if output != "json":
+            for line in plan.lines():
+                click.echo(line)
+
+    with _stop_on_interrupt(stop):
+        result = rollout(scope, timeout=kw.pop("timeout"), connection=_connection(kw),
+                         concurrency=kw.pop("concurrency"), batch_size=kw.pop("batch_size"),
+                         dry_run=kw.pop("dry_run"), journal=kw.pop("journal"),
+                         include_skipped=kw.pop("include_skipped"), progress=display, on_plan=show_plan, stop=stop)
+    if display is not None:
+        display.finish()
+    summary = result.to_dict()
+    resume = _resume_command(argv, result.journal) if result.remaining and not result.dry_run else None
+    summary["resume"] = resume
+    if output == "json":
+        echo_json(summary)
+    elif not result.dry_run:
+        for line in result.lines():
+            click.echo(line)
+        if resume:
+            click.echo(f"{len(result.remaining)} set(s) remaining; resume with: {resume}")
+    if result.interrupted:
+        click.get_current_context().exit(INTERRUPTED_EXIT)
+    if result.failed or result.remaining:
+        click.get_current_context().exit(1)
+
+
+def _resume_command(argv: Sequence[str], journal: Optional[str]) -> str:
+    """The command line to run again: the same arguments, with a journal so finished sets are known."""
+    args = [a for a in argv if a != "--dry-run"]
+    command = "vmss-terminate " + " ".join(shlex.quote(a) for a in args)
+    if journal is None:
+        command += " --journal rollout.journal"
+    return command
+
+
+class _stop_on_interrupt:
+    """Ctrl-C (SIGINT) sets `stop` instead of raising: in-flight calls finish, nothing new starts.
+    A second Ctrl-C restores the default and interrupts at once."""
+
+    def __init__(self, stop: threading.Event) -> None:
+        self.stop = stop
+        self.previous: Any = None
+
+    def _handler(self, signum: int, frame: Any) -> None:
+        self.stop.set()
+        sys.stderr.write("\nstopping: no new work is started; waiting for calls in flight "
+                         "(Ctrl-C again to abort at once)\n")
+        signal.signal(signal.SIGINT, self.previous or signal.default_int_handler)
+
+    def __enter__(self) -> "_stop_on_interrupt":
+        if threading.current_thread() is threading.main_thread():
+            self.previous = signal.signal(signal.SIGINT, self._handler)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.previous is not None:
+            signal.signal(signal.SIGINT, self.previous)
+
+
+class _Progress:
+    """One line on a terminal: sets done, instances upgraded, %, ETA."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+        self.last = 0.0
+        self.open = False
+
+    def __call__(self, p: Any) -> None:
+        now = time.monotonic()
+        if now - self.last < 0.2 and p.sets_done < p.sets_total:
+            return
+        self.last = now
+        eta = "" if p.eta is None else f", ETA {int(p.eta) // 60}m{int(p.eta) % 60:02d}s"
+        self.stream.write(f"\rsets {p.sets_done}/{p.sets_total}, instances {p.instances_upgraded}/"
+                          f"{p.instances_total}, {p.fraction * 100:.0f}%{eta}   ")
+        self.stream.flush()
+        self.open = True
+
+    def finish(self) -> None:
+        if self.open:
+            self.stream.write("\n")
+            self.stream.flush()
+            self.open = False
+
+
+@click.group("fleet")
+def fleet_group() -> None:
+    """Audit and roll out terminate notification across many scale sets and subscriptions
+    (Azure Resource Graph; writes through the same code as `enable`)."""
+
+
+fleet_group.add_command(audit_command)
+fleet_group.add_command(rollout_command)
+
+COMMANDS = [fleet_group]
+
