@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import signal
 import socket
-from typing import Any
+from typing import Any, Iterator
 
 import pytest
 
@@ -45,3 +45,16 @@ def _loopback_only(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(socket.socket, "connect", _guarded_connect)
     for name in _AMBIENT:
         monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture(scope="session")
+def shared_arm() -> Iterator[Any]:
+    """One ARM + token server pair for the session (stopping a server costs ~0.5 s); packages serve
+    each test's own state on it with `helpers.serve_arm_state`."""
+    from vmss_terminate.emulator.arm.app import ArmState, start_arm
+
+    servers = start_arm(ArmState())
+    try:
+        yield servers
+    finally:
+        servers.stop()

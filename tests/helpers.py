@@ -67,3 +67,13 @@ def poll_until(predicate: Callable[[], bool], timeout: float = 10.0, interval: f
             return True
         gate.wait(interval)
     return predicate()
+
+
+def serve_arm_state(servers: Any, state: Any, monkeypatch: Any) -> Any:
+    """Serve `state` on the shared ARM servers (fresh log, no faults) with the credential env and
+    VMSS_TERMINATE_ARM_ENDPOINT pointing at them."""
+    servers.reset(state)
+    for key, value in servers.env.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("VMSS_TERMINATE_ARM_ENDPOINT", servers.arm_url)
+    return servers

@@ -3,14 +3,14 @@ the real azure-mgmt-compute client and the real DefaultAzureCredential (managed 
 
 from __future__ import annotations
 
-from typing import Iterator, List
+from typing import List
 
 import pytest
-from helpers import CliResult, invoke_cli
+from helpers import CliResult, invoke_cli, serve_arm_state
 
 from vmss_terminate import cli
 from vmss_terminate.control import Connection
-from vmss_terminate.emulator.arm.app import ArmServers, ArmState, start_arm
+from vmss_terminate.emulator.arm.app import ArmServers, ArmState
 
 SUB = "00000000-0000-0000-0000-0000000000aa"
 RG = "rg"
@@ -22,25 +22,11 @@ def state() -> ArmState:
     return ArmState()
 
 
-@pytest.fixture(scope="session")
-def _servers() -> Iterator[ArmServers]:
-    """One ARM + token server pair for the session (stopping a server costs ~0.5 s); each test
-    gets a fresh ArmState, an empty request log and no pending faults."""
-    servers = start_arm(ArmState())
-    try:
-        yield servers
-    finally:
-        servers.stop()
-
-
 @pytest.fixture
-def arm(_servers: ArmServers, state: ArmState, monkeypatch: pytest.MonkeyPatch) -> ArmServers:
-    _servers.reset(state)
-    for key, value in _servers.env.items():
-        monkeypatch.setenv(key, value)
+def arm(shared_arm: ArmServers, state: ArmState, monkeypatch: pytest.MonkeyPatch) -> ArmServers:
+    """The session's ARM servers serving this test's state (fresh log, no faults)."""
     monkeypatch.setenv("AZURE_SUBSCRIPTION_ID", SUB)
-    monkeypatch.setenv("VMSS_TERMINATE_ARM_ENDPOINT", _servers.arm_url)
-    return _servers
+    return serve_arm_state(shared_arm, state, monkeypatch)
 
 
 @pytest.fixture

@@ -5,14 +5,14 @@ gets a fresh estate (examples/fleet-seed.json unless it builds its own)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Iterator, List
+from typing import List
 
 import pytest
-from helpers import CliResult, invoke_cli
+from helpers import CliResult, invoke_cli, serve_arm_state
 
 from vmss_terminate import cli
 from vmss_terminate.control import Connection
-from vmss_terminate.emulator.arm.app import ArmServers, ArmState, start_arm
+from vmss_terminate.emulator.arm.app import ArmServers, ArmState
 
 pytest.importorskip("azure.mgmt.resourcegraph")
 
@@ -30,22 +30,9 @@ def state() -> ArmState:
     return state
 
 
-@pytest.fixture(scope="session")
-def _servers() -> Iterator[ArmServers]:
-    servers = start_arm(ArmState())
-    try:
-        yield servers
-    finally:
-        servers.stop()
-
-
 @pytest.fixture
-def arm(_servers: ArmServers, state: ArmState, monkeypatch: pytest.MonkeyPatch) -> ArmServers:
-    _servers.reset(state)
-    for key, value in _servers.env.items():
-        monkeypatch.setenv(key, value)
-    monkeypatch.setenv("VMSS_TERMINATE_ARM_ENDPOINT", _servers.arm_url)
-    return _servers
+def arm(shared_arm: ArmServers, state: ArmState, monkeypatch: pytest.MonkeyPatch) -> ArmServers:
+    return serve_arm_state(shared_arm, state, monkeypatch)
 
 
 @pytest.fixture

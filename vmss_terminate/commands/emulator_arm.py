@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import json
+import re
 import ssl
 from pathlib import Path
-import re
 from typing import Dict, Optional, Tuple
 
 import click

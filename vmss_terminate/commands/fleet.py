@@ -191,7 +191,7 @@ def rollout_command(**kw: Any) -> None:
             click.echo(f"{len(result.remaining)} set(s) remaining; resume with: {resume}")
     if result.interrupted:
         click.get_current_context().exit(INTERRUPTED_EXIT)
-    if result.failed or result.remaining:
+    if not result.dry_run and (result.failed or result.remaining):
         click.get_current_context().exit(1)
 
 

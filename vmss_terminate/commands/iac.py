@@ -14,7 +14,8 @@ from vmss_terminate.iac.render import FORMATS, render
 @click.command("render")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default=None,
               help="arm/bicep: the scheduledEventsProfile fragment; terraform: the termination_notification "
-                   "block; rest: the exact PATCH body `enable` sends; cli: the az and vmss-terminate commands. "
+                   "block; rest: the exact PATCH body `enable` sends; cli: the az and vmss-terminate commands; policy: an Azure "
+                   "Policy definition auditing scale sets for this timeout. "
                    "Required.")
 @click.option("--timeout", type=TIMEOUT, default=None,
               help="Delay Azure waits before deleting an instance: 5..15 minutes (10, 10m, PT10M). "

@@ -75,7 +75,7 @@ def audit(
     try:
         calls = {"subscription_lists": 0, "graph_pages": 0, "instance_lists": 0}
         subscriptions, names = _subscriptions(session, scope, calls)
-        records = []
+        records: List[ScaleSetAudit] = []
         chunks = [subscriptions[i:i + MAX_SUBSCRIPTIONS_PER_QUERY]
                   for i in range(0, len(subscriptions), MAX_SUBSCRIPTIONS_PER_QUERY)]
         if scope.management_groups and not scope.subscriptions:

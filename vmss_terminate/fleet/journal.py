@@ -15,7 +15,7 @@ import json
 import threading
 import time
 from pathlib import Path
-from typing import Any, Dict, Optional, Set, Union
+from typing import Any, Dict, Optional, Set, TextIO, Union
 
 from vmss_terminate.errors import UsageError
 
@@ -26,7 +26,7 @@ class Journal:
     """Open (creating it) a journal for a rollout with these settings; refuses a journal written for
     another timeout, so a resume can never mix two targets."""
 
-    def __init__(self, path: Union[str, Path], timeout: str, batch_size: str) -> None:
+    def __init__(self, path: Union[str, Path], timeout: str, batch_size: str, read_only: bool = False) -> None:
         self.path = Path(path)
         self.status: Dict[str, str] = {}  # lower-case id -> last status
         self._lock = threading.Lock()
@@ -34,6 +34,9 @@ class Journal:
         if header is not None and header.get("timeout") != timeout:
             raise UsageError(f"journal {self.path} belongs to a rollout with --timeout {header.get('timeout')}; "
                              f"use that timeout to resume it, or another --journal file")
+        self._handle: Optional[TextIO] = None
+        if read_only:  # --dry-run: show what a resume would skip, write nothing
+            return
         try:
             self._handle = self.path.open("a", encoding="utf-8")
         except OSError as exc:
@@ -56,7 +59,7 @@ class Journal:
             text = self.path.read_text(encoding="utf-8")
         except OSError as exc:
             raise UsageError(f"cannot read journal {self.path}: {exc.strerror or exc}") from None
-        for number, line in enumerate(text.splitlines(), start=1):
+        for line in text.splitlines():
             try:
                 entry = json.loads(line)
             except ValueError:
@@ -80,8 +83,11 @@ class Journal:
 
     def _write(self, entry: Dict[str, Any]) -> None:
         entry["at"] = round(time.time(), 3)
+        if self._handle is None:
+            return
         self._handle.write(json.dumps(entry) + "\n")
         self._handle.flush()
 
     def close(self) -> None:
-        self._handle.close()
+        if self._handle is not None:
+            self._handle.close()

@@ -105,8 +105,8 @@ def parse_row(row: Dict[str, Any], subscription_names: Optional[Dict[str, str]] 
     subscription = str(row.get("subscriptionId") or (parts[2] if len(parts) > 2 else ""))
     group = parts[4] if len(parts) > 4 else str(row.get("resourceGroup") or "")
     state = parse_scale_set({"id": resource_id, "properties": row.get("properties") or {}})
-    tags = row.get("tags") if isinstance(row.get("tags"), dict) else {}
-    sku = row.get("sku") if isinstance(row.get("sku"), dict) else {}
+    tags: Dict[str, Any] = row["tags"] if isinstance(row.get("tags"), dict) else {}
+    sku: Dict[str, Any] = row["sku"] if isinstance(row.get("sku"), dict) else {}
     capacity = sku.get("capacity")
     return ScaleSetAudit(
         id=resource_id,

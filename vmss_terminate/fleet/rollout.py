@@ -28,7 +28,7 @@ from vmss_terminate.errors import UsageError, VmssTerminateError
 from vmss_terminate.fleet import findings as codes
 from vmss_terminate.fleet.audit import DEFAULT_CONCURRENCY, AuditReport, audit
 from vmss_terminate.fleet.journal import DONE, FAILED, INTERRUPTED, STARTED, Journal
-from vmss_terminate.fleet.plan import RolloutPlan, PlannedSet, make_plan
+from vmss_terminate.fleet.plan import PlannedSet, RolloutPlan, make_plan
 from vmss_terminate.fleet.scope import Scope
 from vmss_terminate.fleet.session import FleetSession
 from vmss_terminate.timeout import parse_timeout, to_iso
@@ -212,7 +212,7 @@ def rollout(
     if concurrency < 1:
         raise UsageError(f"invalid --concurrency {concurrency}: must be >= 1")
     stop = stop or threading.Event()
-    book = Journal(journal, to_iso(minutes), str(batch)) if journal is not None and not dry_run else None
+    book = Journal(journal, to_iso(minutes), str(batch), read_only=dry_run) if journal is not None else None
     owned = session is None
     session = session or FleetSession(connection, clock)
     started = time.monotonic()

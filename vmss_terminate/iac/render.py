@@ -14,9 +14,10 @@ from typing import Any, Callable, Dict, Optional, Union
 
 from vmss_terminate.control import body
 from vmss_terminate.errors import UsageError
+from vmss_terminate.iac import policy
 from vmss_terminate.timeout import parse_timeout
 
-FORMATS = ("arm", "bicep", "terraform", "rest", "cli")
+FORMATS = ("arm", "bicep", "terraform", "rest", "cli", "policy")
 
 # azurerm spells the two ARM fields differently inside `termination_notification { }`.
 TERRAFORM_FIELDS = {"enable": "enabled", "notBeforeTimeout": "timeout"}
@@ -48,6 +49,8 @@ def render(
         raise UsageError("a timeout is required to enable terminate notifications (5..15 minutes, e.g. 10m)")
     if not enable and minutes is not None:
         raise UsageError("a timeout makes no sense when disabling terminate notifications")
+    if fmt == "policy" and not enable:
+        raise UsageError("--format policy audits for enabled terminate notification: give --timeout, not --disable")
     parsed = parse_timeout(minutes) if minutes is not None else None
     return renderer(enable, parsed, resource_group, name)
 
@@ -107,6 +110,11 @@ def _cli(enable: bool, minutes: Optional[int], rg: Optional[str], name: Optional
     ]) + "\n"
 
 
+def _policy(enable: bool, minutes: Optional[int], _rg: Optional[str], _name: Optional[str]) -> str:
+    assert minutes is not None
+    return policy.render_definition(minutes)
+
+
 def _bicep_entries(mapping: Dict[str, Any], depth: int) -> list:
     pad = "  " * depth
     lines = []
@@ -140,4 +148,5 @@ _RENDERERS: Dict[str, Callable[[bool, Optional[int], Optional[str], Optional[str
     "terraform": _terraform,
     "rest": _rest,
     "cli": _cli,
+    "policy": _policy,
 }
