@@ -15,12 +15,12 @@ from vmss_terminate.control.client import (
     Connection,
     arm_errors,
     build_credential,
+    list_subscriptions,
     quiet_sdk_logging,
     sdk_client_kwargs,
 )
 from vmss_terminate.fleet.throttle import SubscriptionThrottle
 
-SUBSCRIPTIONS_API_VERSION = "2022-12-01"
 GRAPH_API_VERSION = "2021-03-01"
 
 
@@ -66,18 +66,8 @@ class FleetSession:
 
     def list_subscriptions(self) -> List[Dict[str, Any]]:
         """`GET /subscriptions` (every page): what the credential can see, with display names."""
-        from azure.core.rest import HttpRequest  # noqa: PLC0415
-
-        found: List[Dict[str, Any]] = []
-        url: Optional[str] = f"/subscriptions?api-version={SUBSCRIPTIONS_API_VERSION}"
         with arm_errors("listing subscriptions", "subscriptions"):
-            while url:
-                response = self.graph()._send_request(HttpRequest("GET", url))  # the client's raw-request hook
-                response.raise_for_status()
-                body = response.json()
-                found.extend(item for item in body.get("value", []) if isinstance(item, dict))
-                url = body.get("nextLink")
-        return found
+            return list_subscriptions(self.graph())
 
     def query_pages(self, query: str, subscriptions: List[str], management_groups: List[str]) -> Iterator[List[Dict[str, Any]]]:
         """Resource Graph pages of `query` (objectArray rows), following `$skipToken` to the end."""
