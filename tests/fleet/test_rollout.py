@@ -179,3 +179,20 @@ def test_remaining_header_limits_requests_in_flight() -> None:
     throttle.release("a", "writes", 200, {"x-ms-ratelimit-remaining-subscription-writes": "5"})
     assert entered.wait(5)
     worker.join(5)
+
+
+def test_terminal_progress_shows_sets_instances_percent_and_eta() -> None:
+    import io
+
+    from vmss_terminate.commands.fleet import _RolloutProgress
+    from vmss_terminate.commands.progress import ProgressBar
+    from vmss_terminate.fleet.rollout import RolloutProgress
+
+    ticks = iter([0.0, 10.0])
+    stream = io.StringIO()
+    display = _RolloutProgress(ProgressBar(stream, now=lambda: next(ticks)))
+    display(RolloutProgress(0, 10, 0, 100, 0, 30, 0.0))
+    display(RolloutProgress(3, 10, 40, 100, 12, 30, 10.0))
+    display.finish()
+    last = stream.getvalue().split("\r")[-1]
+    assert "sets 3/10, instances 40/100" in last and "40%" in last and "ETA 0:15" in last

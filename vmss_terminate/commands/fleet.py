@@ -12,16 +12,16 @@ import shlex
 import signal
 import sys
 import threading
-import time
-from typing import Any, Callable, Dict, List, Optional, Sequence, TextIO
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import click
 
-from vmss_terminate.commands.options import BATCH_SIZE, TIMEOUT, echo_json
+from vmss_terminate.commands.options import BATCH_SIZE, TIMEOUT
+from vmss_terminate.commands.output import echo_json, output_option, tsv_lines
+from vmss_terminate.commands.progress import ProgressBar, terminal_progress
 from vmss_terminate.control.client import CLOUDS, DEFAULT_CLOUD, Connection
 from vmss_terminate.errors import VmssTerminateError
 
-OUTPUTS = ("table", "json", "csv")
 INTERRUPTED_EXIT = 130
 
 
@@ -88,7 +88,8 @@ class _DetailedExit(click.Command):
 @fleet_options
 @click.option("--timeout", type=TIMEOUT, default=None,
               help="The notBeforeTimeout sets should have (5..15 minutes); without it any enabled timeout complies.")
-@click.option("-o", "--output", type=click.Choice(OUTPUTS), default="table", show_default=True)
+@output_option("table: for people; json: a list of scale set objects; csv / tsv: one row per scale set.",
+               extra=("csv",))
 @click.option("--detailed-exitcode", is_flag=True, help="Exit 0: all compliant, 1: error, 2: something non-compliant.")
 def audit_command(**kw: Any) -> None:
     """Inventory scale sets through Azure Resource Graph: terminate notification, timeout, stale
@@ -104,6 +105,9 @@ def audit_command(**kw: Any) -> None:
         echo_json([r.to_dict() for r in records])
     elif output == "csv":
         click.echo(_csv([r.to_dict() for r in records]), nl=False)
+    elif output == "tsv":
+        for line in tsv_lines([_flat(r.to_dict()) for r in records]):
+            click.echo(line)
     else:
         for line in _audit_table(report):
             click.echo(line)
@@ -111,15 +115,20 @@ def audit_command(**kw: Any) -> None:
         click.get_current_context().exit(2)
 
 
+def _flat(row: Dict[str, Any]) -> Dict[str, Any]:
+    """Lists joined with `;` (findings), objects left out (tags): one cell per field."""
+    return {k: ";".join(v) if isinstance(v, list) else v for k, v in row.items() if not isinstance(v, dict)}
+
+
 def _csv(rows: List[Dict[str, Any]]) -> str:
     out = io.StringIO()
     if not rows:
         return ""
-    fields = [k for k in rows[0] if k != "tags"]
-    writer = csv.DictWriter(out, fieldnames=fields, extrasaction="ignore", lineterminator="\n")
+    flat = [_flat(row) for row in rows]
+    writer = csv.DictWriter(out, fieldnames=list(flat[0]), lineterminator="\n")
     writer.writeheader()
-    for row in rows:
-        writer.writerow({k: (";".join(v) if isinstance(v, list) else "" if v is None else v) for k, v in row.items()})
+    for row in flat:
+        writer.writerow({k: "" if v is None else v for k, v in row.items()})
     return out.getvalue()
 
 
@@ -154,7 +163,7 @@ def _audit_table(report: Any) -> List[str]:
 @click.option("--include-skipped", "include_skipped", multiple=True, metavar="CODE",
               type=click.Choice(["spot", "aks-managed"]),
               help="Also change sets skipped by default for this finding (repeatable).")
-@click.option("-o", "--output", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@output_option("table: the plan, progress and a report; json / tsv: one summary object.")
 def rollout_command(**kw: Any) -> None:
     """Plan, then enable/retime terminate notification and upgrade instances on every
     non-compliant scale set in scope (one PATCH + batched manualupgrade per set, as `enable`).
@@ -165,10 +174,11 @@ def rollout_command(**kw: Any) -> None:
     argv = list(sys.argv[1:]) if sys.argv else []
     scope = _scope(kw)
     stop = threading.Event()
-    display = _Progress(sys.stderr) if output != "json" and sys.stderr.isatty() else None
+    bar = terminal_progress(output)
+    display = _RolloutProgress(bar) if bar is not None else None
 
     def show_plan(plan: Any) -> None:
-        if output != "json":
+        if output == "table":
             for line in plan.lines():
                 click.echo(line)
 
@@ -184,6 +194,9 @@ def rollout_command(**kw: Any) -> None:
     summary["resume"] = resume
     if output == "json":
         echo_json(summary)
+    elif output == "tsv":
+        for line in tsv_lines(_flat(summary)):
+            click.echo(line)
     elif not result.dry_run:
         for line in result.lines():
             click.echo(line)
@@ -228,30 +241,26 @@ class _stop_on_interrupt:
             signal.signal(signal.SIGINT, self.previous)
 
 
-class _Progress:
-    """One line on a terminal: sets done, instances upgraded, %, ETA."""
+class _RolloutProgress:
+    """The shared terminal bar (count, %, elapsed, ETA) over the rollout's planned writes, labelled
+    with sets done and instances upgraded; called from worker threads, so drawing is serialised."""
 
-    def __init__(self, stream: TextIO) -> None:
-        self.stream = stream
-        self.last = 0.0
-        self.open = False
+    def __init__(self, bar: ProgressBar) -> None:
+        self.bar = bar
+        self.lock = threading.Lock()
 
     def __call__(self, p: Any) -> None:
-        now = time.monotonic()
-        if now - self.last < 0.2 and p.sets_done < p.sets_total:
-            return
-        self.last = now
-        eta = "" if p.eta is None else f", ETA {int(p.eta) // 60}m{int(p.eta) % 60:02d}s"
-        self.stream.write(f"\rsets {p.sets_done}/{p.sets_total}, instances {p.instances_upgraded}/"
-                          f"{p.instances_total}, {p.fraction * 100:.0f}%{eta}   ")
-        self.stream.flush()
-        self.open = True
+        with self.lock:
+            self.bar.label = (f"sets {p.sets_done}/{p.sets_total}, instances "
+                              f"{p.instances_upgraded}/{p.instances_total}, writes")
+            if p.writes_total:
+                self.bar(min(p.writes_done, p.writes_total), p.writes_total)
+            else:
+                self.bar(p.sets_done, p.sets_total)
 
     def finish(self) -> None:
-        if self.open:
-            self.stream.write("\n")
-            self.stream.flush()
-            self.open = False
+        with self.lock:
+            self.bar.finish()
 
 
 @click.group("fleet")

@@ -24,19 +24,21 @@ ALIASES = {"text": "table"}  # the agent/demo/sandbox spelling before one vocabu
 
 
 class OutputFormat(click.Choice):
-    """`table|json|tsv`, case-insensitive, with `text` read as `table`."""
+    """`table|json|tsv`, case-insensitive, with `text` read as `table`; `extra` formats a command
+    adds on top (fleet audit: csv)."""
 
-    def __init__(self) -> None:
-        super().__init__(FORMATS, case_sensitive=False)
+    def __init__(self, extra: Sequence[str] = ()) -> None:
+        super().__init__(FORMATS + tuple(extra), case_sensitive=False)
 
     def convert(self, value: Any, param: Optional[click.Parameter], ctx: Optional[click.Context]) -> Any:
         text = str(value).lower()
         return super().convert(ALIASES.get(text, text), param, ctx)
 
 
-def output_option(help: str = "table: for people; json: one JSON document; tsv: tab-separated values.") -> Any:
+def output_option(help: str = "table: for people; json: one JSON document; tsv: tab-separated values.",
+                  extra: Sequence[str] = ()) -> Any:
     """The `-o/--output` option every command that prints a result takes."""
-    return click.option("-o", "--output", type=OutputFormat(), default="table", show_default=True, help=help)
+    return click.option("-o", "--output", type=OutputFormat(extra), default="table", show_default=True, help=help)
 
 
 def echo_json(data: Any) -> None:
