@@ -5,6 +5,10 @@ documented Python API and prints. This root is the one place failures become out
 `commands/output.py` for the shape): every error is one `error: ...` line on stderr, never click's
 usage block or a traceback; exit 2 for bad input, 1 for Azure/runtime failures, 130 for Ctrl-C and
 143 for SIGTERM. Set VMSS_TERMINATE_DEBUG=1 to get the traceback of an unexpected exception.
+
+Command modules are imported only when their command runs (`commands/lazy.py`), so the in-VM agent
+does not load the control plane; a command that needs the `[control]` extra says so in one line
+(exit 2) when it is not installed.
 """
 
 from __future__ import annotations
@@ -17,12 +21,49 @@ from typing import Any, Optional, Sequence
 import click
 
 from vmss_terminate import __version__
-from vmss_terminate.commands.options import refuse_repeated_options
+from vmss_terminate.commands.lazy import Lazy, LazyGroup
 from vmss_terminate.commands.output import report_error, requested_output
 from vmss_terminate.errors import Interrupted, StopSignal, VmssTerminateError, interrupt_exit_code, interrupt_name
 
+CONTROL = "control"  # the extra of vmss_terminate/extras.py (not imported here: the agent does not need it)
 
-class _Root(click.Group):
+_CONTROL = "vmss_terminate.commands.control"
+_SANDBOX = "vmss_terminate.commands.sandbox"
+
+# Top-level command name -> where it lives. Summaries are the first sentence of each command's help
+# (tests/test_cli_lazy.py checks they agree); `extra` names what `pip install` must have added.
+COMMANDS = {
+    "agent": Lazy("vmss_terminate.commands.agent", "agent_group",
+                  "The in-VM agent: drain hooks, then approve this VM's Terminate event."),
+    "emulator": Lazy("vmss_terminate.commands.emulator", "emulator",
+                     "Run a local emulator of an Azure endpoint (for testing hooks and pipelines)."),
+    "render": Lazy("vmss_terminate.commands.iac", "render_command",
+                   "Print a snippet to paste into your own template or pipeline."),
+    "status": Lazy(_CONTROL, "status_command", "Show orchestration mode, upgrade policy, the terminate-notification "
+                   "profile and which instances run the latest model.", CONTROL),
+    "enable": Lazy(_CONTROL, "enable_command", "Enable terminate notifications with --timeout, then upgrade "
+                   "instances to the latest model.", CONTROL),
+    "disable": Lazy(_CONTROL, "disable_command", "Disable terminate notifications, then upgrade instances to the "
+                    "latest model.", CONTROL),
+    "retime": Lazy(_CONTROL, "retime_command", "Change the timeout of an enabled scale set, then upgrade instances.",
+                   CONTROL),
+    "upgrade": Lazy(_CONTROL, "upgrade_command", "Bring stale instances to the latest model (Manual: manualupgrade "
+                    "in batches; Automatic / Rolling: report, or --wait).", CONTROL),
+    "plan": Lazy(_CONTROL, "plan_command", "Show what `enable --timeout` would change (profile and stale instances) "
+                 "without writing.", CONTROL),
+    "fleet": Lazy("vmss_terminate.commands.fleet", "fleet_group", "Audit and roll out terminate notification "
+                  "across many scale sets and subscriptions (Azure Resource Graph; writes through the same code as "
+                  "`enable`).", CONTROL),
+    "demo": Lazy(_SANDBOX, "demo", "Run the whole story on local emulators, no Azure: enable terminate notifications "
+                 "and upgrade (real control plane and Azure SDK), one real agent per instance with a drain hook, "
+                 "scale in, drain, approve, delete.", CONTROL),
+    "sandbox": Lazy(_SANDBOX, "sandbox", "Keep a local sandbox running (ARM, token endpoint, one IMDS per instance) "
+                    "and print the environment that points the CLI, the Azure SDK and agents at it, to try your "
+                    "own hooks.", CONTROL),
+}
+
+
+class _Root(LazyGroup):
     def main(self, args: Optional[Sequence[str]] = None, prog_name: Optional[str] = None,  # type: ignore[override]
              complete_var: Optional[str] = None, standalone_mode: bool = True, **extra: Any) -> Any:
         if not standalone_mode:
@@ -49,6 +90,11 @@ def _report(exc: BaseException, output: str) -> int:
     """Print `exc` the one way (one line; JSON too with -o json) and return the exit code."""
     if isinstance(exc, SystemExit):
         raise exc
+    if isinstance(exc, ModuleNotFoundError) and (exc.name or "").startswith(("azure", "msal")):
+        # A path that needs the Azure SDK but is not registered as needing [control] (commands/lazy.py).
+        report_error(f"this command needs the Azure SDK ({exc.name}): pip install 'vmss-terminate[{CONTROL}]'",
+                     2, "usage", output)
+        return 2
     if isinstance(exc, VmssTerminateError):
         report_error(exc.cli_message or str(exc), exc.exit_code, exc.kind, output, exc.details())
         return exc.exit_code
@@ -87,19 +133,8 @@ def _raise_on_sigterm() -> Any:
         return None
 
 
-@click.group(cls=_Root, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=_Root, lazy=COMMANDS, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="vmss-terminate")
 def main() -> None:
     """Graceful scale-in for Azure VM Scale Sets."""
 
-
-def _register() -> None:
-    from vmss_terminate.commands import agent, control, emulator, fleet, iac, sandbox
-
-    for module in (agent, control, emulator, fleet, iac, sandbox):
-        for command in module.COMMANDS:
-            main.add_command(command)
-    refuse_repeated_options(main)
-
-
-_register()

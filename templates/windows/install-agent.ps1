@@ -19,7 +19,8 @@
     <DataDir> is readable and writable by SYSTEM and Administrators only.
 
 .PARAMETER PipArgs
-    pip arguments that install the agent. Default: "vmss-terminate" from PyPI. Without internet access,
+    pip arguments that install the agent. Default: "vmss-terminate" from PyPI (the lean agent install:
+    requests and click only, no Azure SDK; the [control] extra is for pipelines, never needed here). Without internet access,
     point at a wheel or an index you host, e.g. "--no-index --find-links https://example/wheels vmss-terminate".
 
 .PARAMETER AgentArgs

@@ -1,2 +1,2 @@
-"""Click commands, one module per area. Each module exposes COMMANDS, the commands it adds to
-the root group. Keep them thin: parse, call the library, print."""
+"""Click commands, one module per area, registered by name in `cli.COMMANDS` (and `emulator.COMMANDS`)
+and imported only when they run. Keep them thin: parse, call the library, print."""

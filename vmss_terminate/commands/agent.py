@@ -156,5 +156,3 @@ def approve_command(event_id: str, force: bool, imds_url: Optional[str], api_ver
     else:
         click.echo(tsv_lines(event.to_json())[0])
 
-
-COMMANDS = [agent_group]

@@ -229,5 +229,3 @@ disable_command = _change_command(
 retime_command = _change_command(
     "retime", "Change the timeout of an enabled scale set, then upgrade instances.", with_timeout=True
 )
-
-COMMANDS = [status_command, enable_command, disable_command, retime_command, upgrade_command, plan_command]

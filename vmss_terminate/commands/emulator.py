@@ -1,23 +1,25 @@
-"""`vmss-terminate emulator imds|arm`: run a local emulator in the foreground."""
+"""`vmss-terminate emulator imds|arm`: run a local emulator in the foreground.
+
+The IMDS emulator is stdlib and comes with the lean install (to try hooks on any machine); the ARM
+emulator is part of the `[control]` extra, like the control plane it stands in front of.
+"""
 
 from __future__ import annotations
 
 import click
 
+from vmss_terminate.commands.lazy import Lazy, LazyGroup
+from vmss_terminate.extras import CONTROL
 
-@click.group()
+COMMANDS = {
+    "imds": Lazy("vmss_terminate.commands.emulator_imds", "imds_command",
+                 "Run a local IMDS (scheduled events + instance metadata) until Ctrl-C."),
+    "arm": Lazy("vmss_terminate.commands.emulator_arm", "arm_command",
+                "Serve a local Azure Resource Manager for scale sets, plus a token endpoint for "
+                "DefaultAzureCredential (App Service managed identity).", CONTROL),
+}
+
+
+@click.group(cls=LazyGroup, lazy=COMMANDS)
 def emulator() -> None:
     """Run a local emulator of an Azure endpoint (for testing hooks and pipelines)."""
-
-
-def _register() -> None:
-    from vmss_terminate.commands.emulator_arm import arm_command
-    from vmss_terminate.commands.emulator_imds import imds_command
-
-    emulator.add_command(imds_command)
-    emulator.add_command(arm_command)
-
-
-_register()
-
-COMMANDS = [emulator]

@@ -271,6 +271,3 @@ def fleet_group() -> None:
 
 fleet_group.add_command(audit_command)
 fleet_group.add_command(rollout_command)
-
-COMMANDS = [fleet_group]
-

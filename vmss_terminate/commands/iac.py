@@ -40,6 +40,3 @@ def render_command(fmt: str, timeout: Optional[int], disable: bool,
     text = render(fmt, timeout, enable=not disable, resource_group=resource_group, name=name)
     # Bytes, not text: `rest` must reach stdout exactly as the control plane sends it (no newline translation).
     click.echo(text.encode("utf-8"), nl=False)
-
-
-COMMANDS = [render_command]

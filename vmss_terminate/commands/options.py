@@ -6,6 +6,7 @@ from typing import Any, Callable, Optional, Tuple, Type
 
 import click
 
+from vmss_terminate.commands.lazy import refuse_repeated_options  # noqa: F401 - re-exported for commands
 from vmss_terminate.commands.output import echo_json, output_option  # noqa: F401 - re-exported for commands
 from vmss_terminate.control.upgrade import BatchSize
 from vmss_terminate.emulator.faults import FAULT_SPEC_HELP, FaultSpecError, parse_fault_spec
@@ -34,27 +35,6 @@ class ParsedType(click.ParamType):
             raise click.UsageError(exc.cli_message or str(exc), ctx) from None
         except self._errors as exc:
             self.fail(self._message(value, exc), param, ctx)
-
-
-def refuse_repeated_options(command: click.Command) -> None:
-    """Make `command` (and every subcommand) refuse a single-value option given twice (`-n a -n b`
-    would otherwise silently use b). Installed once by the CLI root over the whole command tree."""
-    original = command.parse_args
-
-    def parse_args(ctx: click.Context, args: Any) -> Any:
-        _, _, order = command.make_parser(ctx).parse_args(args=list(args))
-        seen = set()
-        for param in order:
-            if not isinstance(param, click.Option) or param.multiple or param.count or param.is_flag:
-                continue
-            if param.name in seen:
-                raise click.UsageError(f"{max(param.opts, key=len)} given more than once", ctx)
-            seen.add(param.name)
-        return original(ctx, args)
-
-    command.parse_args = parse_args  # type: ignore[method-assign]
-    for sub in getattr(command, "commands", {}).values():
-        refuse_repeated_options(sub)
 
 
 # `--timeout`: minutes (10, 10m) or ISO 8601 (PT10M) -> whole minutes.

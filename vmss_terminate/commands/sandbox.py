@@ -154,6 +154,3 @@ def _print_endpoints(box, hook: str) -> None:  # type: ignore[no-untyped-def]
                f'"{resource}?api-version=2019-03-01"')
     click.echo("")
     click.echo("# Ctrl-C stops the sandbox. Timeline:")
-
-
-COMMANDS = [demo, sandbox]
