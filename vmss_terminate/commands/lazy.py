@@ -12,6 +12,7 @@ import importlib
 from typing import Any, List, Mapping, NamedTuple, Optional, Tuple
 
 import click
+from click.utils import make_default_short_help
 
 
 class Lazy(NamedTuple):
@@ -60,7 +61,7 @@ class LazyGroup(click.Group):
                     continue
                 rows.append((name, command.get_short_help_str(limit)))
             else:
-                rows.append((name, click.utils.make_default_short_help(self.lazy[name].summary, limit)))
+                rows.append((name, make_default_short_help(self.lazy[name].summary, limit)))
         if rows:
             with formatter.section("Commands"):
                 formatter.write_dl(rows)
