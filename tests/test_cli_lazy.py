@@ -89,6 +89,7 @@ def test_root_help_lists_every_command_without_importing_them() -> None:
             "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
             "print('MODULES', sorted({e.module for e in COMMANDS.values()} & set(sys.modules)))\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
     assert proc.stdout.strip().splitlines()[-1] == "MODULES []"
     for name in cli.COMMANDS:
         assert f"\n  {name} " in proc.stdout

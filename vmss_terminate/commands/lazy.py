@@ -12,7 +12,6 @@ import importlib
 from typing import Any, List, Mapping, NamedTuple, Optional, Tuple
 
 import click
-from click.utils import make_default_short_help
 
 
 class Lazy(NamedTuple):
@@ -61,7 +60,8 @@ class LazyGroup(click.Group):
                     continue
                 rows.append((name, command.get_short_help_str(limit)))
             else:
-                rows.append((name, make_default_short_help(self.lazy[name].summary, limit)))
+                # click shortens the summary exactly as it would the command's own help
+                rows.append((name, click.Command(name, help=self.lazy[name].summary).get_short_help_str(limit)))
         if rows:
             with formatter.section("Commands"):
                 formatter.write_dl(rows)
