@@ -6,7 +6,8 @@ one documented function of `vmss_terminate.control` and prints its result as tex
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Optional
+import functools
+from typing import Any, Callable, List, Optional, Sequence
 
 import click
 
@@ -16,7 +17,7 @@ from vmss_terminate.commands.output import emit, output_option
 from vmss_terminate.commands.progress import ProgressBar, terminal_progress
 from vmss_terminate.control.client import CLOUDS, DEFAULT_CLOUD, Connection, check_subscription
 from vmss_terminate.control.names import check_resource_group, check_scale_set_name
-from vmss_terminate.control.upgrade import Progress, UpgradeIncomplete, UpgradeOptions
+from vmss_terminate.control.upgrade import BatchSize, Progress, UpgradeIncomplete, UpgradeOptions
 from vmss_terminate.errors import UsageError, VmssTerminateError
 
 RESOURCE_GROUP = ParsedType("resource-group", check_resource_group)
@@ -30,12 +31,24 @@ def _apply(fn: Callable[..., Any], options: List[Callable[[Any], Any]]) -> Calla
     return fn
 
 
-def scale_set_options(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Target, connection and output options every control command takes."""
-    options = [
-        click.option("-g", "--resource-group", type=RESOURCE_GROUP, required=True,
-                     help="Resource group of the scale set."),
-        click.option("-n", "--name", type=SCALE_SET_NAME, required=True, help="Scale set name."),
+def _grouped(options: List[Callable[[Any], Any]], keys: Sequence[str], name: str,
+             build: Callable[..., Any]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """A decorator adding `options` to a command whose callback receives one argument, `name` =
+    `build(**their values)`, instead of each option's value (`keys`: the options' parameter names)."""
+
+    def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(fn)
+        def callback(**kw: Any) -> Any:
+            kw[name] = build(**{key: kw.pop(key) for key in keys})
+            return fn(**kw)
+
+        return _apply(callback, options)
+
+    return decorate
+
+
+connection_options = _grouped(
+    [
         click.option("--subscription", type=SUBSCRIPTION, envvar="AZURE_SUBSCRIPTION_ID",
                      help="Subscription id or display name (looked up with GET /subscriptions) "
                           "[env AZURE_SUBSCRIPTION_ID]."),
@@ -51,51 +64,63 @@ def scale_set_options(fn: Callable[..., Any]) -> Callable[..., Any]:
             help="Token scope (default: the cloud's <management endpoint>/.default).",
         ),
         click.option("--api-version", help="Pin the compute api-version (>= 2019-03-01); default: the SDK's."),
-        output_option(),
-    ]
-    return _apply(fn, options)
+    ],
+    ("subscription", "arm_endpoint", "cloud", "arm_scope", "api_version"),
+    "connection",
+    lambda subscription, arm_endpoint, cloud, arm_scope, api_version: Connection(
+        subscription_id=subscription, arm_endpoint=arm_endpoint, cloud=cloud, scope=arm_scope,
+        api_version=api_version,
+    ),
+)
+"""Where and as whom to reach ARM: the command receives `connection: Connection`."""
 
 
-def upgrade_options(with_skip: bool) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """How to bring instances to the latest model; `with_skip` adds --no-upgrade (change commands)."""
-
-    def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
-        options = [
-            click.option(
-                "--batch-size", type=BATCH_SIZE, default="20%", show_default=True,
-                help="Manual policy: instances per manualupgrade call (count or % of all instances).",
-            ),
-            click.option("--wait", is_flag=True, help="Automatic/Rolling policy: wait until every instance is current."),
-            click.option("--wait-timeout", type=click.FloatRange(min=0), default=1800.0, show_default=True,
-                         help="Seconds to wait with --wait."),
-            click.option("--poll-interval", type=click.FloatRange(min=0.01), default=10.0, show_default=True,
-                         help="Seconds between instance-list polls with --wait."),
-        ]
-        if with_skip:
-            options.insert(0, click.option("--no-upgrade", is_flag=True, help="Change the model only."))
-        return _apply(fn, options)
-
-    return decorate
+def scale_set_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Target, connection and output options every control command takes: the command receives
+    `resource_group`, `name`, `connection` and `output`."""
+    fn = connection_options(_apply(fn, [output_option()]))
+    return _apply(fn, [
+        click.option("-g", "--resource-group", type=RESOURCE_GROUP, required=True,
+                     help="Resource group of the scale set."),
+        click.option("-n", "--name", type=SCALE_SET_NAME, required=True, help="Scale set name."),
+    ])
 
 
-def _connection(kw: Dict[str, Any]) -> Connection:
-    return Connection(
-        subscription_id=kw.pop("subscription"),
-        arm_endpoint=kw.pop("arm_endpoint"),
-        cloud=kw.pop("cloud"),
-        scope=kw.pop("arm_scope"),
-        api_version=kw.pop("api_version"),
-    )
+_UPGRADE_OPTIONS = [
+    click.option(
+        "--batch-size", type=BATCH_SIZE, default="20%", show_default=True,
+        help="Manual policy: instances per manualupgrade call (count or % of all instances).",
+    ),
+    click.option("--wait", is_flag=True, help="Automatic/Rolling policy: wait until every instance is current."),
+    click.option("--wait-timeout", type=click.FloatRange(min=0), default=1800.0, show_default=True,
+                 help="Seconds to wait with --wait."),
+    click.option("--poll-interval", type=click.FloatRange(min=0.01), default=10.0, show_default=True,
+                 help="Seconds between instance-list polls with --wait."),
+]
+_UPGRADE_KEYS = ("batch_size", "wait", "wait_timeout", "poll_interval")
+
+upgrade_options = _grouped(_UPGRADE_OPTIONS, _UPGRADE_KEYS, "options", UpgradeOptions)
+"""How `upgrade` brings instances to the latest model: the command receives `options: UpgradeOptions`."""
 
 
-def _upgrade_options(kw: Dict[str, Any]) -> UpgradeOptions:
-    return UpgradeOptions(
-        upgrade=not kw.pop("no_upgrade", False),
-        batch_size=kw.pop("batch_size"),
-        wait=kw.pop("wait"),
-        wait_timeout=kw.pop("wait_timeout"),
-        poll_interval=kw.pop("poll_interval"),
-    )
+def change_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """What enable, disable and retime take after the target: the upgrade options plus --no-upgrade
+    (the command receives `options: UpgradeOptions`), then `dry_run` and `no_wait`."""
+    fn = _apply(fn, [
+        click.option("--dry-run", is_flag=True, help="Print the exact PATCH body and upgrade plan; write nothing."),
+        click.option("--no-wait", is_flag=True,
+                     help="Return once ARM accepted the model change (as az does); no upgrade, and the "
+                          "output says how to follow up."),
+    ])
+    return _grouped(
+        [click.option("--no-upgrade", is_flag=True, help="Change the model only.")] + _UPGRADE_OPTIONS,
+        ("no_upgrade",) + _UPGRADE_KEYS, "options",
+        lambda no_upgrade, **upgrade: UpgradeOptions(upgrade=not no_upgrade, **upgrade),
+    )(fn)
+
+
+_CHANGE_TIMEOUT = click.option("--timeout", type=TIMEOUT, required=True,
+                               help="notBeforeTimeout: 5..15 minutes (10, 10m, PT10M, PT600S).")
 
 
 def _reporting_partial(output: str, resource: str, call: Callable[[Optional[Progress]], Any]) -> Any:
@@ -116,60 +141,68 @@ def _reporting_partial(output: str, resource: str, call: Callable[[Optional[Prog
             progress.finish()
 
 
-def _change_command(name: str, doc: str, with_timeout: bool) -> click.Command:
-    """enable / disable / retime share everything but the timeout and the library function."""
-    library = getattr(control, name)
+def _change(output: str, resource_group: str, name: str, call: Callable[[Optional[Progress]], Any]) -> None:
+    emit(_reporting_partial(output, f"{resource_group}/{name}", call), output)
 
-    def run(**kw: Any) -> None:
-        output = kw.pop("output")
-        rg, vmss = kw.pop("resource_group"), kw.pop("name")
-        connection = _connection(kw)
-        options = _upgrade_options(kw)
-        args = (rg, vmss, kw.pop("timeout")) if with_timeout else (rg, vmss)
-        dry_run, no_wait = kw.pop("dry_run"), kw.pop("no_wait")
-        result = _reporting_partial(output, f"{rg}/{vmss}", lambda progress: library(
-            *args, connection=connection, options=options, dry_run=dry_run, progress=progress, no_wait=no_wait
-        ))
-        emit(result, output)
 
-    run.__doc__ = doc
-    run.__name__ = name
-    command = click.option("--no-wait", is_flag=True,
-                           help="Return once ARM accepted the model change (as az does); no upgrade, and the "
-                                "output says how to follow up.")(run)
-    command = click.option("--dry-run", is_flag=True,
-                           help="Print the exact PATCH body and upgrade plan; write nothing.")(command)
-    command = upgrade_options(with_skip=True)(command)
-    if with_timeout:
-        command = click.option("--timeout", type=TIMEOUT, required=True,
-                               help="notBeforeTimeout: 5..15 minutes (10, 10m, PT10M, PT600S).")(command)
-    return click.command(name)(scale_set_options(command))
+@click.command("enable")
+@scale_set_options
+@_CHANGE_TIMEOUT
+@change_options
+def enable_command(resource_group: str, name: str, connection: Connection, output: str, timeout: int,
+                   options: UpgradeOptions, dry_run: bool, no_wait: bool) -> None:
+    """Enable terminate notifications with --timeout, then upgrade instances to the latest model."""
+    _change(output, resource_group, name, lambda progress: control.enable(
+        resource_group, name, timeout, connection=connection, options=options, dry_run=dry_run,
+        progress=progress, no_wait=no_wait,
+    ))
+
+
+@click.command("disable")
+@scale_set_options
+@change_options
+def disable_command(resource_group: str, name: str, connection: Connection, output: str,
+                    options: UpgradeOptions, dry_run: bool, no_wait: bool) -> None:
+    """Disable terminate notifications, then upgrade instances to the latest model."""
+    _change(output, resource_group, name, lambda progress: control.disable(
+        resource_group, name, connection=connection, options=options, dry_run=dry_run,
+        progress=progress, no_wait=no_wait,
+    ))
+
+
+@click.command("retime")
+@scale_set_options
+@_CHANGE_TIMEOUT
+@change_options
+def retime_command(resource_group: str, name: str, connection: Connection, output: str, timeout: int,
+                   options: UpgradeOptions, dry_run: bool, no_wait: bool) -> None:
+    """Change the timeout of an enabled scale set, then upgrade instances."""
+    _change(output, resource_group, name, lambda progress: control.retime(
+        resource_group, name, timeout, connection=connection, options=options, dry_run=dry_run,
+        progress=progress, no_wait=no_wait,
+    ))
 
 
 @click.command("status")
 @scale_set_options
-def status_command(**kw: Any) -> None:
+def status_command(resource_group: str, name: str, connection: Connection, output: str) -> None:
     """Show orchestration mode, upgrade policy, the terminate-notification profile and which
     instances run the latest model."""
-    output = kw.pop("output")
-    result = control.status(kw.pop("resource_group"), kw.pop("name"), connection=_connection(kw))
-    emit(result, output)
+    emit(control.status(resource_group, name, connection=connection), output)
 
 
 @click.command("upgrade")
 @scale_set_options
-@upgrade_options(with_skip=False)
-def upgrade_command(**kw: Any) -> None:
+@upgrade_options
+def upgrade_command(resource_group: str, name: str, connection: Connection, output: str,
+                    options: UpgradeOptions) -> None:
     """Bring stale instances to the latest model (Manual: manualupgrade in batches; Automatic /
     Rolling: report, or --wait). Re-run after a failure: only stale instances are sent."""
-    output = kw.pop("output")
-    rg, vmss = kw.pop("resource_group"), kw.pop("name")
-    connection, options = _connection(kw), _upgrade_options(kw)
-    result = _reporting_partial(output, f"{rg}/{vmss}", lambda progress: control.upgrade(
-        rg, vmss, connection=connection, options=options, progress=progress
+    result = _reporting_partial(output, f"{resource_group}/{name}", lambda progress: control.upgrade(
+        resource_group, name, connection=connection, options=options, progress=progress
     ))
     if output == "table":
-        click.echo(f"upgrade {rg}/{vmss}: {result.describe()}")
+        click.echo(f"upgrade {resource_group}/{name}: {result.describe()}")
     else:
         emit(result, output)
 
@@ -205,27 +238,11 @@ class _PlanCommand(click.Command):
 @click.option("--batch-size", type=BATCH_SIZE, default="20%", show_default=True)
 @click.option("--detailed-exitcode", is_flag=True,
               help="Exit 0: no change, 1: error, 2: changes pending or compliance unknown.")
-def plan_command(**kw: Any) -> None:
+def plan_command(resource_group: str, name: str, connection: Connection, output: str, timeout: int,
+                 batch_size: BatchSize, detailed_exitcode: bool) -> None:
     """Show what `enable --timeout` would change (profile and stale instances) without writing."""
-    output = kw.pop("output")
-    detailed = kw.pop("detailed_exitcode")
-    result = control.plan(
-        kw.pop("resource_group"), kw.pop("name"), kw.pop("timeout"),
-        connection=_connection(kw), options=UpgradeOptions(batch_size=kw.pop("batch_size")),
-    )
+    result = control.plan(resource_group, name, timeout, connection=connection,
+                          options=UpgradeOptions(batch_size=batch_size))
     emit(result, output)
-    if detailed and (result.changes_pending or result.compliance_unknown):
+    if detailed_exitcode and (result.changes_pending or result.compliance_unknown):
         click.get_current_context().exit(2)
-
-
-enable_command = _change_command(
-    "enable",
-    "Enable terminate notifications with --timeout, then upgrade instances to the latest model.",
-    with_timeout=True,
-)
-disable_command = _change_command(
-    "disable", "Disable terminate notifications, then upgrade instances to the latest model.", with_timeout=False
-)
-retime_command = _change_command(
-    "retime", "Change the timeout of an enabled scale set, then upgrade instances.", with_timeout=True
-)
