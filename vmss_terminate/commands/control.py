@@ -141,8 +141,11 @@ def _reporting_partial(output: str, resource: str, call: Callable[[Optional[Prog
             progress.finish()
 
 
-def _change(output: str, resource_group: str, name: str, call: Callable[[Optional[Progress]], Any]) -> None:
-    emit(_reporting_partial(output, f"{resource_group}/{name}", call), output)
+def _change(library: Callable[..., Any], output: str, resource_group: str, name: str, *timeout: int,
+            **kw: Any) -> None:
+    """Call `control.enable|disable|retime` with a progress display and print its result."""
+    emit(_reporting_partial(output, f"{resource_group}/{name}", lambda progress: library(
+        resource_group, name, *timeout, progress=progress, **kw)), output)
 
 
 @click.command("enable")
@@ -152,10 +155,8 @@ def _change(output: str, resource_group: str, name: str, call: Callable[[Optiona
 def enable_command(resource_group: str, name: str, connection: Connection, output: str, timeout: int,
                    options: UpgradeOptions, dry_run: bool, no_wait: bool) -> None:
     """Enable terminate notifications with --timeout, then upgrade instances to the latest model."""
-    _change(output, resource_group, name, lambda progress: control.enable(
-        resource_group, name, timeout, connection=connection, options=options, dry_run=dry_run,
-        progress=progress, no_wait=no_wait,
-    ))
+    _change(control.enable, output, resource_group, name, timeout, connection=connection, options=options,
+            dry_run=dry_run, no_wait=no_wait)
 
 
 @click.command("disable")
@@ -164,10 +165,8 @@ def enable_command(resource_group: str, name: str, connection: Connection, outpu
 def disable_command(resource_group: str, name: str, connection: Connection, output: str,
                     options: UpgradeOptions, dry_run: bool, no_wait: bool) -> None:
     """Disable terminate notifications, then upgrade instances to the latest model."""
-    _change(output, resource_group, name, lambda progress: control.disable(
-        resource_group, name, connection=connection, options=options, dry_run=dry_run,
-        progress=progress, no_wait=no_wait,
-    ))
+    _change(control.disable, output, resource_group, name, connection=connection, options=options,
+            dry_run=dry_run, no_wait=no_wait)
 
 
 @click.command("retime")
@@ -177,10 +176,8 @@ def disable_command(resource_group: str, name: str, connection: Connection, outp
 def retime_command(resource_group: str, name: str, connection: Connection, output: str, timeout: int,
                    options: UpgradeOptions, dry_run: bool, no_wait: bool) -> None:
     """Change the timeout of an enabled scale set, then upgrade instances."""
-    _change(output, resource_group, name, lambda progress: control.retime(
-        resource_group, name, timeout, connection=connection, options=options, dry_run=dry_run,
-        progress=progress, no_wait=no_wait,
-    ))
+    _change(control.retime, output, resource_group, name, timeout, connection=connection, options=options,
+            dry_run=dry_run, no_wait=no_wait)
 
 
 @click.command("status")
