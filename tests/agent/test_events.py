@@ -48,8 +48,28 @@ def test_an_unreadable_entry_does_not_hide_the_others() -> None:
     ([], "myvmss_3", False),
     (["myvmss_3"], "", False),
 ])
-def test_ownership_is_an_exact_casefolded_element_match(resources: list, name: str, expected: bool) -> None:
+def test_ownership_is_an_exact_case_insensitive_element_match(resources: list, name: str, expected: bool) -> None:
     assert owns(resources, name) is expected
+
+
+@pytest.mark.parametrize("spelling", ["webvm\u017fs_1", "webvm\u00df_1", "WEBVM\u017fS_1", "webvmss_\u0661",
+                                      "webvmss_1\u0130", "\u212aubevm_1"])
+def test_ownership_never_folds_a_non_ascii_spelling_onto_ours(spelling: str) -> None:
+    ours = "kubevm_1" if spelling.startswith("\u212a") else "webvmss_1"
+    assert not owns([spelling], ours)
+    event = Event.from_json({"EventId": "E", "EventType": "Terminate", "Resources": [ours, spelling]})
+    assert event.others(ours) == [spelling]  # another VM: the event is shared, never approved by default
+
+
+def test_types_statuses_and_event_ids_compare_ascii_case_insensitively_only() -> None:
+    event = Event.from_json({"EventId": "ab", "EventType": "TERMINATE", "EventStatus": "\u017fcheduled",
+                             "Resources": ["vm_1"]})
+    assert event.event_type == "Terminate" and not event.scheduled
+    doc = EventsDocument.from_json({"Events": [{"EventId": "\u212a1"}]})
+    assert doc.get("k1") is None and doc.get("\u212a1") is not None
+    assert parse_types("reboot,FREEZE") == ("Reboot", "Freeze")
+    with pytest.raises(UsageError):
+        parse_types("\u0280eboot")
 
 
 def test_shared_event_lists_the_other_vms() -> None:

@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass, replace
 from typing import Any, Collection, FrozenSet, Optional, Sequence, Tuple
 
-from vmss_terminate.agent.events import parse_types
+from vmss_terminate.agent.events import parse_types, same_name
 from vmss_terminate.agent.hooks import redact_url
 from vmss_terminate.agent.imds import DEFAULT_API_VERSION, check_imds_api_version, resolve_imds_url
 from vmss_terminate.agent.process import check_program, split_command
@@ -97,6 +97,6 @@ def approved_types(value: Any) -> FrozenSet[str]:
     own example would otherwise silently stop every Terminate approval. `none` alone approves nothing
     at all (observe only: every event waits for its NotBefore)."""
     names = [value] if isinstance(value, str) else list(value or ())
-    if [str(n).strip().lower() for n in names] == ["none"]:
+    if len(names) == 1 and same_name(str(names[0]).strip(), "none"):
         return frozenset()
     return frozenset(("Terminate",) + parse_types(value, "--approve"))

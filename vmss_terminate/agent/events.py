@@ -5,9 +5,12 @@ and may add event types, so unknown keys are
 kept in `raw` and unknown types are observed like any other. What is *not* tolerated is a document
 without an `Events` list: that is a malformed answer and the client retries it.
 
-Ownership: an event is ours when our VM name is one of its `Resources`, compared as whole names,
-casefolded (Azure resource names are case-insensitive). Never a substring or prefix: `vmss_1` is
-not `vmss_10`.
+Ownership: an event is ours when our VM name is one of its `Resources`, compared as whole names
+the way Azure compares resource names: case-insensitive for ASCII letters only. Azure VM names are
+ASCII, so a spelling with any non-ASCII character (`webvmſs_1`, `webvmß_1`) is another name, never
+ours; Unicode case folding would make it ours. Never a substring or prefix: `vmss_1` is not
+`vmss_10`. Every other case-insensitive comparison of IMDS data (event types, statuses, EventIds)
+uses the same rule (`same_name`).
 """
 
 from __future__ import annotations
@@ -54,7 +57,7 @@ def parse_not_before(value: Any) -> Optional[float]:
 def canonical_type(value: str) -> str:
     """`terminate` -> `Terminate`; unknown types are returned unchanged."""
     for known in EVENT_TYPES:
-        if known.lower() == str(value).lower():
+        if same_name(known, str(value)):
             return known
     return str(value)
 
@@ -63,7 +66,7 @@ def canonical_status(value: Any) -> str:
     """`scheduled` -> `Scheduled`, `STARTED` -> `Started`; other statuses are returned unchanged."""
     text = str(value or "")
     for known in STATUSES:
-        if known.lower() == text.lower():
+        if same_name(known, text):
             return known
     return text
 
@@ -77,8 +80,14 @@ def _resource_names(value: Any) -> Tuple[str, ...]:
 
 
 def same_name(a: str, b: str) -> bool:
-    """Whole-name, case-insensitive comparison of two Azure VM names."""
-    return a.casefold() == b.casefold()
+    """Whole-name comparison as Azure does it: equal, or equal ignoring the case of ASCII letters.
+
+    Both must be ASCII for the case-insensitive part: `str.lower`/`casefold` map characters such as
+    `ſ` (long s), `K` (Kelvin sign) or `ß` onto ASCII letters, and that would make another name ours.
+    """
+    if a == b:
+        return True
+    return a.isascii() and b.isascii() and a.lower() == b.lower()
 
 
 @dataclass(frozen=True)
@@ -123,7 +132,7 @@ class Event:
         )
 
     def names(self, vm_name: str) -> bool:
-        """True if `vm_name` is one of Resources (exact element, casefolded; never a prefix)."""
+        """True if `vm_name` is one of Resources (whole element, ASCII case-insensitive; never a prefix)."""
         return owns(self.resources, vm_name)
 
     def others(self, vm_name: str) -> List[str]:
@@ -146,8 +155,7 @@ def owns(resources: Iterable[str], vm_name: str) -> bool:
     """The ownership rule used everywhere, including the guard right before an approval POST."""
     if not vm_name:
         return False
-    wanted = vm_name.casefold()
-    return any(isinstance(r, str) and r.casefold() == wanted for r in resources)
+    return any(isinstance(r, str) and same_name(r, vm_name) for r in resources)
 
 
 @dataclass(frozen=True)
@@ -177,13 +185,11 @@ class EventsDocument:
         for event in self.events:
             if event.event_id == event_id:
                 return event
-        wanted = event_id.lower()
-        return next((e for e in self.events if e.event_id.lower() == wanted), None)
+        return next((e for e in self.events if same_name(e.event_id, event_id)), None)
 
     def all_with_id(self, event_id: str) -> List[Event]:
         """Every entry with this EventId (case-insensitive): a document may repeat one."""
-        wanted = event_id.lower()
-        return [e for e in self.events if e.event_id.lower() == wanted]
+        return [e for e in self.events if same_name(e.event_id, event_id)]
 
     def ours(self, vm_name: str) -> List[Event]:
         return [e for e in self.events if e.names(vm_name)]
@@ -195,9 +201,9 @@ def parse_types(value: Any, what: str = "event types") -> Tuple[str, ...]:
         return ()
     items = value.split(",") if isinstance(value, str) else list(value)
     names = [str(i).strip() for i in items if str(i).strip()]
-    if len(names) == 1 and names[0].lower() == "none":
+    if len(names) == 1 and same_name(names[0], "none"):
         return ()
-    if any(n.lower() in ("all", "*") for n in names):
+    if any(same_name(n, "all") or n == "*" for n in names):
         return EVENT_TYPES
     out = []
     for name in names:
