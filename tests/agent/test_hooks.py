@@ -218,3 +218,30 @@ def test_event_vanishing_while_hook_runs_is_not_approved(imds: Imds, tmp_path: P
         (out / "release").write_text("go")
         assert running.decisions.wait_kind("hook_finished", eid)
     assert imds.server.log.count("POST") == 0
+
+
+@pytest.mark.parametrize("event_id", ["abc\x00def", "abc\ud800def"])
+def test_event_data_a_hook_cannot_receive_is_neither_drained_nor_approved(imds: Imds, tmp_path: Path,
+                                                                          event_id: str) -> None:
+    imds.group.add_event("Terminate", [VM], event_id=event_id)
+    agent = make_agent(imds.url, hooks=[probe(tmp_path / "out")])
+    decisions: List[Any] = []
+    agent.subscribe(decisions.append)
+    agent.run_once(retry_for=0)
+    assert runs(tmp_path / "out") == [] and imds.approved_ids() == []
+    (failed,) = [d for d in decisions if d.kind == "hook_failed"]
+    assert "VMSS_TERMINATE_EVENT_ID" in failed.message and "not approving" in failed.message
+
+
+def test_a_not_before_a_hook_cannot_receive_blocks_the_approval_too() -> None:
+    from vmss_terminate.agent import policy
+    from vmss_terminate.agent.config import AgentConfig
+    from vmss_terminate.agent.events import Event
+
+    config = AgentConfig(imds_url="http://127.0.0.1:1", hooks=[f"{sys.executable} -c pass"]).validated()
+    event = Event.from_json({"EventId": "e", "EventType": "Terminate", "Resources": [VM],
+                             "EventStatus": "Scheduled", "NotBefore": "Mon, 19 Sep 2016 18:29:47\x00 GMT"})
+    verdict = policy.next_step(event, VM, config, policy.Progress(), has_hooks=True)
+    assert verdict.action == policy.WITHHOLD and "VMSS_TERMINATE_NOT_BEFORE" in verdict.message
+    failed_hook = policy.Progress(hooks_started=True, hooks_finished=True, hooks_failed=True)
+    assert policy.next_step(event, VM, config, failed_hook, has_hooks=True).action == policy.APPROVE

@@ -19,7 +19,7 @@ import json
 import os
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, List, Optional
 from urllib.parse import urlsplit
 
 from vmss_terminate.agent import process
@@ -87,9 +87,9 @@ class Run:
             self.clock.wait(self.wake, min(remaining, _WAKE_EVERY))
 
 
-def hook_env(event: Event, vm_name: str, deadline: Optional[float]) -> Dict[str, str]:
-    env = dict(os.environ)
-    env.update({
+def event_variables(event: Event, vm_name: str, deadline: Optional[float]) -> Dict[str, str]:
+    """The VMSS_TERMINATE_* variables a command hook gets (RESOURCES is JSON, so always passable)."""
+    return {
         "VMSS_TERMINATE_EVENT_ID": event.event_id,
         "VMSS_TERMINATE_EVENT_TYPE": event.event_type,
         "VMSS_TERMINATE_EVENT_STATUS": event.status,
@@ -97,7 +97,25 @@ def hook_env(event: Event, vm_name: str, deadline: Optional[float]) -> Dict[str,
         "VMSS_TERMINATE_VM_NAME": vm_name,
         "VMSS_TERMINATE_RESOURCES": json.dumps(list(event.resources)),
         "VMSS_TERMINATE_DEADLINE": "" if deadline is None else str(int(deadline)),
-    })
+    }
+
+
+def unpassable_variables(event: Event, vm_name: str) -> List[str]:
+    """The variables of `event` that no process environment can carry: a NUL byte (the OS ends the
+    string there) or text the file-system encoding cannot encode (a lone surrogate from JSON)."""
+    bad = []
+    for name, value in event_variables(event, vm_name, None).items():
+        try:
+            if "\x00" in value or b"\x00" in os.fsencode(value):
+                bad.append(name)
+        except UnicodeError:
+            bad.append(name)
+    return bad
+
+
+def hook_env(event: Event, vm_name: str, deadline: Optional[float]) -> Dict[str, str]:
+    env = dict(os.environ)
+    env.update(event_variables(event, vm_name, deadline))
     return env
 
 
@@ -116,7 +134,7 @@ class CommandHook:
         stdin = json.dumps(run.event.to_json()).encode("utf-8")
         try:
             proc = process.start(self.command, env, stdin)
-        except OSError as exc:
+        except (OSError, ValueError, UnicodeError) as exc:  # ValueError: "embedded null byte"
             return StepResult(FAILED, f"cannot start: {exc}")
         if run.on_process is not None:
             run.on_process(proc.pid)

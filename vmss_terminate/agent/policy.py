@@ -9,7 +9,8 @@ The rules, in order:
 1. Only our own events (our VM name is one of Resources, see `events.owns`) and only while they
    are Scheduled: a Started event is too late to prepare or approve.
 2. Hooks run first when any subscribes to the event's type; an event already approved is done.
-   A hook recorded as started but not finished was interrupted by an agent restart.
+   A hook recorded as started but not finished was interrupted by an agent restart. An event whose
+   data cannot reach a command hook (a NUL byte in its EventId) runs no hook and is not approved.
 3. Approve only a type in `approve_types`, not after a failed hook with on_hook_failure=wait, and
    not an event that also names other VMs unless `approve_shared`.
 4. A hook may start only before its deadline, NotBefore minus the safety margin; an unreadable
@@ -24,6 +25,7 @@ from typing import Any, Mapping, Optional, Tuple
 from vmss_terminate.agent import decisions as D
 from vmss_terminate.agent.config import AgentConfig
 from vmss_terminate.agent.events import Event
+from vmss_terminate.agent.hooks import unpassable_variables
 from vmss_terminate.scheduled_events import MAX_TERMINATE_NOTICE
 
 # What the agent should do with an event (Verdict.action).
@@ -69,6 +71,10 @@ def command_hooks_apply(event_type: str, config: AgentConfig) -> bool:
     return event_type in config.hook_events
 
 
+def _runs_commands(event: Event, config: AgentConfig) -> bool:
+    return bool(config.hooks) and command_hooks_apply(event.event_type, config)
+
+
 def handler_applies(subscribed: str, event_type: str) -> bool:
     """A Python handler registered with `Agent.on(subscribed, fn)` runs for this type."""
     return subscribed in ("*", event_type)
@@ -80,6 +86,13 @@ def next_step(event: Event, vm_name: str, config: AgentConfig, progress: Progres
         return Verdict(IGNORE)
     if progress.approved:
         return Verdict(DONE)
+    unpassable = unpassable_variables(event, vm_name) if has_hooks and _runs_commands(event, config) else []
+    if unpassable and not progress.hooks_finished:
+        # Neither "hook failed, approve anyway" nor a silent skip: approving would let the VM go undrained.
+        return Verdict(WITHHOLD, f"not running the hooks of {event.event_type} {event.event_id!r} and not "
+                                 f"approving it: {', '.join(unpassable)} would hold a character no process "
+                                 f"environment can carry (a NUL byte or an unencodable character; IMDS "
+                                 f"never sends these); the event starts at NotBefore", kind=D.HOOK_FAILED)
     if has_hooks and not progress.hooks_finished:
         if progress.hooks_started:
             return Verdict(INTERRUPTED, "a hook was started by a previous agent and never finished")
