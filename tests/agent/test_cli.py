@@ -195,3 +195,19 @@ def test_agent_never_imports_azure(imds: Imds) -> None:
     )
     result = subprocess.run([sys.executable, "-c", code], cwd=str(REPO), capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
+
+
+@posix_only
+def test_sigterm_during_a_stalled_imds_request_stops_the_agent_at_once(imds: Imds, tmp_path: Path) -> None:
+    imds.server.faults.add(drip=0.5, path_contains="scheduledevents", times=None)
+    args = ["run", "--imds-url", imds.url, "--state-file", str(tmp_path / "s.json"), "--vm-name", VM,
+            "--first-call-timeout", "120", "--request-timeout", "120"]
+    proc = agent_cli(*args)
+    try:
+        assert imds.server.log.wait_for(lambda r: any("scheduledevents" in x.path for x in r), 15)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=10)  # the drip alone would hold it for minutes
+    finally:
+        proc.kill()
+        imds.server.faults.clear()
+    assert proc.returncode == 0 and "Traceback" not in err

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import json
+import threading
+import time
 from typing import List
 
 import pytest
 
-from vmss_terminate.agent.imds import ForeignEventError, ImdsClient, ImdsError, RateLimiter, check_imds_api_version
+from vmss_terminate.agent.imds import (
+    MAX_BODY_BYTES, ForeignEventError, ImdsClient, ImdsError, RateLimiter, Stopped, check_imds_api_version,
+)
 from vmss_terminate.clock import ManualClock
 from vmss_terminate.emulator.imds.app import ImdsEmulator, PlacementGroup
 from vmss_terminate.emulator.server import EmulatorServer
@@ -179,3 +183,41 @@ def test_newer_api_version_is_used_on_the_wire(imds: Imds) -> None:
     assert doc.events[0].description == "scale-in"
     assert imds.server.log.wait_for(lambda r: len(r) >= 1, 5)
     assert imds.server.log.all()[0].query["api-version"] == ["2020-07-01"]
+
+
+def test_a_slow_drip_answer_is_cut_off_at_the_total_deadline(imds: Imds) -> None:
+    imds.server.faults.add(drip=0.2, path_contains="scheduledevents", times=None)
+    c = ImdsClient(imds.url, clock=RecordingClock(), connect_timeout=0.5, read_timeout=1.0, first_call_timeout=1.0,
+                   max_per_second=100)
+    began = time.monotonic()
+    with pytest.raises(ImdsError, match=r"no complete answer within 1\.5s"):
+        c.get_events(retry_for=0)
+    assert time.monotonic() - began < 5  # a byte every 0.2 s of a ~40-byte answer; never a per-read timeout
+
+
+def test_a_stop_signal_ends_a_request_in_flight(imds: Imds) -> None:
+    imds.server.faults.add(drip=0.2, path_contains="scheduledevents", times=None)
+    c = ImdsClient(imds.url, read_timeout=60.0, first_call_timeout=60.0, max_per_second=100)
+    stop = threading.Event()
+    threading.Timer(0.3, stop.set).start()
+    began = time.monotonic()
+    with pytest.raises(Stopped):
+        c.get_events(retry_for=None, stop=stop)
+    assert time.monotonic() - began < 5
+
+
+def test_an_oversize_answer_is_an_imds_fault_not_a_memory_hog(imds: Imds) -> None:
+    imds.server.faults.add(pad=MAX_BODY_BYTES + 1, path_contains="scheduledevents")
+    with pytest.raises(ImdsError, match="larger than"):
+        client(imds).get_events(retry_for=0)
+    assert client(imds).get_events(retry_for=0).events == ()  # an answer of normal size is read
+
+
+def test_a_connection_reset_is_reported_as_a_reset_not_as_cannot_connect(imds: Imds) -> None:
+    imds.server.faults.add(reset=True, path_contains="scheduledevents")
+    with pytest.raises(ImdsError) as raised:
+        client(imds).get_events(retry_for=0)
+    assert "reset" in str(raised.value) and "cannot connect" not in str(raised.value)
+    refused = ImdsClient("http://127.0.0.1:9", read_timeout=1.0, first_call_timeout=1.0)
+    with pytest.raises(ImdsError, match="cannot connect"):
+        refused.get_events(retry_for=0)

@@ -5,11 +5,14 @@ Rules that hold for every request, because IMDS and its docs demand them:
 - no proxy, whatever HTTP_PROXY / http_proxy / ALL_PROXY say (`Session.trust_env=False` plus
   explicit `None` proxies), because IMDS must be reached directly;
 - redirects are never followed: a 3xx means something between us and IMDS is not IMDS;
-- explicit timeouts; the first Scheduled Events call may take up to 2 minutes (the service is
-  enabled by it), so it gets a long read timeout;
+- every request is bounded in total, connect to last byte (connect timeout + read timeout; the
+  first Scheduled Events call may take up to 2 minutes, the service is enabled by it, so it gets a
+  long one), and is abandoned at once when the caller's `stop` is set (`_Watch`): a body sent a
+  byte at a time cannot hold the agent, and SIGTERM works during any request;
+- an answer larger than MAX_BODY_BYTES (1 MiB; real documents are a few KB) is an IMDS fault;
 - at most `max_per_second` requests in any one-second window (IMDS allows 5/s per VM, then 429);
-- 410 (retry up to 70 s), 429 (Retry-After), 5xx, connection errors, timeouts and malformed JSON
-  are retried with bounded exponential backoff and jitter; every wait goes through the clock.
+- 410 (retry up to 70 s), 429 (Retry-After), 5xx, connection errors (refused, reset and cut off are
+  told apart), timeouts, oversize answers and malformed JSON are retried with bounded exponential backoff and jitter; every wait goes through the clock.
 
 The approval POST has a guard at this lowest layer: it only ever posts an EventId that is in the
 latest document this client fetched *and* lists our VM name in its Resources, unless the caller
@@ -19,21 +22,26 @@ cannot release another VM.
 
 from __future__ import annotations
 
+import http.client
 import json
 import logging
 import math
 import os
 import random
 import re
+import socket
 import threading
 import time
 from collections import deque
 from datetime import datetime
 from email.utils import parsedate_to_datetime
-from typing import Any, Callable, Deque, Dict, Optional, Sequence
+from typing import Any, Callable, Deque, Dict, List, Optional, Sequence
 from urllib.parse import urlsplit
 
 import requests
+import requests.adapters
+import urllib3
+import urllib3.connection
 
 from vmss_terminate import __version__
 from vmss_terminate.agent.events import EventsDocument, MalformedDocument, owns, same_name
@@ -52,6 +60,8 @@ INSTANCE_PATH = "/metadata/instance"
 
 GONE_RETRY_SECONDS = 70.0  # the IMDS doc: on 410 "retry after some time for a max of 70 seconds"
 _NO_PROXY: Dict[str, Any] = {"http": None, "https": None}
+MAX_BODY_BYTES = 1 << 20  # real Scheduled Events / instance documents are a few KB; more is an IMDS fault
+_SNIPPET_BYTES = 4096  # of an error answer: enough for its message
 _FORBIDDEN_HEADERS = ("x-forwarded-for",)
 
 
@@ -204,6 +214,8 @@ class ImdsClient:
         self.limiter = RateLimiter(limit=max_per_second, window=1.0)
         self._rng = rng or random.Random()
         self._session = session or requests.Session()
+        for prefix in ("http://", "https://"):  # every request bounded in total and stoppable (_Watch)
+            self._session.mount(prefix, _WatchedAdapter())
         self._session.trust_env = False  # never a proxy from the environment, never .netrc
         self._session.proxies = {}
         self._session.headers.update({"Metadata": "true", "User-Agent": f"vmss-terminate/{__version__}"})
@@ -260,7 +272,7 @@ class ImdsClient:
         def before_send() -> None:
             if allow_foreign:
                 return
-            self._refresh_document()
+            self._refresh_document(stop)
             self.guard_approval(event_id, vm_name, allow_foreign, allow_shared, event_type)
 
         self._call("POST", EVENTS_PATH, {"api-version": self.api_version}, body, self.read_timeout,
@@ -293,10 +305,10 @@ class ImdsClient:
             raise ForeignEventError(
                 f"refusing to approve {event_id}: it is now a {matches[0].event_type}, not a {event_type}")
 
-    def _refresh_document(self) -> None:
+    def _refresh_document(self, stop: Optional[threading.Event] = None) -> None:
         """One GET (no retry of its own: the caller's loop retries) to re-check right before a POST."""
         self._remember(self._send("GET", EVENTS_PATH, {"api-version": self.api_version}, None,
-                                  self.read_timeout, EventsDocument.from_json))
+                                  self.read_timeout, EventsDocument.from_json, stop))
 
     def _remember(self, document: EventsDocument) -> EventsDocument:
         """The document the guard checks approvals against (and: the first, slow, call is done)."""
@@ -321,7 +333,7 @@ class ImdsClient:
             try:
                 if before_send is not None:
                     before_send()
-                return self._send(method, path, params, body, read_timeout, parse)
+                return self._send(method, path, params, body, read_timeout, parse, stop)
             except ImdsError as exc:
                 if not exc.retryable:
                     raise
@@ -345,7 +357,8 @@ class ImdsClient:
                     self.clock.sleep(delay)
 
     def _send(self, method: str, path: str, params: Dict[str, str], body: Optional[str], read_timeout: float,
-              parse: Optional[Callable[[Any], Any]]) -> Any:
+              parse: Optional[Callable[[Any], Any]], stop: Optional[threading.Event] = None) -> Any:
+        """One request, bounded in total (connect to last byte) and abandoned at once when `stop` is set."""
         headers = {"Metadata": "true"}
         if body is not None:
             headers["Content-Type"] = "application/json"
@@ -353,18 +366,24 @@ class ImdsClient:
             if name.lower() in _FORBIDDEN_HEADERS:
                 del self._session.headers[name]
         self.limiter.acquire()
-        try:
-            response = self._session.request(
-                method, self.base_url + path, params=params, data=body, headers=headers,
-                timeout=(self.connect_timeout, read_timeout), allow_redirects=False, proxies=_NO_PROXY,
-            )
-        except requests.Timeout as exc:
-            raise ImdsError(f"timed out: {exc.__class__.__name__}") from exc
-        except requests.ConnectionError as exc:
-            raise ImdsError(f"cannot connect to {self.base_url}: {exc.__class__.__name__}") from exc
-        except requests.RequestException as exc:
-            raise ImdsError(f"request failed: {exc}") from exc
-        status = response.status_code
+        total = self.connect_timeout + read_timeout
+        with _Watch(total, stop) as watch:
+            try:
+                response = self._session.request(
+                    method, self.base_url + path, params=params, data=body, headers=headers,
+                    timeout=(self.connect_timeout, read_timeout), allow_redirects=False, proxies=_NO_PROXY,
+                    stream=True,
+                )
+                try:
+                    status = response.status_code
+                    limit = MAX_BODY_BYTES if 200 <= status < 300 and parse is not None else _SNIPPET_BYTES
+                    content = _read_capped(response, limit, strict=limit == MAX_BODY_BYTES)
+                finally:
+                    response.close()
+            except requests.RequestException as exc:
+                watch.raise_if_fired(exc)
+                raise self._transport_error(exc) from exc
+            watch.raise_if_fired(None)
         if 300 <= status < 400:
             raise ImdsError(
                 f"IMDS answered {status} redirect to {response.headers.get('Location', '?')!r}; "
@@ -377,14 +396,149 @@ class ImdsClient:
             raise ImdsError(f"{status} {response.reason or ''}".strip(), status=status,
                             retry_after=_retry_after(response.headers.get("Retry-After"), self.clock))
         if status >= 400:
-            raise ImdsError(f"IMDS refused {method} {path}: {status} {_snippet(response.text)}",
+            raise ImdsError(f"IMDS refused {method} {path}: {status} {_snippet(_text(content))}",
                             status=status, retryable=False)
         if parse is None:
             return None
         try:
-            return parse(response.json())
+            return parse(json.loads(content))
         except (ValueError, MalformedDocument, RecursionError) as exc:  # RecursionError: absurdly nested JSON
             raise ImdsError(f"malformed answer: {_snippet(str(exc))}", status=status) from exc
+
+    def _transport_error(self, exc: requests.RequestException) -> "ImdsError":
+        """Name what went wrong on the wire: refused, reset, cut off and timed out are different faults."""
+        if isinstance(exc, _TooLarge):
+            return ImdsError(str(exc))
+        if isinstance(exc, requests.Timeout):
+            return ImdsError(f"timed out: {exc.__class__.__name__}")
+        causes = _causes(exc)
+        if any(isinstance(c, ConnectionResetError) for c in causes):
+            return ImdsError(f"connection reset by {self.base_url}")
+        if any(isinstance(c, (http.client.RemoteDisconnected, http.client.IncompleteRead)) for c in causes) \
+                or isinstance(exc, requests.exceptions.ChunkedEncodingError):
+            return ImdsError(f"{self.base_url} closed the connection before the answer was complete")
+        if isinstance(exc, requests.ConnectionError):
+            return ImdsError(f"cannot connect to {self.base_url}: {exc.__class__.__name__}")
+        return ImdsError(f"request failed: {exc.__class__.__name__}")
+
+
+class _TooLarge(requests.RequestException):
+    """The answer is larger than any real IMDS document (see MAX_BODY_BYTES)."""
+
+
+def _read_capped(response: requests.Response, limit: int, strict: bool) -> bytes:
+    """The body, at most `limit` bytes. `strict`: more is an error (_TooLarge), else it is cut off.
+    Decoded bytes are counted, so a compressed answer cannot expand past the limit either."""
+    declared = response.headers.get("Content-Length", "")
+    if strict and declared.isdigit() and int(declared) > limit:
+        raise _TooLarge(f"answer of {int(declared)} bytes is larger than the {limit} bytes any IMDS document needs")
+    chunks, size = [], 0
+    for chunk in response.iter_content(chunk_size=16384):
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > limit:
+            if strict:
+                raise _TooLarge(f"answer is larger than the {limit} bytes any IMDS document needs")
+            break
+    return b"".join(chunks)[:limit]
+
+
+def _text(content: bytes) -> str:
+    return content.decode("utf-8", "replace")
+
+
+def _causes(exc: BaseException, depth: int = 0) -> List[BaseException]:
+    """`exc` and what it wraps (requests -> urllib3 -> OSError chains hide the real cause in args)."""
+    if depth > 8:
+        return []
+    found = [exc]
+    nested = [a for a in getattr(exc, "args", ()) if isinstance(a, BaseException)]
+    nested += [x for x in (getattr(exc, "reason", None), exc.__cause__, exc.__context__) if isinstance(x, BaseException)]
+    for inner in nested:
+        found += _causes(inner, depth + 1)
+    return found
+
+
+_local = threading.local()
+
+
+class _Watch:
+    """Aborts the request in flight on this thread when its total deadline passes or `stop` is set.
+
+    A per-read timeout cannot stop a body sent a byte at a time, and a signal handler cannot
+    interrupt a blocking read (Python retries it). So a watcher thread shuts the connection's socket
+    down, which ends any read at once; the request then fails and `raise_if_fired` says why.
+    Real time on purpose: sockets wait in real time, also under a sandbox's fast clock.
+    """
+
+    _POLL = 0.05  # seconds between looks at `stop` (bounded polling: a threading.Event has no select)
+
+    def __init__(self, total: float, stop: Optional[threading.Event]) -> None:
+        self.total = total
+        self.stop = stop
+        self.connection: Any = None  # set by _WatchedConnection when the request goes out
+        self.fired: Optional[str] = None
+        self._done = threading.Event()
+        self._deadline = time.monotonic() + total
+
+    def __enter__(self) -> "_Watch":
+        _local.watch = self
+        threading.Thread(target=self._run, name="imds-watch", daemon=True).start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._done.set()
+        _local.watch = None
+
+    def _run(self) -> None:
+        while not self._done.wait(min(self._POLL, max(0.0, self._deadline - time.monotonic()))):
+            if self.stop is not None and self.stop.is_set():
+                self._fire("stopped")
+                return
+            if time.monotonic() >= self._deadline:
+                self._fire("deadline")
+                return
+
+    def _fire(self, why: str) -> None:
+        self.fired = why
+        sock = getattr(self.connection, "sock", None)
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def raise_if_fired(self, cause: Optional[BaseException]) -> None:
+        if self.fired == "stopped":
+            raise Stopped("stopped during an IMDS request") from cause
+        if self.fired == "deadline":
+            raise ImdsError(f"no complete answer within {self.total:g}s (connect timeout plus "
+                            f"--request-timeout, first byte to last)") from cause
+
+
+class _WatchedConnection(urllib3.connection.HTTPConnection):
+    """Tells the current thread's _Watch which connection carries its request."""
+
+    def request(self, *args: Any, **kwargs: Any) -> Any:
+        watch = getattr(_local, "watch", None)
+        if watch is not None:
+            watch.connection = self
+        return super().request(*args, **kwargs)
+
+
+class _WatchedHTTPSConnection(urllib3.connection.HTTPSConnection):
+    request = _WatchedConnection.request
+
+
+class _WatchedAdapter(requests.adapters.HTTPAdapter):
+    """A requests adapter whose pools use the watched connection classes."""
+
+    def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
+        super().init_poolmanager(*args, **kwargs)
+        http_pool = type("WatchedHTTPPool", (urllib3.HTTPConnectionPool,), {"ConnectionCls": _WatchedConnection})
+        https_pool = type("WatchedHTTPSPool", (urllib3.HTTPSConnectionPool,),
+                          {"ConnectionCls": _WatchedHTTPSConnection})
+        self.poolmanager.pool_classes_by_scheme = {"http": http_pool, "https": https_pool}
 
 
 def _snippet(text: str, limit: int = 160) -> str:

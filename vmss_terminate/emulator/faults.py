@@ -12,10 +12,12 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional
 
-FAULT_FIELDS = ("status", "times", "delay", "garbage", "method", "path", "retry-after")
+FAULT_FIELDS = ("status", "times", "delay", "garbage", "drip", "pad", "reset", "method", "path", "retry-after")
 FAULT_SPEC_HELP = (
-    "comma list of status=CODE, delay=SECONDS, garbage (200 with a non-JSON body), retry-after=SECONDS, "
-    "method=GET|POST|..., path=SUBSTRING, times=N|all (default 1); e.g. status=429,retry-after=2,times=3"
+    "comma list of status=CODE, delay=SECONDS, garbage (200 with a non-JSON body), drip=SECONDS (send the "
+    "answer one byte per SECONDS), pad=BYTES (pad the JSON answer with whitespace to BYTES), reset (reset "
+    "the connection instead of answering), retry-after=SECONDS, method=GET|POST|..., path=SUBSTRING, "
+    "times=N|all (default 1); e.g. status=429,retry-after=2,times=3"
 )
 
 
@@ -29,7 +31,10 @@ class Fault:
 
     `delay` seconds are waited before answering; then `status`/`body`/`headers` replace the app's
     answer when `status` is set (the app is not called), otherwise the app answers after the delay.
-    `garbage=True` answers 200 with a body that is not JSON.
+    `garbage=True` answers 200 with a body that is not JSON. The app's own answer can also be
+    delivered badly: `drip` seconds between its bytes (a slow-drip body that never trips a per-read
+    timeout), `pad` bytes of trailing whitespace (a valid but huge document), or `reset` (the
+    connection is reset, RST, instead of answering).
     """
 
     status: Optional[int] = None
@@ -37,6 +42,9 @@ class Fault:
     headers: Dict[str, str] = field(default_factory=dict)
     delay: float = 0.0
     garbage: bool = False
+    drip: float = 0.0
+    pad: int = 0
+    reset: bool = False
     method: Optional[str] = None
     path_contains: Optional[str] = None
     times: Optional[int] = 1  # None: every matching request, until `FaultInjector.clear()`
@@ -69,11 +77,12 @@ class FaultInjector:
             self._cleared.set()
             self._cleared = threading.Event()
 
-    def delay(self, seconds: float) -> None:
-        """Wait out an injected delay (an injected slow answer, not synchronisation); `clear()` ends it."""
+    def delay(self, seconds: float) -> bool:
+        """Wait out an injected delay (an injected slow answer, not synchronisation); `clear()` ends it
+        (then True)."""
         with self._lock:
             cleared = self._cleared
-        cleared.wait(seconds)
+        return cleared.wait(seconds)
 
     def take(self, request: Any) -> Optional[Fault]:
         with self._lock:
@@ -108,8 +117,11 @@ def fault_from_fields(fields: Mapping[str, Any]) -> Fault:
     status = _number(fields, "status", int, 100, 599)
     delay = _number(fields, "delay", float, 0.0, 3600.0) or 0.0
     garbage = _flag(fields.get("garbage", False))
-    if status is None and not delay and not garbage:
-        raise FaultSpecError("a fault needs status, delay or garbage")
+    drip = _number(fields, "drip", float, 0.0, 60.0) or 0.0
+    pad = _number(fields, "pad", int, 0, 1 << 30) or 0
+    reset = _flag(fields.get("reset", False))
+    if status is None and not delay and not garbage and not drip and not pad and not reset:
+        raise FaultSpecError("a fault needs status, delay, garbage, drip, pad or reset")
     headers: Dict[str, str] = {}
     retry_after = _number(fields, "retry-after", int, 0, 86400)
     if retry_after is not None:
@@ -121,7 +133,7 @@ def fault_from_fields(fields: Mapping[str, Any]) -> Fault:
         times = _number(fields, "times", int, 1, 10**9)
     method = fields.get("method")
     path = fields.get("path")
-    return Fault(status=status, headers=headers, delay=delay, garbage=garbage,
+    return Fault(status=status, headers=headers, delay=delay, garbage=garbage, drip=drip, pad=pad, reset=reset,
                  method=str(method).upper() if method else None, path_contains=str(path) if path else None,
                  times=times)
 
@@ -139,7 +151,8 @@ def parse_fault_spec(text: str) -> Fault:
 
 def fault_json(fault: Fault) -> Dict[str, Any]:
     """A queued fault as the admin route lists it (the same field names it accepts)."""
-    return {"status": fault.status, "delay": fault.delay, "garbage": fault.garbage, "method": fault.method,
+    return {"status": fault.status, "delay": fault.delay, "garbage": fault.garbage, "drip": fault.drip,
+            "pad": fault.pad, "reset": fault.reset, "method": fault.method,
             "path": fault.path_contains, "retry-after": fault.headers.get("Retry-After"),
             "times": "all" if fault.times is None else fault.times}
 

@@ -12,10 +12,11 @@ import json
 import logging
 import socket
 import ssl
+import struct
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from email.message import Message
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable, Dict, Iterator, List, Optional, Protocol, Set, Union
@@ -62,6 +63,8 @@ class Response:
     status: int
     body: bytes = b""
     headers: Dict[str, str] = field(default_factory=dict)
+    drip: float = 0.0     # fault: seconds between the body's bytes
+    reset: bool = False   # fault: reset the connection instead of answering
 
     @classmethod
     def json(cls, status: int, payload: JsonValue, headers: Optional[Dict[str, str]] = None) -> "Response":
@@ -179,13 +182,34 @@ class _Handler(BaseHTTPRequestHandler):
                     time.time(),
                 )
             )
+        if response.reset:
+            self._reset_connection()
+            return
         self.send_response(response.status)
         for name, value in response.headers.items():
             self.send_header(name, value)
         self.send_header("Content-Length", str(len(response.body)))
         self.end_headers()
-        if self.command != "HEAD":
+        if self.command == "HEAD":
+            return
+        if not response.drip:
             self.wfile.write(response.body)
+            return
+        for i in range(len(response.body)):  # a slow-drip answer; the fault queue's clear() ends it
+            self.wfile.write(response.body[i:i + 1])
+            self.wfile.flush()
+            if self.server.host.faults.delay(response.drip):
+                self.wfile.write(response.body[i + 1:])
+                return
+
+    def _reset_connection(self) -> None:
+        """Close with SO_LINGER 0: the client sees a TCP reset (ECONNRESET), not a clean close."""
+        self.close_connection = True
+        try:
+            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            self.connection.close()
+        except OSError:
+            pass
 
     do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = _dispatch
 
@@ -256,13 +280,20 @@ class EmulatorServer:
                 self.faults.delay(fault.delay)
             if fault.garbage:
                 return Response(200, b"<html>not json", {"Content-Type": "application/json"})
+            if fault.reset:
+                return Response(0, reset=True)
             if fault.status is not None:
-                return Response(fault.status, fault.body or b"", dict(fault.headers))
+                return Response(fault.status, fault.body or b"", dict(fault.headers), drip=fault.drip)
         try:
-            return self.app.handle(request)
+            response = self.app.handle(request)
         except Exception:  # an emulator bug must show up as a 500, not a dropped connection
             log.exception("emulator app failed on %s %s", request.method, request.path)
             return Response.json(500, {"error": "emulator internal error"})
+        if fault is not None and fault.pad > len(response.body):
+            response = replace(response, body=response.body + b" " * (fault.pad - len(response.body)))
+        if fault is not None and fault.drip:
+            response = replace(response, drip=fault.drip)
+        return response
 
     @contextlib.contextmanager
     def handling(self) -> Iterator[None]:
