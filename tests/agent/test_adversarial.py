@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import time
 from pathlib import Path
 from typing import Any, Dict, List
 
@@ -134,6 +136,40 @@ def test_non_finite_durations_are_refused(field: str, value: float) -> None:
         AgentConfig(imds_url="http://127.0.0.1:1", state_file=":memory:", **{field: value}).validated()
 
 
+def test_a_deeply_nested_state_file_is_logged_and_ignored_and_the_drain_goes_on(
+        imds: Imds, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    state = tmp_path / "state.json"
+    state.write_text('{"version": 1, "events": ' + "[" * 100000 + "]" * 100000 + "}")
+    eid = imds.group.add_event("Terminate", [VM])
+    agent = make_agent(imds.url, state_file=str(state))
+    agent.run_once(retry_for=2.0)
+    assert imds.approved_ids() == [eid]
+    assert "nested too deeply" in caplog.text
+
+
+def test_state_fields_of_the_wrong_type_are_dropped_not_fatal(imds: Imds, tmp_path: Path) -> None:
+    eid = imds.group.add_event("Terminate", [VM])
+    state = tmp_path / "state.json"
+    state.write_text(json.dumps({"version": 1, "events": {eid: {
+        "hooks_started": "yesterday", "steps_done": 5, "hook_pid": "abc", "hooks_result": ["ok"], "approved": True}}}))
+    ran: List[str] = []
+    agent = make_agent(imds.url, state_file=str(state))
+    agent.on("Terminate", lambda event, ctx: ran.append(event.event_id))
+    agent.run_once(retry_for=2.0)
+    assert ran == [eid] and imds.approved_ids() == [eid]  # as if the record had never been written
+
+
+def test_temp_files_left_by_a_killed_agent_are_removed_at_start(tmp_path: Path) -> None:
+    state = tmp_path / "state.json"
+    ours, legacy, fresh_legacy = tmp_path / ".state.json-abc.tmp", tmp_path / ".state-old.tmp", tmp_path / ".state-new.tmp"
+    neighbour = tmp_path / ".other.json-abc.tmp"  # another state file's write in progress
+    for leftover in (ours, legacy, fresh_legacy, neighbour):
+        leftover.write_text("{")
+    os.utime(legacy, (time.time() - 3600, time.time() - 3600))
+    StateStore(str(state)).update("E", approved=1.0)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([".other.json-abc.tmp", ".state-new.tmp", "state.json"])
+
+
 def test_state_file_with_wrong_shape_is_treated_as_corrupt(tmp_path: Path) -> None:
     for content in ({"events": []}, {"events": "x"}, [], "text"):
         path = tmp_path / "state.json"
@@ -143,10 +179,10 @@ def test_state_file_with_wrong_shape_is_treated_as_corrupt(tmp_path: Path) -> No
 
 def test_unwritable_state_file_does_not_block_hooks_or_approval(imds: Imds, tmp_path: Path) -> None:
     state = tmp_path / "state.json"
-    state.mkdir()  # every atomic replace onto it fails, as on a full or read-only disk
     eid = imds.group.add_event("Terminate", [VM])
     ran: List[str] = []
     agent = make_agent(imds.url, state_file=str(state))
+    state.mkdir()  # after start-up: every atomic replace onto it fails, as on a full or read-only disk
     agent.on("Terminate", lambda event, ctx: ran.append(event.event_id))
     agent.run_once(retry_for=2.0)
     assert ran == [eid]

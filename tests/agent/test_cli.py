@@ -211,3 +211,16 @@ def test_sigterm_during_a_stalled_imds_request_stops_the_agent_at_once(imds: Imd
         proc.kill()
         imds.server.faults.clear()
     assert proc.returncode == 0 and "Traceback" not in err
+
+
+@pytest.mark.parametrize("make_path", [
+    lambda tmp: str(tmp),  # a directory
+    lambda tmp: "",  # empty is not "the default"
+    lambda tmp: str(tmp / "a-file" / "state.json"),  # under a file: cannot be created
+])
+def test_an_unusable_state_file_is_exit_2_at_start_up(imds: Imds, tmp_path: Path, make_path) -> None:  # type: ignore[no-untyped-def]
+    (tmp_path / "a-file").write_text("")
+    result = run_cli("run", "--once", "--imds-url", imds.url, "--state-file", make_path(tmp_path))
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1, result.stderr
+    assert imds.server.log.count() == 0

@@ -2,20 +2,24 @@
 finished drain hook nor forgets to send an approval.
 
 The file is rewritten atomically (temp file in the same directory, fsync, os.replace) with mode
-0600. Entries of events that left the document are pruned. `path=":memory:"` keeps state in memory
-only (for in-process sandboxes that run several agents).
+0600; temp files a killed agent left behind are removed at start. Entries of events that left the
+document are pruned. `path=":memory:"` keeps state in memory only (for in-process sandboxes that
+run several agents). A file that cannot be read as state (corrupt, absurdly nested, fields of the
+wrong type) is logged and ignored, field by field where possible: it must never stop the agent.
 """
 
 from __future__ import annotations
 
+import glob
 import json
 import logging
 import os
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
-from typing import Any, Dict, Iterable, Optional
+from typing import Any, Callable, Dict, Iterable, Optional
 
 from vmss_terminate.errors import UsageError
 
@@ -42,29 +46,54 @@ def user_state_file() -> Path:
 
 
 def _writable_dir(directory: Path) -> bool:
+    """Whether a file can be created in `directory` (created if missing): tried, not guessed, because
+    os.access says yes to root on a read-only file system."""
     try:
         directory.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".probe-", suffix=".tmp", dir=str(directory))
     except OSError:
         return False
-    return os.access(str(directory), os.W_OK)
+    os.close(fd)
+    try:
+        os.unlink(probe)
+    except OSError:
+        pass
+    return True
+
+
+def _state_file_problem(target: Path) -> Optional[str]:
+    """Why `target` cannot be the state file (None: it can)."""
+    if target.is_dir():
+        return f"{target} is a directory: --state-file takes a file path, e.g. {target / 'state.json'}"
+    if target.exists() and not target.is_file():
+        return f"{target} is not a regular file"
+    if target.exists() and not os.access(str(target), os.R_OK):
+        return f"{target} is not readable"
+    if not _writable_dir(target.parent):
+        return f"state file directory {target.parent} is not writable"
+    return None
 
 
 def resolve_state_file(path: Optional[str]) -> str:
-    """An explicit path (must be writable), else $VMSS_TERMINATE_STATE_FILE, else the system default,
-    falling back to the per-user location with a warning when the default is not writable."""
-    explicit = path or os.environ.get(STATE_ENV)
+    """An explicit path (must be usable: UsageError, exit 2, at start-up otherwise), else
+    $VMSS_TERMINATE_STATE_FILE (empty = unset), else the system default, falling back to the per-user
+    location with a warning when the default is not writable."""
+    if path is not None and not str(path).strip():
+        raise UsageError("empty --state-file: pass a file path (or :memory: to keep state in memory only)")
+    explicit = path or os.environ.get(STATE_ENV) or None
     if explicit == MEMORY:
         return MEMORY
     if explicit:
         target = Path(explicit).expanduser()
-        if not _writable_dir(target.parent):
-            raise UsageError(f"state file directory {target.parent} is not writable: pass a writable --state-file")
+        problem = _state_file_problem(target)
+        if problem is not None:
+            raise UsageError(f"{problem}: pass a usable --state-file")
         return str(target)
     system = default_state_file()
-    if _writable_dir(system.parent):
+    if _state_file_problem(system) is None:
         return str(system)
     fallback = user_state_file()
-    if _writable_dir(fallback.parent):
+    if _state_file_problem(fallback) is None:
         log.warning("%s is not writable (running unprivileged?); keeping state in %s -- "
                     "pass --state-file PATH to choose", system.parent, fallback)
         return str(fallback)
@@ -81,6 +110,7 @@ class StateStore:
         self._lock = threading.RLock()
         self._events: Dict[str, Dict[str, Any]] = {}
         self._save_failed = False
+        self._remove_stale_temp_files()
         self._load()
 
     # -- reading --------------------------------------------------------------------------------
@@ -121,6 +151,26 @@ class StateStore:
 
     # -- file -----------------------------------------------------------------------------------
 
+    def _temp_prefix(self) -> str:
+        return f".{os.path.basename(self.path)}-"
+
+    def _remove_stale_temp_files(self) -> None:
+        """Temp files of this state file that a killed agent (kill -9 mid-write) left behind. Only
+        ours by name; the `.state-*.tmp` names earlier versions used only when a minute old (so never
+        another agent's write in progress)."""
+        if self.path == MEMORY:
+            return
+        directory = os.path.dirname(os.path.abspath(self.path))
+        ours = glob.glob(os.path.join(glob.escape(directory), glob.escape(self._temp_prefix()) + "*.tmp"))
+        legacy = [p for p in glob.glob(os.path.join(glob.escape(directory), ".state-*.tmp"))
+                  if _age(p) > 60.0]
+        for leftover in ours + legacy:
+            try:
+                os.unlink(leftover)
+                log.info("removed %s, left by an agent killed while writing its state", leftover)
+            except OSError:
+                pass
+
     def _load(self) -> None:
         if self.path == MEMORY or not os.path.exists(self.path):
             return
@@ -130,10 +180,15 @@ class StateStore:
             events = data.get("events") if isinstance(data, dict) else None
             if not isinstance(events, dict):
                 raise ValueError("not a state file (no events object)")
-            self._events = {str(k): dict(v) for k, v in events.items() if isinstance(v, dict)}
-        except (OSError, ValueError) as exc:
+            dropped: list = []
+            self._events = {str(k): _clean_record(v, dropped) for k, v in events.items() if isinstance(v, dict)}
+            if dropped:
+                log.error("state file %s: ignored field(s) of the wrong type: %s", self.path,
+                          ", ".join(sorted(set(dropped))))
+        except (OSError, ValueError, RecursionError) as exc:  # RecursionError: absurdly nested JSON
             # A corrupt file must not stop the agent; the worst case is rerunning an idempotent hook.
-            log.error("cannot read state file %s (%s); starting with empty state", self.path, exc)
+            reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)[:200]
+            log.error("cannot read state file %s (%s); starting with empty state", self.path, reason)
             self._events = {}
 
     def _save(self) -> None:
@@ -156,7 +211,7 @@ class StateStore:
     def _write(self) -> None:
         payload = json.dumps({"version": self.VERSION, "events": self._events}, indent=1, sort_keys=True)
         directory = os.path.dirname(os.path.abspath(self.path))
-        fd, tmp = tempfile.mkstemp(prefix=".state-", suffix=".tmp", dir=directory)  # created 0600
+        fd, tmp = tempfile.mkstemp(prefix=self._temp_prefix(), suffix=".tmp", dir=directory)  # created 0600
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as handle:
                 handle.write(payload)
@@ -171,6 +226,44 @@ class StateStore:
                 pass
             raise
         _fsync_dir(directory)
+
+
+def _is_time(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
+
+
+def _is_names(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
+
+
+# The fields the agent reads back, and what each must be; a field of another type is dropped (as if
+# never written) rather than crash a hook worker or the loop.
+_FIELD_CHECKS: Dict[str, Callable[[Any], bool]] = {
+    "hooks_started": _is_time, "hooks_finished": _is_time, "approval_started": _is_time, "approved": _is_time,
+    "hooks_result": lambda v: v in ("ok", "failed"),
+    "current_step": lambda v: isinstance(v, str), "event_type": lambda v: isinstance(v, str),
+    "hook_token": lambda v: isinstance(v, str),
+    "hook_pid": lambda v: isinstance(v, int) and not isinstance(v, bool) and v > 0,
+    "steps_done": _is_names, "hooks": _is_names,
+}
+
+
+def _clean_record(record: Dict[str, Any], dropped: list) -> Dict[str, Any]:
+    clean = {}
+    for key, value in record.items():
+        check = _FIELD_CHECKS.get(key)
+        if check is not None and not check(value):
+            dropped.append(key)
+            continue
+        clean[str(key)] = value
+    return clean
+
+
+def _age(path: str) -> float:
+    try:
+        return time.time() - os.path.getmtime(path)
+    except OSError:
+        return 0.0
 
 
 def _chmod_private(path: str) -> None:
