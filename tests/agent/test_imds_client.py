@@ -10,7 +10,13 @@ from typing import List
 import pytest
 
 from vmss_terminate.agent.imds import (
-    MAX_BODY_BYTES, ForeignEventError, ImdsClient, ImdsError, RateLimiter, Stopped, check_imds_api_version,
+    MAX_BODY_BYTES,
+    ForeignEventError,
+    ImdsClient,
+    ImdsError,
+    RateLimiter,
+    Stopped,
+    check_imds_api_version,
 )
 from vmss_terminate.clock import ManualClock
 from vmss_terminate.emulator.imds.app import ImdsEmulator, PlacementGroup
