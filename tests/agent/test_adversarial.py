@@ -200,6 +200,14 @@ def test_unwritable_state_file_does_not_block_hooks_or_approval(imds: Imds, tmp_
     ["--hook", "/nonexistent/drain.sh --token s3cret"],
     ["--hook", "no-such-program-vmss-terminate"],
     ["--retry-for", "nan"],
+    ["--safety-margin", "900"],
+    ["--safety-margin", "1e9"],
+    ["--stop-grace", "-1"],
+    ["--imds-url", ""],
+    ["--imds-url", "http://127.0.0.1:0"],
+    ["--hook-events", ""],
+    ["--approve", ""],
+    ["--vm-name", ""],
 ])
 def test_more_bad_input_is_one_line_exit_2_before_any_request(imds: Imds, tmp_path: Path, args: list) -> None:
     full = ["run", "--once", *args, "--state-file", str(tmp_path / "s.json")]

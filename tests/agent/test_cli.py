@@ -86,10 +86,10 @@ def test_kill_9_after_hook_success_resends_approval_without_rerunning(imds: Imds
 
 
 @posix_only
-def test_sigterm_stops_cleanly_and_stops_the_running_hook(imds: Imds, tmp_path: Path) -> None:
+def test_sigterm_stops_the_hook_still_running_when_the_stop_grace_ends(imds: Imds, tmp_path: Path) -> None:
     eid = imds.group.add_event("Terminate", [VM])
     out, state = tmp_path / "out", tmp_path / "state.json"
-    proc = agent_cli(*_run_args(imds, state, probe(out, "block")), "--log-format", "json")
+    proc = agent_cli(*_run_args(imds, state, probe(out, "block")), "--log-format", "json", "--stop-grace", "0.5")
     try:
         assert wait_until(lambda: len(runs(out)) == 1, 15)
         hook_pid = runs(out)[0]["pid"]
@@ -224,3 +224,28 @@ def test_an_unusable_state_file_is_exit_2_at_start_up(imds: Imds, tmp_path: Path
     assert result.returncode == 2, result.stderr
     assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1, result.stderr
     assert imds.server.log.count() == 0
+
+
+def test_retry_for_on_a_long_running_agent_is_refused_not_ignored(imds: Imds, tmp_path: Path) -> None:
+    result = run_cli("run", "--retry-for", "3", "--imds-url", imds.url, "--state-file", str(tmp_path / "s.json"))
+    assert result.returncode == 2 and result.stderr.count("\n") == 1 and "--once" in result.stderr
+    assert imds.server.log.count() == 0
+
+
+@posix_only
+def test_sigterm_during_a_drain_lets_the_hook_finish_and_approves_before_exiting(imds: Imds, tmp_path: Path) -> None:
+    eid = imds.group.add_event("Terminate", [VM])
+    out, state = tmp_path / "out", tmp_path / "state.json"
+    proc = agent_cli(*_run_args(imds, state, probe(out, "block")), "--stop-grace", "30")
+    try:
+        assert wait_until(lambda: len(runs(out)) == 1, 15)
+        proc.send_signal(signal.SIGTERM)
+        assert imds.server.log.count("POST") == 0
+        (out / "release").write_text("go")  # the drain finishes within the grace
+        _, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    assert imds.approved_ids() == [eid]
+    assert _state(state)[eid]["hooks_result"] == "ok" and "approved" in _state(state)[eid]
+    assert "letting the hooks of 1 event(s) finish" in err

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import threading
 from pathlib import Path
-from typing import List
+from typing import Any, List
 
 import pytest
 
 from vmss_terminate.agent import Agent, AgentConfig, StateStore
 from vmss_terminate.agent.journal import resolve_state_file
-from vmss_terminate.clock import ScaledClock
+from vmss_terminate.clock import ManualClock, ScaledClock
 from vmss_terminate.emulator.imds.app import ImdsEmulator, PlacementGroup
 from vmss_terminate.emulator.server import EmulatorServer
 from vmss_terminate.errors import UsageError
@@ -29,7 +30,7 @@ def test_loop_survives_every_kind_of_imds_trouble(imds: Imds) -> None:
     faults.add(status=404, times=1, path_contains="scheduledevents")  # non-retryable: the loop goes on
     faults.add(delay=2.5, times=1, path_contains="scheduledevents")   # longer than the read timeout
     agent = make_agent(imds.url, request_timeout=0.5, first_call_timeout=0.5)
-    agent._error_backoff.cap = 0.1  # keep the test fast; the default caps at 30 s
+    agent.outage.backoff.cap = 0.1  # keep the test fast; the default caps at 30 s
     agent.client.backoff_cap = 0.1
     with Running(agent) as running:
         assert running.decisions.wait_kind("imds_recovered", timeout=15)
@@ -168,3 +169,48 @@ def test_idle_polls_do_not_rewrite_the_state_file(imds: Imds, tmp_path: Path,
     for _ in range(10):
         agent.poll(retry_for=0)
     assert writes == []
+
+
+def test_an_imds_outage_is_logged_at_its_start_while_it_lasts_and_at_its_end(imds: Imds) -> None:
+    imds.server.faults.add(status=503, path_contains="scheduledevents", times=40)
+    clock = ManualClock()
+    agent = make_agent(imds.url, clock=clock, vm_name=VM)
+    with Running(agent) as running:
+        assert running.decisions.wait_kind("imds_recovered", timeout=30)
+    outage = [d for d in running.decisions.items if d.kind in ("imds_error", "imds_recovered")]
+    assert outage[0].message.startswith("IMDS unavailable: 503")
+    assert any("still unavailable after" in d.message for d in outage[1:-1])
+    assert len(outage) < 10  # 40 failures, a handful of lines
+    end = outage[-1]
+    assert end.kind == "imds_recovered" and end.data["failures"] == 40
+    assert end.data["outage_seconds"] > 60 and f"after a {end.data['outage_seconds']:.1f}s outage" in end.message
+
+
+def test_changed_hooks_after_a_restart_are_said_and_the_current_list_runs(imds: Imds, tmp_path: Path) -> None:
+    eid = imds.group.add_event("Terminate", [VM])
+    path = tmp_path / "state.json"
+    StateStore(str(path)).update(eid, hooks_started=1.0, current_step="hook#1:./slow.sh",
+                                 hooks=["hook#1:./slow.sh"], event_type="Terminate")
+    agent = make_agent(imds.url, state_file=str(path), hooks=[f"{sys.executable} -c pass"])
+    decisions: List[Any] = []
+    agent.subscribe(decisions.append)
+    agent.run_once(retry_for=0)
+    kinds = [d.kind for d in decisions if d.event_id == eid]
+    assert "hooks_changed" in kinds and "hook_finished" in kinds and imds.approved_ids() == [eid]
+    rerun = next(d for d in decisions if d.kind == "hook_rerun")
+    assert "no longer configured" in rerun.message
+    assert json.loads(path.read_text())["events"][eid]["hooks"] == [f"hook#1:{sys.executable}"]
+
+
+def test_stop_lets_a_running_hook_finish_within_the_grace_and_approves(imds: Imds) -> None:
+    eid = imds.group.add_event("Terminate", [VM])
+    release = threading.Event()
+    agent = make_agent(imds.url, stop_grace=30.0)
+    agent.on("Terminate", lambda event, ctx: release.wait(20))
+    with Running(agent) as running:
+        assert running.decisions.wait_kind("hook_started", eid)
+        running.stop.set()
+        assert running.decisions.wait_kind("stopping")
+        release.set()
+    assert imds.approved_ids() == [eid]
+    assert "hook_finished" in running.decisions.kinds(eid)

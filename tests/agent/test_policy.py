@@ -99,3 +99,24 @@ def test_progress_reads_the_journal_record() -> None:
     record: Dict[str, Any] = {"hooks_started": 1.0, "hooks_finished": 2.0, "hooks_result": "failed"}
     assert Progress.from_record(record) == Progress(hooks_started=True, hooks_finished=True, hooks_failed=True)
     assert Progress.from_record({}) == Progress()
+
+
+def test_after_a_restart_the_current_hook_list_runs_and_a_change_is_said() -> None:
+    record = {"current_step": "hook#1:./slow.sh", "hooks": ["hook#1:./slow.sh", "hook#2:./tell.sh"],
+              "steps_done": []}
+    same = policy.resume_after_restart(record, ["hook#1:./slow.sh", "hook#2:./tell.sh"], rerun_interrupted=True)
+    assert same.rerun and "rerunning it" in same.message and same.changed == ""
+    changed = policy.resume_after_restart(record, ["hook#1:./drain.sh"], rerun_interrupted=True)
+    assert changed.rerun and "no longer configured" in changed.message and "hook#1:./drain.sh" in changed.message
+    assert "were hook#1:./slow.sh, hook#2:./tell.sh; now hook#1:./drain.sh" in changed.changed
+    refused = policy.resume_after_restart(record, ["hook#1:./drain.sh"], rerun_interrupted=False)
+    assert not refused.rerun and refused.changed
+
+
+@pytest.mark.parametrize("margin", [900, 901, 1e9, -1])
+def test_a_safety_margin_that_leaves_hooks_no_time_is_bad_input(margin: float) -> None:
+    from vmss_terminate.errors import UsageError
+
+    with pytest.raises(UsageError, match="--safety-margin"):
+        config(safety_margin=margin)
+    assert config(safety_margin=899).safety_margin == 899

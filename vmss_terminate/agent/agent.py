@@ -26,8 +26,9 @@ from vmss_terminate.agent import policy
 from vmss_terminate.agent.config import AgentConfig
 from vmss_terminate.agent.decisions import Decision, DecisionBus
 from vmss_terminate.agent.events import EVENT_TYPES, Event, EventsDocument, canonical_type
+from vmss_terminate.agent.health import Outage
 from vmss_terminate.agent.hooks import CommandHook, HookContext, PythonHook, WebhookHook
-from vmss_terminate.agent.imds import Backoff, ForeignEventError, ImdsClient, ImdsError, Stopped
+from vmss_terminate.agent.imds import ForeignEventError, ImdsClient, ImdsError, Stopped
 from vmss_terminate.agent.jobs import JobRunner, Step
 from vmss_terminate.agent.journal import StateStore, resolve_state_file
 from vmss_terminate.agent.process import stop_orphan
@@ -69,10 +70,9 @@ class Agent:
         self._lock = threading.Lock()
         self._approve_lock = threading.Lock()  # approvals come from the loop and from job threads
         self.jobs = JobRunner(self.config, clock, self.state, self._decide, self._latest, lambda: self.vm_name or "")
-        self._stop = threading.Event()
-        self._imds_failing = False
-        self._retry_reports = 0
-        self._error_backoff = Backoff(base=1.0, cap=30.0)
+        self._stop = threading.Event()   # the caller's: stop polling (then the stop grace runs)
+        self._abort = threading.Event()  # ours: end every IMDS request and hook now (grace over)
+        self.outage = Outage(clock, self._decide)
         self._approve_retry_for: Optional[float] = None  # run_once: its retry_for; run: 5 polls
         if "Terminate" not in self.config.approve_types:
             log.warning("Terminate is not in the approve types: Terminate events will wait for NotBefore")
@@ -92,8 +92,9 @@ class Agent:
         return self.bus.subscribe(fn)
 
     def run(self, stop: Optional[threading.Event] = None) -> None:
-        """Poll every `poll_interval` until `stop` is set; then stop running hooks and return."""
+        """Poll every `poll_interval` until `stop` is set; then `shutdown()` (the stop grace) and return."""
         self._stop = stop if stop is not None else threading.Event()
+        self._abort = threading.Event()
         try:
             if not self._ensure_vm_name(retry_for=None):
                 return
@@ -103,8 +104,8 @@ class Agent:
                     self.poll(retry_for=None)
                 except Exception as exc:  # a bug or an absurd answer must not end the agent
                     log.exception("poll failed unexpectedly")
-                    self._imds_trouble(ImdsError(f"unexpected {exc.__class__.__name__}: {exc}"))
-                    self.clock.wait(self._stop, self._error_backoff.next())
+                    self.outage.failed(ImdsError(f"unexpected {exc.__class__.__name__}: {exc}"))
+                    self.clock.wait(self._stop, self.outage.next_wait())
                 left = self.config.poll_interval - (self.clock.now() - began)
                 if left > 0:
                     self.clock.wait(self._stop, left)
@@ -118,6 +119,7 @@ class Agent:
         when an approval could not be sent in that time);
         returns None if `stop` was set while waiting for IMDS."""
         self._stop = stop if stop is not None else threading.Event()
+        self._abort = threading.Event()
         try:
             self._ensure_vm_name(retry_for=retry_for, raise_errors=True)
             document = self.client.get_events(retry_for=retry_for, stop=self._stop, on_retry=self._on_retry)
@@ -147,20 +149,32 @@ class Agent:
         except Stopped:
             return None
         except ImdsError as exc:
-            self._imds_trouble(exc)
-            self.clock.wait(self._stop, self._error_backoff.next())
+            self.outage.failed(exc)
+            self.clock.wait(self._stop, self.outage.next_wait())
             return None
-        self._imds_ok()
+        self.outage.answered()
         self.handle_document(document)
         return document
 
     def shutdown(self, timeout: float = 30.0) -> None:
-        """Stop running hooks (their process trees), leaving them 'started, not finished' in the
-        state file, so the next agent reruns them; wait for the workers to exit."""
+        """The stop grace: hooks already running may finish for up to `stop_grace` seconds (a VM
+        being deleted must not lose its drain because the service was restarted), and what they
+        drained is approved. Then the hooks still running are stopped (their process trees), left
+        'started, not finished' in the state file so the next agent reruns them; no new hook starts."""
+        grace = self.config.stop_grace
+        waiting = self.jobs.jobs()
+        if waiting and grace > 0 and not self._abort.is_set():
+            self._decide(D.STOPPING, None, f"stopping: letting the hooks of {len(waiting)} event(s) finish "
+                                           f"(up to {grace:g}s), then approving what they drained")
+            until = self.clock.now() + grace
+            for job in waiting:
+                while not job.done.is_set() and self.clock.now() < until:
+                    self.clock.wait(job.done, min(1.0, until - self.clock.now()))
         running = self.jobs.event_ids()
         if running:
             self._decide(D.STOPPING, None, f"stopping: interrupting hooks of {len(running)} event(s); "
                                            f"they rerun when the agent starts again")
+        self._abort.set()
         self.jobs.cancel_all(timeout)
 
     # -- the pipeline -----------------------------------------------------------------------------
@@ -219,7 +233,7 @@ class Agent:
         progress = policy.Progress.from_record(self.state.get(event.event_id))
         verdict = policy.next_step(event, self.vm_name or "", self.config, progress, has_hooks=bool(steps))
         if verdict.action == policy.INTERRUPTED:
-            if self._resume_interrupted(event, self.state.get(event.event_id)):
+            if self._resume_interrupted(event, self.state.get(event.event_id), steps):
                 self.jobs.start(event, steps, then=self._after_hooks)
             else:
                 self._maybe_approve(event)
@@ -236,19 +250,22 @@ class Agent:
             data = {"others": list(verdict.others)} if verdict.others else {}
             self._once(verdict.kind, event_id, verdict.message, **data)
 
-    def _resume_interrupted(self, event: Event, record: Dict[str, Any]) -> bool:
-        """A hook was started but not finished when the previous agent died. Returns True to rerun it."""
+    def _resume_interrupted(self, event: Event, record: Dict[str, Any], steps: List[Step]) -> bool:
+        """A hook was started but not finished when the previous agent died. Returns True to run the
+        hooks again (the finished ones are skipped), False when the interruption counts as a failure."""
         eid = event.event_id
         pid, token = record.get("hook_pid"), record.get("hook_token")
         if pid and stop_orphan(int(pid), token, grace=self.config.kill_grace):
             log.warning("stopped hook process %s left running by the previous agent", pid)
-        if self.config.rerun_interrupted:
-            self._decide(D.HOOK_RERUN, eid, f"hook {record.get('current_step', '?')} was interrupted "
-                                              f"by an agent restart; rerunning it")
+        plan = policy.resume_after_restart(record, [s.name for s in steps], self.config.rerun_interrupted)
+        if plan.changed:
+            self._decide(D.HOOKS_CHANGED, eid, plan.changed, previous=record.get("hooks"),
+                         current=[s.name for s in steps])
+        if plan.rerun:
+            self._decide(D.HOOK_RERUN, eid, plan.message, hook=record.get("current_step"))
             return True
         self.state.update(eid, hooks_finished=self.clock.now(), hooks_result="failed")
-        self._decide(D.HOOK_FAILED, eid, "hook was interrupted by an agent restart; not rerun "
-                                         "(rerun_interrupted=False)")
+        self._decide(D.HOOK_FAILED, eid, plan.message, hook=record.get("current_step"))
         return False
 
     def _steps_for(self, event: Event) -> List[Step]:
@@ -288,7 +305,7 @@ class Agent:
             try:  # the client's guard re-checks the latest document (an event that left it: `absent`)
                 retry_for = (self._approve_retry_for if self._approve_retry_for is not None
                              else self.config.poll_interval * 5)  # run_once(retry_for=0) means no retry
-                self.client.approve(eid, vm, retry_for=retry_for, stop=self._stop,
+                self.client.approve(eid, vm, retry_for=retry_for, stop=self._abort,
                                     on_retry=self._on_retry, allow_shared=self.config.approve_shared,
                                     event_type=event.event_type)
             except ForeignEventError as exc:
@@ -324,31 +341,16 @@ class Agent:
             except ImdsError as exc:
                 if raise_errors:
                     raise
-                self._imds_trouble(exc)
-                self.clock.wait(self._stop, self._error_backoff.next())
+                self.outage.failed(exc)
+                self.clock.wait(self._stop, self.outage.next_wait())
                 continue
-            self._imds_ok()
+            self.outage.answered()
             self._decide(D.VM_NAME, None, f"this VM is {self.vm_name}")
             return True
         return False
 
     def _on_retry(self, exc: ImdsError, delay: float) -> None:
-        self._retry_reports += 1
-        if not self._imds_failing or self._retry_reports % 30 == 0:
-            self._decide(D.IMDS_ERROR, None, f"IMDS: {exc}; retrying in {delay:.1f}s",
-                         status=exc.status, delay=delay)
-        self._imds_failing = True
-
-    def _imds_trouble(self, exc: ImdsError) -> None:
-        self._imds_failing = True
-        self._decide(D.IMDS_ERROR, None, f"IMDS: {exc}", status=exc.status)
-
-    def _imds_ok(self) -> None:
-        if self._imds_failing:
-            self._imds_failing = False
-            self._retry_reports = 0
-            self._error_backoff.reset()
-            self._decide(D.IMDS_RECOVERED, None, "IMDS answers again")
+        self.outage.failed(exc, delay)
 
     def _once(self, kind: str, event_id: str, message: str, **data: Any) -> None:
         """Report `kind` for an event once while it stays in the document."""

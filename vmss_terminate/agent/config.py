@@ -12,8 +12,20 @@ from vmss_terminate.agent.hooks import redact_url
 from vmss_terminate.agent.imds import DEFAULT_API_VERSION, check_imds_api_version, resolve_imds_url
 from vmss_terminate.agent.process import check_program, split_command
 from vmss_terminate.errors import UsageError
+from vmss_terminate.scheduled_events import MAX_TERMINATE_NOTICE
 
 ON_HOOK_FAILURE = ("approve", "wait")
+MAX_NOTICE = MAX_TERMINATE_NOTICE  # NotBefore is never further away than this
+
+# Durations: (field, exclusive lower bound or None for ">= 0", upper bound, why the bound).
+_DURATIONS = (
+    ("poll_interval", 0, 3600.0, ""),
+    ("safety_margin", None, MAX_NOTICE, ""),
+    ("request_timeout", 0, 3600.0, ""),
+    ("first_call_timeout", 0, 3600.0, ""),
+    ("kill_grace", 0, 3600.0, ""),
+    ("stop_grace", None, MAX_NOTICE, " (the longest a drain can take)"),
+)
 
 
 @dataclass(frozen=True)
@@ -30,7 +42,10 @@ class AgentConfig:
                      holds back other deletions) or "wait" (leave it to expire at NotBefore)
     approve_shared   approve a Terminate that also names other VMs (releases them too)
     api_version      Scheduled Events api-version, >= 2019-01-01
-    safety_margin    hooks are stopped this many seconds before NotBefore
+    safety_margin    hooks are stopped this many seconds before NotBefore (0 <= s < 900: NotBefore
+                     is at most 15 minutes away, so a larger margin would leave hooks no time at all)
+    stop_grace       on stop (SIGTERM), let running hooks finish this long and approve what they
+                     drained before stopping the rest (0: stop them at once)
     webhook          URL POSTed with the event JSON (may use proxies; IMDS never does)
     vm_name          override compute.name (normally learnt from IMDS)
     rerun_interrupted  rerun a hook that was started but not finished when the agent died
@@ -54,29 +69,32 @@ class AgentConfig:
     first_call_timeout: float = 130.0
     kill_grace: float = 5.0
     max_requests_per_second: int = 4
+    stop_grace: float = 45.0
 
     def validated(self) -> "AgentConfig":
         """A normalised copy; UsageError (exit 2) on any bad value, before any request."""
-        for name in ("poll_interval", "safety_margin", "request_timeout", "first_call_timeout", "kill_grace"):
+        for name, low, high, why in _DURATIONS:
             value = getattr(self, name)
-            if not isinstance(value, (int, float)) or not math.isfinite(value):
-                raise UsageError(f"invalid {name.replace('_', ' ')} {value!r}: expected a finite number of seconds")
-        if self.poll_interval <= 0 or self.poll_interval > 3600:
-            raise UsageError(f"invalid poll interval {self.poll_interval!r}: expected 0 < seconds <= 3600")
-        if self.safety_margin < 0:
-            raise UsageError(f"invalid safety margin {self.safety_margin!r}: expected seconds >= 0")
+            option = "--" + name.replace("_", "-")
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise UsageError(f"invalid {option} {value!r}: expected a number of seconds")
+            if not (low < value if low is not None else value >= 0) or not value <= high:
+                bounds = f"{low} < seconds" if low is not None else "0 <= seconds"
+                raise UsageError(f"invalid {option} {value:g}: expected {bounds} <= {high:g}{why}")
+        if self.safety_margin >= MAX_NOTICE:
+            raise UsageError(f"invalid --safety-margin {self.safety_margin:g}: expected 0 <= seconds < "
+                             f"{MAX_NOTICE:g} (NotBefore is at most 15 minutes away: hooks would never start)")
         if self.on_hook_failure not in ON_HOOK_FAILURE:
             raise UsageError(f"invalid --on-hook-failure {self.on_hook_failure!r}: use approve or wait")
-        for name in ("request_timeout", "first_call_timeout", "kill_grace"):
-            if not 0 < getattr(self, name) <= 3600:
-                raise UsageError(f"invalid {name} {getattr(self, name)!r}: expected 0 < seconds <= 3600")
-        if not 1 <= int(self.max_requests_per_second) <= 1000:
+        if isinstance(self.max_requests_per_second, bool) or not 1 <= int(self.max_requests_per_second) <= 1000:
             raise UsageError("invalid max_requests_per_second: expected 1..1000")
         if self.webhook is not None and (not re.match(r"^https?://\S+$", self.webhook)
                                          or redact_url(self.webhook) == "<unparseable URL>"):
             raise UsageError(f"invalid --webhook {redact_url(self.webhook)!r}: expected an http(s) URL")
         if self.vm_name is not None and not self.vm_name.strip():
             raise UsageError("empty --vm-name")
+        if isinstance(self.state_file, str) and not self.state_file.strip():
+            raise UsageError("empty --state-file: pass a file path (or :memory: to keep state in memory only)")
         hooks: Tuple[str, ...] = tuple(self.hooks)
         for hook in hooks:
             check_program(split_command(hook))

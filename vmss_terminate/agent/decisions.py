@@ -23,6 +23,7 @@ HOOK_FINISHED = "hook_finished"
 HOOK_FAILED = "hook_failed"              # non-zero exit, exception, deadline, or could not start
 HOOK_RERUN = "hook_rerun"                # started, not finished when the agent died: rerun
 HOOK_SKIPPED = "hook_skipped"            # already finished before a restart, or too late to start
+HOOKS_CHANGED = "hooks_changed"          # after a restart, the hook list differs from the interrupted one
 APPROVAL_SENT = "approval_sent"          # the POST got 200
 APPROVAL_FAILED = "approval_failed"      # the POST failed; retried on the next poll
 APPROVAL_WITHHELD = "approval_withheld"  # hook failed with --on-hook-failure=wait, or type not approved
@@ -31,7 +32,7 @@ IMDS_ERROR = "imds_error"
 IMDS_RECOVERED = "imds_recovered"
 STOPPING = "stopping"
 
-_WARNING_KINDS = {HOOK_FAILED, APPROVAL_FAILED, SHARED_NOT_APPROVED, IMDS_ERROR}
+_WARNING_KINDS = {HOOK_FAILED, HOOKS_CHANGED, APPROVAL_FAILED, SHARED_NOT_APPROVED, IMDS_ERROR}
 
 
 @dataclass(frozen=True)

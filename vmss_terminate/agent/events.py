@@ -199,6 +199,8 @@ def parse_types(value: Any, what: str = "event types") -> Tuple[str, ...]:
     """`"Terminate,Reboot"` -> ("Terminate", "Reboot"); "none" -> (); UsageError for unknown names."""
     if value is None:
         return ()
+    if isinstance(value, str) and not value.strip():
+        raise UsageError(f"empty {what}: name event types ({', '.join(EVENT_TYPES)}), all or none")
     items = value.split(",") if isinstance(value, str) else list(value)
     names = [str(i).strip() for i in items if str(i).strip()]
     if len(names) == 1 and same_name(names[0], "none"):

@@ -95,11 +95,15 @@ class Stopped(VmssTerminateError):
 
 def resolve_imds_url(url: Optional[str] = None) -> str:
     """--imds-url, else $VMSS_TERMINATE_IMDS_URL, else http://169.254.169.254; UsageError if not http(s)."""
+    if url is not None and not url.strip():
+        raise UsageError("empty --imds-url: pass http://HOST[:PORT], or leave it out for "
+                         "$VMSS_TERMINATE_IMDS_URL or http://169.254.169.254")
     value = (url or os.environ.get(IMDS_URL_ENV) or DEFAULT_IMDS_URL).strip().rstrip("/")
     if not re.match(r"^https?://[^/\s?#@]+$", value):
         raise UsageError(f"invalid IMDS URL {value!r}: expected http://HOST[:PORT] with no path")
     try:
-        valid = bool(urlsplit(value).hostname) and (urlsplit(value).port or 1) > 0
+        port = urlsplit(value).port
+        valid = bool(urlsplit(value).hostname) and (port is None or 0 < port < 65536)
     except ValueError:  # a port that is not a number or out of range
         valid = False
     if not valid:

@@ -136,7 +136,8 @@ class JobRunner:
                                  hook=step.name, outcome=failed.outcome)
                     break
                 journal.update(eid, hooks_started=journal.get(eid).get("hooks_started") or self.clock.now(),
-                               current_step=step.name, event_type=event.event_type)
+                               current_step=step.name, event_type=event.event_type,
+                               hooks=[s.name for s in steps])
                 self._report(D.HOOK_STARTED, eid, f"hook {step.name} started for {event.event_type} {eid}",
                              hook=step.name)
                 fallback = last_not_before

@@ -20,7 +20,7 @@ The rules, in order:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping, Optional, Tuple
+from typing import Any, Mapping, Optional, Sequence, Tuple
 
 from vmss_terminate.agent import decisions as D
 from vmss_terminate.agent.config import AgentConfig
@@ -123,6 +123,40 @@ def approval(event: Event, vm_name: str, config: AgentConfig, progress: Progress
                                  f"approving would release them before they drain (use --approve-shared); "
                                  f"it starts at NotBefore", kind=D.SHARED_NOT_APPROVED, others=others)
     return Verdict(APPROVE)
+
+
+@dataclass(frozen=True)
+class Resume:
+    """What to do after a restart found a hook started but not finished."""
+
+    rerun: bool
+    message: str
+    changed: str = ""  # non-empty: the hook list differs from the one the previous agent ran
+
+
+def resume_after_restart(record: Mapping[str, Any], current: Sequence[str], rerun_interrupted: bool) -> Resume:
+    """The documented rule: hooks are known by position and program (`hook#2:/usr/bin/drain`). After
+    a restart the current list runs; a hook that finished and is still in it is not run again; the
+    interrupted one runs again if it is still in the list. A changed list is said, with both lists."""
+    step = str(record.get("current_step") or "?")
+    previous = record.get("hooks")
+    done = [name for name in record.get("steps_done") or () if name in current]
+    changed = ""
+    if isinstance(previous, list) and list(previous) != list(current):
+        changed = (f"the hooks changed since the previous agent started them: were {', '.join(previous) or 'none'}; "
+                   f"now {', '.join(current) or 'none'}. Finished hooks still configured are not rerun "
+                   f"({', '.join(done) or 'none'}); the others run")
+    if not rerun_interrupted:
+        return Resume(False, f"hook {step} was interrupted by an agent restart; not rerun "
+                             f"(rerun_interrupted=False)", changed)
+    if step in done:  # killed after the hook's finish was recorded, before the hooks' end was
+        return Resume(True, f"hook {step} finished before the agent restarted; not rerun, the hooks after "
+                            f"it run", changed)
+    if step in current:
+        return Resume(True, f"hook {step} was interrupted by an agent restart; rerunning it", changed)
+    left = [name for name in current if name not in done]
+    return Resume(True, f"hook {step} was interrupted by an agent restart and is no longer configured; "
+                        f"running the configured hooks that have not finished: {', '.join(left) or 'none'}", changed)
 
 
 def assumed_not_before(event: Event, now: float) -> float:

@@ -13,13 +13,15 @@ from typing import Any, Optional, Tuple
 import click
 
 from vmss_terminate.commands.output import echo_json, output_option, tsv_lines
+from vmss_terminate.errors import UsageError
 
 _IMDS_URL = click.option("--imds-url", metavar="URL", default=None,
                          help="IMDS base URL [env VMSS_TERMINATE_IMDS_URL; default http://169.254.169.254].")
 _API_VERSION = click.option("--api-version", default="2019-01-01", show_default=True,
                             help="Scheduled Events api-version (>= 2019-01-01, the first with Terminate).")
 _RETRY_FOR = click.option("--retry-for", type=float, default=70.0, show_default=True, metavar="S",
-                          help="Keep retrying an unavailable IMDS this long before failing (exit 1).")
+                          help="One-shot commands (run --once, events, approve): keep retrying an unavailable "
+                               "IMDS this long before failing (exit 1). A long-running `run` never gives up.")
 _VM_NAME = click.option("--vm-name", default=None, metavar="NAME",
                         help="This VM's name (default: instance metadata compute.name).")
 
@@ -50,7 +52,10 @@ def agent_group() -> None:
 @click.option("--on-hook-failure", type=click.Choice(["approve", "wait"]), default="approve", show_default=True,
               help="approve: approve anyway (the VM goes at NotBefore regardless); wait: let NotBefore expire.")
 @click.option("--safety-margin", type=float, default=15.0, show_default=True, metavar="S",
-              help="Stop hooks this many seconds before NotBefore.")
+              help="Stop hooks this many seconds before NotBefore (0 <= S < 900).")
+@click.option("--stop-grace", type=float, default=45.0, show_default=True, metavar="S",
+              help="On SIGTERM / Ctrl-C, let running hooks finish this long and approve what they drained, "
+                   "then stop the rest (they rerun on restart); 0 stops them at once.")
 @click.option("--no-rerun-interrupted", is_flag=True,
               help="After a crash, do not rerun a hook that was started but not finished (treat it as failed).")
 @_API_VERSION
@@ -64,7 +69,8 @@ def agent_group() -> None:
 @_RETRY_FOR
 def run_command(imds_url: Optional[str], hooks: Tuple[str, ...], hook_events: str, webhook: Optional[str],
                 poll_interval: float, state_file: Optional[str], once: bool, approve_types: Optional[str],
-                approve_shared: bool, on_hook_failure: str, safety_margin: float, no_rerun_interrupted: bool,
+                approve_shared: bool, on_hook_failure: str, safety_margin: float, stop_grace: float,
+                no_rerun_interrupted: bool,
                 api_version: str, vm_name: Optional[str], request_timeout: float, first_call_timeout: float,
                 log_format: str, retry_for: float) -> None:
     """Poll Scheduled Events; run hooks; approve only this VM's own events."""
@@ -74,9 +80,13 @@ def run_command(imds_url: Optional[str], hooks: Tuple[str, ...], hook_events: st
 
     configure(log_format)
     check_retry_for(retry_for)
+    if not once and _given("retry_for"):
+        raise UsageError("--retry-for applies to run --once (and to events / approve): a long-running agent "
+                         "retries IMDS until it is stopped and logs each outage (start, every minute, end)")
     config = AgentConfig(
         imds_url=imds_url, hooks=hooks, hook_events=hook_events, poll_interval=poll_interval,
-        state_file=state_file, approve_types=approve_types or (), on_hook_failure=on_hook_failure,
+        state_file=state_file, approve_types=approve_types if approve_types is not None else (),
+        on_hook_failure=on_hook_failure, stop_grace=stop_grace,
         approve_shared=approve_shared, api_version=api_version, safety_margin=safety_margin,
         webhook=webhook, vm_name=vm_name, rerun_interrupted=not no_rerun_interrupted,
         request_timeout=request_timeout, first_call_timeout=first_call_timeout,
@@ -88,6 +98,12 @@ def run_command(imds_url: Optional[str], hooks: Tuple[str, ...], hook_events: st
         agent.run_once(stop, retry_for=retry_for)
     else:
         agent.run(stop)
+
+
+def _given(parameter: str) -> bool:
+    """Whether the user set `parameter` (command line or environment), not its default."""
+    source = click.get_current_context().get_parameter_source(parameter)
+    return source is not None and source.name in ("COMMANDLINE", "ENVIRONMENT")
 
 
 def _stop_on_signals(stop: threading.Event) -> None:
