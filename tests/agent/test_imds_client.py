@@ -177,7 +177,7 @@ def test_guard_refuses_foreign_and_unknown_events_before_any_post(imds: Imds) ->
     assert imds.approved_ids() == [mine]
 
 
-@pytest.mark.parametrize("version", ["2017-11-01", "2018-12-31", "latest", "2019-1-1"])
+@pytest.mark.parametrize("version", ["2017-11-01", "2018-12-31", "newest", "2019-1-1"])
 def test_old_or_bad_api_versions_are_refused(version: str) -> None:
     with pytest.raises(UsageError):
         check_imds_api_version(version)

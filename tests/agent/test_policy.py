@@ -11,6 +11,7 @@ from vmss_terminate.agent import policy
 from vmss_terminate.agent.config import AgentConfig
 from vmss_terminate.agent.events import Event
 from vmss_terminate.agent.policy import Progress
+from vmss_terminate.errors import UsageError
 
 VM = "web_1"
 CONFIG = AgentConfig(vm_name=VM, imds_url="http://127.0.0.1:1").validated()
@@ -120,3 +121,54 @@ def test_a_safety_margin_that_leaves_hooks_no_time_is_bad_input(margin: float) -
     with pytest.raises(UsageError, match="--safety-margin"):
         config(safety_margin=margin)
     assert config(safety_margin=899).safety_margin == 899
+
+
+# -- drain (rule 5) ----------------------------------------------------------------------------------
+
+NB = 1474309787.0  # the NotBefore of event() as epoch seconds
+
+
+def test_own_event_of_a_hook_type_drains_others_do_not() -> None:
+    assert policy.drains(event(), VM, CONFIG)
+    assert not policy.drains(event(["web_2"]), VM, CONFIG)
+    assert not policy.drains(event(kind="Reboot"), VM, CONFIG)
+    assert policy.drains(event(kind="Reboot"), VM, config(hook_events="Terminate,Reboot"))
+    assert policy.drains(event(status="Started", not_before=""), VM, CONFIG)  # seen late: still going
+
+
+def test_drain_delay_holds_the_approval_until_it_is_over() -> None:
+    cfg = config(drain_delay=30)
+    started = NB - 300
+    progress = Progress(hooks_started=True, hooks_finished=True, drain_since=started)
+    waiting = policy.approval(event(), VM, cfg, progress, now=started + 29.9)
+    assert waiting.action == policy.DRAIN_WAIT and waiting.until == started + 30
+    assert policy.approval(event(), VM, cfg, progress, now=started + 30).action == policy.APPROVE
+    assert policy.next_step(event(), VM, cfg, progress, has_hooks=True, now=started + 10).action == policy.DRAIN_WAIT
+    assert policy.approval(event(), VM, cfg, progress).action == policy.DRAIN_WAIT  # no time: not over
+
+
+def test_drain_delay_is_bounded_by_not_before_minus_the_safety_margin() -> None:
+    cfg = config(drain_delay=600, safety_margin=15)
+    progress = Progress(drain_since=NB - 100)
+    assert policy.drain_until(event(), cfg, progress) == NB - 15
+    assert policy.approval(event(), VM, cfg, progress, now=NB - 15).action == policy.APPROVE
+    unreadable = event(not_before="soon")  # counts as the longest Terminate notice from the drain start
+    assert policy.drain_until(unreadable, cfg, progress) == NB - 100 + 600
+
+
+def test_no_delay_without_one_configured_or_before_the_drain_began() -> None:
+    assert policy.drain_until(event(), CONFIG, Progress(drain_since=NB - 100)) is None
+    assert policy.drain_until(event(), config(drain_delay=30), Progress()) is None
+
+
+def test_a_drain_ends_when_its_event_leaves_unless_the_vm_is_going() -> None:
+    assert policy.drain_ends_when_gone("Reboot", started_or_approved=True)
+    assert policy.drain_ends_when_gone("Terminate", started_or_approved=False)  # cancelled before approval
+    assert not policy.drain_ends_when_gone("Terminate", started_or_approved=True)
+    assert not policy.drain_ends_when_gone("Preempt", started_or_approved=True)
+
+
+@pytest.mark.parametrize("delay", [-1, 901, float("nan")])
+def test_bad_drain_delay_is_refused(delay: float) -> None:
+    with pytest.raises(UsageError):
+        config(drain_delay=delay)

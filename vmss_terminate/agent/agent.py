@@ -65,7 +65,13 @@ class Agent:
         self.vm_name: Optional[str] = self.config.vm_name
         self._handlers: List[Tuple[str, Handler]] = []
         self._commands = [CommandHook(c, i) for i, c in enumerate(self.config.hooks)]
-        self._webhook = WebhookHook(self.config.webhook) if self.config.webhook else None
+        self._webhook = (WebhookHook(self.config.webhook)
+                         if self.config.webhook and self.config.webhook_format == "json" else None)
+        self._notifier: Any = None
+        if self.config.webhook and self.config.webhook_format != "json":
+            from vmss_terminate.agent.notify import ChatNotifier  # noqa: PLC0415 - only chat users load it
+
+            self._notifier = ChatNotifier(self.config.webhook, self.config.webhook_format)
         self._seen: Dict[str, _Seen] = {}  # by EventId; guarded by _lock
         self._lock = threading.Lock()
         self._approve_lock = threading.Lock()  # approvals come from the loop and from job threads
@@ -74,6 +80,11 @@ class Agent:
         self._abort = threading.Event()  # ours: end every IMDS request and hook now (grace over)
         self.outage = Outage(clock, self._decide)
         self._approve_retry_for: Optional[float] = None  # run_once: its retry_for; run: 5 polls
+        self.running = threading.Event()  # set while run() loops (the /healthz probe reads it)
+        self.started_at: Optional[float] = None  # clock time run() began
+        self._version_said = False
+        if self._notifier is not None:
+            self.subscribe(self._notifier)
         if "Terminate" not in self.config.approve_types:
             log.warning("Terminate is not in the approve types: Terminate events will wait for NotBefore")
 
@@ -95,6 +106,8 @@ class Agent:
         """Poll every `poll_interval` until `stop` is set; then `shutdown()` (the stop grace) and return."""
         self._stop = stop if stop is not None else threading.Event()
         self._abort = threading.Event()
+        self.started_at = self.clock.now()
+        self.running.set()
         try:
             if not self._ensure_vm_name(retry_for=None):
                 return
@@ -110,6 +123,7 @@ class Agent:
                 if left > 0:
                     self.clock.wait(self._stop, left)
         finally:
+            self.running.clear()
             self.shutdown()
 
     def run_once(self, stop: Optional[threading.Event] = None,
@@ -125,6 +139,7 @@ class Agent:
             document = self.client.get_events(retry_for=retry_for, stop=self._stop, on_retry=self._on_retry)
         except Stopped:
             return None
+        self._say_api_version()
         failures: List[str] = []
         unsubscribe = self.subscribe(lambda d: failures.append(d.message) if d.kind == D.APPROVAL_FAILED else None)
         self._approve_retry_for = retry_for  # one shot: no next poll to try the approval again
@@ -138,6 +153,8 @@ class Agent:
             self._approve_retry_for = None
         if self._stop.is_set():
             self.shutdown()
+        elif self._notifier is not None:
+            self._notifier.close()
         if failures:  # --once must not report success when an approval it owed was not sent
             raise ImdsError("; ".join(failures))
         return document
@@ -153,6 +170,7 @@ class Agent:
             self.clock.wait(self._stop, self.outage.next_wait())
             return None
         self.outage.answered()
+        self._say_api_version()
         self.handle_document(document)
         return document
 
@@ -176,6 +194,8 @@ class Agent:
                                            f"they rerun when the agent starts again")
         self._abort.set()
         self.jobs.cancel_all(timeout)
+        if self._notifier is not None:
+            self._notifier.close()
 
     # -- the pipeline -----------------------------------------------------------------------------
 
@@ -188,12 +208,11 @@ class Agent:
             except Exception:  # one odd event must not stop the others (or the loop)
                 log.exception("handling event %s failed", event.event_id)
         with self._lock:
-            vanished = [eid for eid in self._seen if eid not in present]
-            for eid in vanished:
-                del self._seen[eid]
+            vanished = {eid: self._seen.pop(eid).event for eid in list(self._seen) if eid not in present}
         running = set(self.jobs.event_ids())
-        for eid in vanished:
+        for eid, last in vanished.items():
             self._decide(D.EVENT_GONE, eid, f"event {eid} left the document (completed or cancelled)")
+            self._end_drain(last)
         self.state.prune(present | running)  # writes the file only when something was dropped
 
     def _handle_event(self, event: Event) -> None:
@@ -211,6 +230,8 @@ class Agent:
                          f"{event.event_type} {event.event_id} {event.status} NotBefore="
                          f"{event.not_before_raw or '-'} Resources={list(event.resources)}"
                          f"{' (ours)' if ours else ''}", event=event, ours=ours)
+            if policy.drains(event, vm, self.config):
+                self._begin_drain(event)
             if not ours:
                 self._decide(D.NOT_OURS, event.event_id,
                              f"not ours: {vm} is not in Resources {list(event.resources)}; ignored",
@@ -231,7 +252,8 @@ class Agent:
             return
         steps = self._steps_for(event)
         progress = policy.Progress.from_record(self.state.get(event.event_id))
-        verdict = policy.next_step(event, self.vm_name or "", self.config, progress, has_hooks=bool(steps))
+        verdict = policy.next_step(event, self.vm_name or "", self.config, progress, has_hooks=bool(steps),
+                                   now=self.clock.now())
         if verdict.action == policy.INTERRUPTED:
             if self._resume_interrupted(event, self.state.get(event.event_id), steps):
                 self.jobs.start(event, steps, then=self._after_hooks)
@@ -241,6 +263,8 @@ class Agent:
             self.jobs.start(event, steps, then=self._after_hooks)
         elif verdict.action == policy.APPROVE:
             self._maybe_approve(event)
+        elif verdict.action == policy.DRAIN_WAIT:
+            self.jobs.start(event, [], then=self._after_hooks)  # no hooks left: only the drain delay
         else:
             self._carry_out(event.event_id, verdict)
 
@@ -297,7 +321,10 @@ class Agent:
         eid, vm = event.event_id, self.vm_name or ""
         with self._approve_lock:
             record = self.state.get(eid)
-            verdict = policy.approval(event, vm, self.config, policy.Progress.from_record(record))
+            progress = policy.Progress.from_record(record)
+            verdict = policy.approval(event, vm, self.config, progress, now=self.clock.now())
+            if verdict.action == policy.DRAIN_WAIT:
+                return  # a job waits for the delay, or the next poll starts one
             if verdict.action != policy.APPROVE:
                 self._carry_out(eid, verdict)
                 return
@@ -324,11 +351,46 @@ class Agent:
             except ImdsError as exc:
                 self._decide(D.APPROVAL_FAILED, eid, f"approval of {eid} failed: {exc}; retrying next poll")
                 return
-            self.state.update(eid, approved=self.clock.now())
+            approved = self.clock.now()
+            self.state.update(eid, approved=approved)
+            drained = {} if progress.drain_since is None else {"drain_seconds": round(approved - progress.drain_since, 3)}
             self._decide(D.APPROVAL_SENT, eid, f"approved {event.event_type} {eid} for {vm}",
-                         hooks_result=record.get("hooks_result"))
+                         event=event, hooks_result=record.get("hooks_result"), **drained)
+
+    # -- drain (the /readyz probe) -------------------------------------------------------------------
+
+    def _begin_drain(self, event: Event) -> None:
+        """An own event of a drain type was seen: the drain begins now (or went on since a previous
+        agent saw it: the journal keeps its start, so a restart neither delays nor shortens it)."""
+        eid = event.event_id
+        since = self.state.get(eid).get("drain_started")
+        if not isinstance(since, (int, float)):
+            since = self.clock.now()
+            self.state.update(eid, drain_started=since)
+        self._decide(D.DRAIN_STARTED, eid, f"draining for {event.event_type} {eid}: /readyz answers 503"
+                     + (f"; approval not before {self.config.drain_delay:g} s from now"
+                        if self.config.drain_delay else ""), event=event, since=since,
+                     drain_delay=self.config.drain_delay)
+
+    def _end_drain(self, event: Event) -> None:
+        """A drain event left the document: the drain ends unless this VM is going away."""
+        if not policy.drains(event, self.vm_name or "", self.config):
+            return
+        record = self.state.get(event.event_id)
+        if policy.drain_ends_when_gone(event.event_type, event.started or bool(record.get("approved"))):
+            self._decide(D.DRAIN_ENDED, event.event_id, f"{event.event_type} {event.event_id} left the document "
+                                                        f"without taking this VM: /readyz answers 200 again")
 
     # -- helpers ----------------------------------------------------------------------------------
+
+    def _say_api_version(self) -> None:
+        """`--api-version latest`: say once which version IMDS serves and was chosen."""
+        if self._version_said or self.client.discovered is None:
+            return
+        self._version_said = True
+        chosen, offered = self.client.discovered
+        self._decide(D.API_VERSION, None, f"api-version latest: IMDS lists {', '.join(offered) or 'nothing'}; "
+                                          f"using {chosen}", api_version=chosen, offered=offered)
 
     def _ensure_vm_name(self, retry_for: Optional[float], raise_errors: bool = False) -> bool:
         if self.vm_name:
@@ -369,4 +431,8 @@ class Agent:
             data.setdefault("status", event.status)
             data.setdefault("not_before", event.not_before_raw)
             data.setdefault("resources", list(event.resources))
+            data.setdefault("event_source", event.event_source)
+            data.setdefault("duration_in_seconds", event.duration_in_seconds)
+            if event.not_before is not None and event.scheduled:
+                data.setdefault("not_before_in", round(event.not_before - self.clock.now(), 3))
         self.bus.publish(Decision(kind, event_id, self.vm_name, message, self.clock.now(), data))

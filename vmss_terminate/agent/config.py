@@ -25,7 +25,9 @@ _DURATIONS = (
     ("first_call_timeout", 0, 3600.0, ""),
     ("kill_grace", 0, 3600.0, ""),
     ("stop_grace", None, MAX_NOTICE, " (the longest a drain can take)"),
+    ("drain_delay", None, MAX_NOTICE, " (the longest Terminate notice)"),
 )
+WEBHOOK_FORMATS = ("json", "slack", "teams")
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,10 @@ class AgentConfig:
     vm_name          override compute.name (normally learnt from IMDS)
     rerun_interrupted  rerun a hook that was started but not finished when the agent died
     max_requests_per_second  client-side IMDS rate limit (IMDS allows 5/s per VM)
+    drain_delay      seconds the approval waits after the drain began (/readyz 503), bounded by
+                     NotBefore minus the safety margin; hooks run in parallel (0: no wait)
+    webhook_format   json (a hook step: the event POSTed before approval) or slack / teams (chat
+                     notifications of what the agent did; never hold the approval back)
     """
 
     imds_url: Optional[str] = None
@@ -70,6 +76,8 @@ class AgentConfig:
     kill_grace: float = 5.0
     max_requests_per_second: int = 4
     stop_grace: float = 45.0
+    drain_delay: float = 0.0
+    webhook_format: str = "json"
 
     def validated(self) -> "AgentConfig":
         """A normalised copy; UsageError (exit 2) on any bad value, before any request."""
@@ -84,6 +92,8 @@ class AgentConfig:
         if self.safety_margin >= MAX_NOTICE:
             raise UsageError(f"invalid --safety-margin {self.safety_margin:g}: expected 0 <= seconds < "
                              f"{MAX_NOTICE:g} (NotBefore is at most 15 minutes away: hooks would never start)")
+        if self.webhook_format not in WEBHOOK_FORMATS:
+            raise UsageError(f"invalid --webhook-format {self.webhook_format!r}: use {', '.join(WEBHOOK_FORMATS)}")
         if self.on_hook_failure not in ON_HOOK_FAILURE:
             raise UsageError(f"invalid --on-hook-failure {self.on_hook_failure!r}: use approve or wait")
         if isinstance(self.max_requests_per_second, bool) or not 1 <= int(self.max_requests_per_second) <= 1000:

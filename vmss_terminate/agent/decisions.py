@@ -31,6 +31,9 @@ SHARED_NOT_APPROVED = "shared_not_approved"
 IMDS_ERROR = "imds_error"
 IMDS_RECOVERED = "imds_recovered"
 STOPPING = "stopping"
+DRAIN_STARTED = "drain_started"          # an own event of a drain type: /readyz answers 503 from now
+DRAIN_ENDED = "drain_ended"              # that event left the document without taking the VM: 200 again
+API_VERSION = "api_version"              # `--api-version latest`: the version IMDS serves that was chosen
 
 _WARNING_KINDS = {HOOK_FAILED, HOOKS_CHANGED, APPROVAL_FAILED, SHARED_NOT_APPROVED, IMDS_ERROR}
 

@@ -43,7 +43,7 @@ class Outage:
         if self.since is None:
             self.since, self.failures, self._last_report = now, 1, now
             self._report(D.IMDS_ERROR, None, f"IMDS unavailable: {exc}{after}", status=exc.status,
-                         delay=retry_in, outage_seconds=0.0, failures=1)
+                         outcome=exc.outcome, delay=retry_in, outage_seconds=0.0, failures=1)
             return
         self.failures += 1
         if now - self._last_report >= self.report_every:
@@ -51,7 +51,7 @@ class Outage:
             lasted = now - self.since
             self._report(D.IMDS_ERROR, None, f"IMDS still unavailable after {lasted:.0f}s "
                                              f"({self.failures} failed requests): {exc}{after}",
-                         status=exc.status, delay=retry_in, outage_seconds=lasted, failures=self.failures)
+                         status=exc.status, outcome=exc.outcome, delay=retry_in, outage_seconds=lasted, failures=self.failures)
 
     def answered(self) -> None:
         """IMDS answered: an outage in progress ends (and is reported with its length)."""

@@ -97,6 +97,9 @@ def event_variables(event: Event, vm_name: str, deadline: Optional[float]) -> Di
         "VMSS_TERMINATE_VM_NAME": vm_name,
         "VMSS_TERMINATE_RESOURCES": json.dumps(list(event.resources)),
         "VMSS_TERMINATE_DEADLINE": "" if deadline is None else str(int(deadline)),
+        # api-version 2019-08-01 / 2020-07-01 and later; empty when the version in use lacks them
+        "VMSS_TERMINATE_EVENT_SOURCE": "" if event.event_source is None else str(event.event_source),
+        "VMSS_TERMINATE_DURATION_SECONDS": "" if event.duration_in_seconds is None else str(event.duration_in_seconds),
     }
 
 
@@ -223,7 +226,8 @@ class WebhookHook:
 
         if self._session is None:
             self._session = requests.Session()
-        payload = {"vm_name": run.vm_name, "event": run.event.to_json(), "deadline": run.deadline()}
+        payload = {"vm_name": run.vm_name, "event": run.event.to_json(), "deadline": run.deadline(),
+                   "event_source": run.event.event_source, "duration_in_seconds": run.event.duration_in_seconds}
         left = run.deadline()
         timeout = self.timeout if left is None else max(0.5, min(self.timeout, left - run.clock.now()))
         try:

@@ -13,6 +13,11 @@ Rules that hold for every request, because IMDS and its docs demand them:
 - at most `max_per_second` requests in any one-second window (IMDS allows 5/s per VM, then 429);
 - 410 (retry up to 70 s), 429 (Retry-After), 5xx, connection errors (refused, reset and cut off are
   told apart), timeouts, oversize answers and malformed JSON are retried with bounded exponential backoff and jitter; every wait goes through the clock.
+- every answer (or failure) is told to `observers` as (method, endpoint, outcome): the agent's
+  metrics count IMDS requests by outcome from it.
+
+`api_version="latest"` asks IMDS which versions it serves (a request without api-version is
+answered 400 with `newest-versions`) and uses the newest that serves Scheduled Events.
 
 The approval POST has a guard at this lowest layer: it only ever posts an EventId that is in the
 latest document this client fetched *and* lists our VM name in its Resources, unless the caller
@@ -35,7 +40,7 @@ import time
 from collections import deque
 from datetime import datetime
 from email.utils import parsedate_to_datetime
-from typing import Any, Callable, Deque, Dict, List, Optional, Sequence
+from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
 from urllib.parse import urlsplit
 
 import requests
@@ -47,13 +52,14 @@ from vmss_terminate import __version__
 from vmss_terminate.agent.events import EventsDocument, MalformedDocument, owns, same_name
 from vmss_terminate.clock import SYSTEM_CLOCK, Clock
 from vmss_terminate.errors import UsageError, VmssTerminateError
-from vmss_terminate.scheduled_events import DEFAULT_API_VERSION, TERMINATE_SINCE
+from vmss_terminate.scheduled_events import DEFAULT_API_VERSION, SCHEDULED_EVENTS_VERSIONS, TERMINATE_SINCE
 
 log = logging.getLogger(__name__)
 
 DEFAULT_IMDS_URL = "http://169.254.169.254"
 IMDS_URL_ENV = "VMSS_TERMINATE_IMDS_URL"
 MIN_API_VERSION = TERMINATE_SINCE  # the first Scheduled Events version with Terminate
+LATEST = "latest"  # --api-version latest: the newest version IMDS serves, asked at start
 INSTANCE_API_VERSION = "2021-02-01"
 EVENTS_PATH = "/metadata/scheduledevents"
 INSTANCE_PATH = "/metadata/instance"
@@ -69,11 +75,13 @@ class ImdsError(VmssTerminateError):
     """IMDS failed. `retryable` says whether waiting and asking again can help."""
 
     def __init__(self, message: str, status: Optional[int] = None, retryable: bool = True,
-                 retry_after: Optional[float] = None) -> None:
+                 retry_after: Optional[float] = None, outcome: str = "error", body: str = "") -> None:
         super().__init__(message)
         self.status = status
         self.retryable = retryable
         self.retry_after = retry_after
+        self.outcome = outcome  # the metrics label: timeout, connection_error, throttled, gone, ...
+        self.body = body        # the answer of a refused (4xx) request, for callers that read it
 
 
 class ForeignEventError(VmssTerminateError):
@@ -112,8 +120,11 @@ def resolve_imds_url(url: Optional[str] = None) -> str:
 
 
 def check_imds_api_version(version: str) -> str:
-    """The Scheduled Events api-version: accept YYYY-MM-DD not older than 2019-01-01 (older versions have no Terminate events)."""
+    """The Scheduled Events api-version: `latest`, or YYYY-MM-DD not older than 2019-01-01 (older
+    versions have no Terminate events). Every documented version from 2019-01-01 on is accepted."""
     text = str(version).strip()
+    if text.lower() == LATEST:
+        return LATEST
     if not re.match(r"^\d{4}-\d{2}-\d{2}$", text):
         raise UsageError(f"invalid api-version {text!r}: expected YYYY-MM-DD, e.g. {DEFAULT_API_VERSION}")
     try:
@@ -226,6 +237,9 @@ class ImdsClient:
         self._events_called = False
         self._lock = threading.Lock()
         self._last_document: Optional[EventsDocument] = None
+        self._version_lock = threading.Lock()
+        self.observers: List[Callable[[str, str, str], None]] = []  # (method, endpoint, outcome)
+        self.discovered: Optional[Tuple[str, List[str]]] = None  # latest: (chosen, what IMDS listed)
 
     # -- public API ---------------------------------------------------------------------------
 
@@ -238,11 +252,47 @@ class ImdsClient:
                    stop: Optional[threading.Event] = None,
                    on_retry: Optional[Callable[[ImdsError, float], None]] = None) -> EventsDocument:
         """The current Scheduled Events document (retried; `retry_for=None` retries until `stop`)."""
+        version = self.resolve_api_version(retry_for, stop, on_retry)
         with self._lock:
             first = not self._events_called
         timeout = self.first_call_timeout if first else self.read_timeout
-        return self._remember(self._call("GET", EVENTS_PATH, {"api-version": self.api_version}, None, timeout,
+        return self._remember(self._call("GET", EVENTS_PATH, {"api-version": version}, None, timeout,
                                          retry_for, stop, on_retry, parse=EventsDocument.from_json))
+
+    def resolve_api_version(self, retry_for: Optional[float] = GONE_RETRY_SECONDS,
+                            stop: Optional[threading.Event] = None,
+                            on_retry: Optional[Callable[[ImdsError, float], None]] = None) -> str:
+        """The api-version in use; `latest` is resolved (once) by asking IMDS."""
+        with self._version_lock:
+            if self.api_version == LATEST:
+                self.api_version = self._discover_version(retry_for, stop, on_retry)
+            return self.api_version
+
+    def _discover_version(self, retry_for: Optional[float], stop: Optional[threading.Event],
+                          on_retry: Optional[Callable[[ImdsError, float], None]]) -> str:
+        """Ask without api-version (IMDS: 400 with `newest-versions`); try the versions it lists,
+        newest first, then the documented Scheduled Events versions; the first answered 200 wins."""
+        offered: List[str] = []
+        try:
+            self._call("GET", EVENTS_PATH, {}, None, self.first_call_timeout, retry_for, stop, on_retry, parse=None)
+        except ImdsError as exc:
+            if exc.status != 400:
+                raise
+            offered = _newest_versions(exc.body)
+        candidates = sorted({v for v in offered if v >= MIN_API_VERSION}, reverse=True)
+        candidates += [v for v in reversed(SCHEDULED_EVENTS_VERSIONS) if v >= MIN_API_VERSION and v not in candidates]
+        for version in candidates:
+            try:
+                self._call("GET", EVENTS_PATH, {"api-version": version}, None, self.first_call_timeout,
+                           retry_for, stop, on_retry, parse=EventsDocument.from_json)
+            except ImdsError as exc:
+                if exc.status == 400:  # listed for IMDS as a whole, not served for Scheduled Events
+                    continue
+                raise
+            self.discovered = (version, offered)
+            return version
+        self.discovered = (DEFAULT_API_VERSION, offered)
+        return DEFAULT_API_VERSION
 
     def vm_name(self, retry_for: Optional[float] = GONE_RETRY_SECONDS,
                 stop: Optional[threading.Event] = None,
@@ -272,6 +322,7 @@ class ImdsClient:
         """
         self.guard_approval(event_id, vm_name, allow_foreign, allow_shared, event_type)
         body = json.dumps({"StartRequests": [{"EventId": event_id}]})
+        version = self.resolve_api_version(retry_for, stop, on_retry)
 
         def before_send() -> None:
             if allow_foreign:
@@ -279,7 +330,7 @@ class ImdsClient:
             self._refresh_document(stop)
             self.guard_approval(event_id, vm_name, allow_foreign, allow_shared, event_type)
 
-        self._call("POST", EVENTS_PATH, {"api-version": self.api_version}, body, self.read_timeout,
+        self._call("POST", EVENTS_PATH, {"api-version": version}, body, self.read_timeout,
                    retry_for, stop, on_retry, parse=None, before_send=before_send)
 
     def guard_approval(self, event_id: str, vm_name: str, allow_foreign: bool = False,
@@ -311,7 +362,7 @@ class ImdsClient:
 
     def _refresh_document(self, stop: Optional[threading.Event] = None) -> None:
         """One GET (no retry of its own: the caller's loop retries) to re-check right before a POST."""
-        self._remember(self._send("GET", EVENTS_PATH, {"api-version": self.api_version}, None,
+        self._remember(self._send("GET", EVENTS_PATH, {"api-version": self.resolve_api_version()}, None,
                                   self.read_timeout, EventsDocument.from_json, stop))
 
     def _remember(self, document: EventsDocument) -> EventsDocument:
@@ -362,6 +413,25 @@ class ImdsClient:
 
     def _send(self, method: str, path: str, params: Dict[str, str], body: Optional[str], read_timeout: float,
               parse: Optional[Callable[[Any], Any]], stop: Optional[threading.Event] = None) -> Any:
+        """One request; its outcome is told to the observers (ok, or the ImdsError's outcome)."""
+        try:
+            result = self._send_once(method, path, params, body, read_timeout, parse, stop)
+        except ImdsError as exc:
+            self._observe(method, path, exc.outcome)
+            raise
+        self._observe(method, path, "ok")
+        return result
+
+    def _observe(self, method: str, path: str, outcome: str) -> None:
+        endpoint = path.rsplit("/", 1)[-1]
+        for observer in list(self.observers):
+            try:
+                observer(method, endpoint, outcome)
+            except Exception:  # metrics must never break IMDS calls
+                log.exception("IMDS observer failed")
+
+    def _send_once(self, method: str, path: str, params: Dict[str, str], body: Optional[str], read_timeout: float,
+                   parse: Optional[Callable[[Any], Any]], stop: Optional[threading.Event] = None) -> Any:
         """One request, bounded in total (connect to last byte) and abandoned at once when `stop` is set."""
         headers = {"Metadata": "true"}
         if body is not None:
@@ -392,38 +462,51 @@ class ImdsClient:
             raise ImdsError(
                 f"IMDS answered {status} redirect to {response.headers.get('Location', '?')!r}; "
                 f"redirects are never followed (is something intercepting {self.base_url}?)",
-                status=status, retryable=False)
+                status=status, retryable=False, outcome="redirect")
         if status == 429:
-            raise ImdsError("429 too many requests", status=status,
+            raise ImdsError("429 too many requests", status=status, outcome="throttled",
                             retry_after=_retry_after(response.headers.get("Retry-After"), self.clock))
         if status == 410 or status >= 500:
             raise ImdsError(f"{status} {response.reason or ''}".strip(), status=status,
+                            outcome="gone" if status == 410 else "server_error",
                             retry_after=_retry_after(response.headers.get("Retry-After"), self.clock))
         if status >= 400:
             raise ImdsError(f"IMDS refused {method} {path}: {status} {_snippet(_text(content))}",
-                            status=status, retryable=False)
+                            status=status, retryable=False, outcome="client_error", body=_text(content))
         if parse is None:
             return None
         try:
             return parse(json.loads(content))
         except (ValueError, MalformedDocument, RecursionError) as exc:  # RecursionError: absurdly nested JSON
-            raise ImdsError(f"malformed answer: {_snippet(str(exc))}", status=status) from exc
+            raise ImdsError(f"malformed answer: {_snippet(str(exc))}", status=status, outcome="malformed") from exc
 
     def _transport_error(self, exc: requests.RequestException) -> "ImdsError":
         """Name what went wrong on the wire: refused, reset, cut off and timed out are different faults."""
         if isinstance(exc, _TooLarge):
-            return ImdsError(str(exc))
+            return ImdsError(str(exc), outcome="malformed")
         if isinstance(exc, requests.Timeout):
-            return ImdsError(f"timed out: {exc.__class__.__name__}")
+            return ImdsError(f"timed out: {exc.__class__.__name__}", outcome="timeout")
         causes = _causes(exc)
         if any(isinstance(c, ConnectionResetError) for c in causes):
-            return ImdsError(f"connection reset by {self.base_url}")
+            return ImdsError(f"connection reset by {self.base_url}", outcome="connection_error")
         if any(isinstance(c, (http.client.RemoteDisconnected, http.client.IncompleteRead)) for c in causes) \
                 or isinstance(exc, requests.exceptions.ChunkedEncodingError):
-            return ImdsError(f"{self.base_url} closed the connection before the answer was complete")
+            return ImdsError(f"{self.base_url} closed the connection before the answer was complete",
+                             outcome="connection_error")
         if isinstance(exc, requests.ConnectionError):
-            return ImdsError(f"cannot connect to {self.base_url}: {exc.__class__.__name__}")
+            return ImdsError(f"cannot connect to {self.base_url}: {exc.__class__.__name__}", outcome="connection_error")
         return ImdsError(f"request failed: {exc.__class__.__name__}")
+
+
+def _newest_versions(body: str) -> List[str]:
+    """`newest-versions` of IMDS's bad-api-version answer (empty if the answer is something else)."""
+    try:
+        listed = json.loads(body).get("newest-versions")
+    except (ValueError, AttributeError):
+        return []
+    if not isinstance(listed, list):
+        return []
+    return [v for v in listed if isinstance(v, str) and re.match(r"^\d{4}-\d{2}-\d{2}$", v)]
 
 
 class _TooLarge(requests.RequestException):
@@ -517,7 +600,7 @@ class _Watch:
             raise Stopped("stopped during an IMDS request") from cause
         if self.fired == "deadline":
             raise ImdsError(f"no complete answer within {self.total:g}s (connect timeout plus "
-                            f"--request-timeout, first byte to last)") from cause
+                            f"--request-timeout, first byte to last)", outcome="timeout") from cause
 
 
 class _WatchedConnection(urllib3.connection.HTTPConnection):

@@ -5,7 +5,9 @@ One `Job` per event whose hooks run. Its steps run one after another; before eac
 step's start and end are written to the journal, so an agent that dies mid-hook knows on restart
 which hook to rerun. `cancel()` (the agent stopping) stops the running step and leaves it
 "started, not finished". What happens after the hooks (approval) is not this module's business:
-the runner calls `then(event_id)` when the steps are over and the job was not cancelled.
+the runner calls `then(event_id)` when the steps are over, the drain delay (`policy.drain_until`,
+counted from when the drain began, so it runs in parallel with the hooks) has passed, and the job
+was not cancelled. A job may have no steps: then it only waits for the drain delay.
 """
 
 from __future__ import annotations
@@ -101,7 +103,7 @@ class JobRunner:
     def _work(self, job: Job, event: Event, steps: List[Step], then: Callable[[str], None]) -> None:
         eid = event.event_id
         try:
-            if self._run_steps(job, event, steps) and not job.cancelled.is_set():
+            if (not steps or self._run_steps(job, event, steps)) and self._drain_delay(job, event):
                 then(eid)
         except Exception:
             log.exception("hook worker for %s failed", eid)
@@ -109,6 +111,19 @@ class JobRunner:
             with self._lock:
                 self._jobs.pop(eid, None)  # only now: run_once waits for the jobs in this map
             job.done.set()
+
+    def _drain_delay(self, job: Job, event: Event) -> bool:
+        """Wait until the drain delay lets the approval go (NotBefore re-read, as for hooks); False if cancelled."""
+        eid = event.event_id
+        while not job.cancelled.is_set():
+            latest = self._latest(eid) or event
+            until = policy.drain_until(latest, self.config, policy.Progress.from_record(self.journal.get(eid)))
+            left = 0.0 if until is None else until - self.clock.now()
+            if left <= 0:
+                return True
+            job.wake.clear()
+            self.clock.wait(job.wake, min(left, 1.0))
+        return False
 
     def _deadline(self, event_id: str, fallback: Optional[float]) -> Optional[float]:
         latest = self._latest(event_id)
@@ -145,21 +160,25 @@ class JobRunner:
                           job.cancelled, job.wake, kill_grace=self.config.kill_grace,
                           on_process=lambda pid: journal.update(eid, hook_pid=pid,
                                                                 hook_token=process_start_token(pid)))
+                began = self.clock.now()
                 result = step.hook.run(run)
+                duration = round(self.clock.now() - began, 3)
                 if result.outcome == OK:
                     done.append(step.name)
                 journal.update(eid, hook_pid=None, hook_token=None, steps_done=list(done) or None)
                 if result.outcome == CANCELLED:
                     self._report(D.HOOK_FAILED, eid, f"hook {step.name} interrupted: agent stopping "
-                                                     f"(reruns on restart)", hook=step.name, outcome=CANCELLED)
+                                                     f"(reruns on restart)", hook=step.name, outcome=CANCELLED,
+                                 duration=duration)
                     return False
                 if result.outcome != OK:
                     failed = result
                     self._report(D.HOOK_FAILED, eid, f"hook {step.name} failed: {result.detail}",
-                                 hook=step.name, outcome=result.outcome, exit_code=result.exit_code)
+                                 hook=step.name, outcome=result.outcome, exit_code=result.exit_code,
+                                 duration=duration)
                     break
                 self._report(D.HOOK_FINISHED, eid, f"hook {step.name} finished: {result.detail}",
-                             hook=step.name, exit_code=result.exit_code)
+                             hook=step.name, exit_code=result.exit_code, duration=duration)
             journal.update(eid, hooks_finished=self.clock.now(), hooks_result="failed" if failed else "ok",
                            current_step=None)
         except Exception:

@@ -15,6 +15,11 @@ The rules, in order:
    not an event that also names other VMs unless `approve_shared`.
 4. A hook may start only before its deadline, NotBefore minus the safety margin; an unreadable
    NotBefore counts as the longest Terminate notice from when the hooks began.
+5. Drain: an own event of a drain type (the `hook_events` types, default Terminate) makes the
+   instance not ready (`/readyz` 503) from the moment it is seen. With `drain_delay` the approval
+   waits until at least that many seconds after that moment, bounded by the hook deadline (rule 4),
+   while the hooks run in parallel. The drain ends when such an event leaves the document, unless
+   the VM is going away (a Terminate or Preempt that was approved or started).
 """
 
 from __future__ import annotations
@@ -36,6 +41,9 @@ INTERRUPTED = "interrupted"  # a hook was started by a previous agent and never 
 OBSERVE = "observe"      # ours, but no hook subscribes and the type is not approved: watch only
 WITHHOLD = "withhold"    # ours, but not approved (reason in `message`, reported once)
 APPROVE = "approve"      # send the approval now
+DRAIN_WAIT = "drain_wait"  # approvable, but the drain delay is not over (until `Verdict.until`)
+
+DEPARTING = ("Terminate", "Preempt")  # event types after which this VM does not come back
 
 UNKNOWN_NOTICE = MAX_TERMINATE_NOTICE  # seconds assumed until an unreadable NotBefore
 
@@ -48,12 +56,15 @@ class Progress:
     hooks_started: bool = False
     hooks_finished: bool = False
     hooks_failed: bool = False
+    drain_since: Optional[float] = None  # when the drain began (/readyz turned 503)
 
     @classmethod
     def from_record(cls, record: Mapping[str, Any]) -> "Progress":
+        since = record.get("drain_started")
         return cls(approved=bool(record.get("approved")), hooks_started=bool(record.get("hooks_started")),
                    hooks_finished=bool(record.get("hooks_finished")),
-                   hooks_failed=record.get("hooks_result") == "failed")
+                   hooks_failed=record.get("hooks_result") == "failed",
+                   drain_since=float(since) if isinstance(since, (int, float)) else None)
 
 
 @dataclass(frozen=True)
@@ -64,6 +75,7 @@ class Verdict:
     message: str = ""
     kind: Optional[str] = None
     others: Tuple[str, ...] = ()
+    until: Optional[float] = None  # DRAIN_WAIT: when the approval may be sent
 
 
 def command_hooks_apply(event_type: str, config: AgentConfig) -> bool:
@@ -80,7 +92,8 @@ def handler_applies(subscribed: str, event_type: str) -> bool:
     return subscribed in ("*", event_type)
 
 
-def next_step(event: Event, vm_name: str, config: AgentConfig, progress: Progress, has_hooks: bool) -> Verdict:
+def next_step(event: Event, vm_name: str, config: AgentConfig, progress: Progress, has_hooks: bool,
+              now: Optional[float] = None) -> Verdict:
     """What to do with `event` now that it is in the document (no job of ours is running its hooks)."""
     if not event.names(vm_name) or not event.scheduled:
         return Verdict(IGNORE)
@@ -100,11 +113,13 @@ def next_step(event: Event, vm_name: str, config: AgentConfig, progress: Progres
     if not has_hooks and event.event_type not in config.approve_types:
         return Verdict(OBSERVE, f"{event.event_type} {event.event_id} is ours; observed only "
                                 f"(no hook subscribed, type not in --approve)", kind=D.OBSERVED)
-    return approval(event, vm_name, config, progress)
+    return approval(event, vm_name, config, progress, now)
 
 
-def approval(event: Event, vm_name: str, config: AgentConfig, progress: Progress) -> Verdict:
-    """Whether `event` may be approved now, its hooks being done (or none subscribed)."""
+def approval(event: Event, vm_name: str, config: AgentConfig, progress: Progress,
+             now: Optional[float] = None) -> Verdict:
+    """Whether `event` may be approved now (`now` on the agent's clock), its hooks being done (or
+    none subscribed). Without `now` the drain delay counts as not over."""
     eid = event.event_id
     if progress.approved:
         return Verdict(DONE)
@@ -122,6 +137,10 @@ def approval(event: Event, vm_name: str, config: AgentConfig, progress: Progress
         return Verdict(WITHHOLD, f"not approving {event.event_type} {eid}: it also names {', '.join(others)}; "
                                  f"approving would release them before they drain (use --approve-shared); "
                                  f"it starts at NotBefore", kind=D.SHARED_NOT_APPROVED, others=others)
+    until = drain_until(event, config, progress)
+    if until is not None and (now is None or now < until):
+        return Verdict(DRAIN_WAIT, f"approval of {eid} waits for the drain delay ({config.drain_delay:g} s "
+                                   f"after /readyz turned 503)", until=until)
     return Verdict(APPROVE)
 
 
@@ -157,6 +176,29 @@ def resume_after_restart(record: Mapping[str, Any], current: Sequence[str], reru
     left = [name for name in current if name not in done]
     return Resume(True, f"hook {step} was interrupted by an agent restart and is no longer configured; "
                         f"running the configured hooks that have not finished: {', '.join(left) or 'none'}", changed)
+
+
+def drains(event: Event, vm_name: str, config: AgentConfig) -> bool:
+    """An own event of a drain type (`hook_events`, default Terminate): the instance is not ready
+    (/readyz 503) from the moment it is seen, whatever its status."""
+    return event.names(vm_name) and event.event_type in config.hook_events
+
+
+def drain_until(event: Event, config: AgentConfig, progress: Progress) -> Optional[float]:
+    """When the drain delay lets the approval go: `drain_delay` seconds after the drain began, but
+    never after the hook deadline (NotBefore minus the safety margin), exactly as hooks are bounded.
+    None: no delay applies (none configured, or the drain has not begun)."""
+    if config.drain_delay <= 0 or progress.drain_since is None:
+        return None
+    until = progress.drain_since + config.drain_delay
+    deadline = hook_deadline(assumed_not_before(event, progress.drain_since), config)
+    return until if deadline is None else min(until, deadline)
+
+
+def drain_ends_when_gone(event_type: str, started_or_approved: bool) -> bool:
+    """A drain event that left the document ends the drain (/readyz 200 again), unless this VM is
+    going away: a Terminate or Preempt that was approved or started is never undone."""
+    return not (event_type in DEPARTING and started_or_approved)
 
 
 def assumed_not_before(event: Event, now: float) -> float:

@@ -18,7 +18,8 @@ from vmss_terminate.errors import UsageError
 _IMDS_URL = click.option("--imds-url", metavar="URL", default=None,
                          help="IMDS base URL [env VMSS_TERMINATE_IMDS_URL; default http://169.254.169.254].")
 _API_VERSION = click.option("--api-version", default="2019-01-01", show_default=True,
-                            help="Scheduled Events api-version (>= 2019-01-01, the first with Terminate).")
+                            help="Scheduled Events api-version (>= 2019-01-01, the first with Terminate), or "
+                                 "'latest': the newest IMDS serves, asked at start.")
 _RETRY_FOR = click.option("--retry-for", type=float, default=70.0, show_default=True, metavar="S",
                           help="One-shot commands (run --once, events, approve): keep retrying an unavailable "
                                "IMDS this long before failing (exit 1). A long-running `run` never gives up.")
@@ -39,6 +40,15 @@ def agent_group() -> None:
 @click.option("--hook-events", default="Terminate", show_default=True, metavar="TYPES",
               help="Event types the hooks and the webhook run for (comma list, 'all').")
 @click.option("--webhook", default=None, metavar="URL", help="POST each such event as JSON to URL (may use proxies).")
+@click.option("--webhook-format", type=click.Choice(["json", "slack", "teams"]), default="json", show_default=True,
+              help="json: the event, as a hook step before approval; slack / teams: incoming-webhook chat "
+                   "messages of what the agent did (draining, hook failed, approved), never delaying it.")
+@click.option("--listen", default=None, metavar="HOST:PORT",
+              help="Serve /metrics (Prometheus), /healthz and /readyz (the drain probe) here; a bare PORT "
+                   "is loopback. Off by default.")
+@click.option("--drain-delay", type=float, default=0.0, show_default=True, metavar="S",
+              help="Approve at least S seconds after /readyz turned 503 (hooks run meanwhile), but no later "
+                   "than NotBefore minus --safety-margin.")
 @click.option("--poll-interval", type=float, default=1.0, show_default=True, metavar="S",
               help="Seconds between Scheduled Events polls (the docs recommend 1).")
 @click.option("--state-file", default=None, metavar="PATH",
@@ -68,7 +78,7 @@ def agent_group() -> None:
               help="Logs on stderr: human-readable lines, or one JSON object per line.")
 @_RETRY_FOR
 def run_command(imds_url: Optional[str], hooks: Tuple[str, ...], hook_events: str, webhook: Optional[str],
-                poll_interval: float, state_file: Optional[str], once: bool, approve_types: Optional[str],
+                webhook_format: str, listen: Optional[str], drain_delay: float, poll_interval: float, state_file: Optional[str], once: bool, approve_types: Optional[str],
                 approve_shared: bool, on_hook_failure: str, safety_margin: float, stop_grace: float,
                 no_rerun_interrupted: bool,
                 api_version: str, vm_name: Optional[str], request_timeout: float, first_call_timeout: float,
@@ -89,15 +99,25 @@ def run_command(imds_url: Optional[str], hooks: Tuple[str, ...], hook_events: st
         on_hook_failure=on_hook_failure, stop_grace=stop_grace,
         approve_shared=approve_shared, api_version=api_version, safety_margin=safety_margin,
         webhook=webhook, vm_name=vm_name, rerun_interrupted=not no_rerun_interrupted,
-        request_timeout=request_timeout, first_call_timeout=first_call_timeout,
+        request_timeout=request_timeout, first_call_timeout=first_call_timeout, drain_delay=drain_delay,
+        webhook_format=webhook_format,
     )
     agent = Agent(config)
+    server = None
+    if listen is not None:
+        from vmss_terminate.agent.probes import serve
+
+        server = serve(agent, listen)
     stop = threading.Event()
     _stop_on_signals(stop)
-    if once:
-        agent.run_once(stop, retry_for=retry_for)
-    else:
-        agent.run(stop)
+    try:
+        if once:
+            agent.run_once(stop, retry_for=retry_for)
+        else:
+            agent.run(stop)
+    finally:
+        if server is not None:
+            server.close()
 
 
 def _given(parameter: str) -> bool:

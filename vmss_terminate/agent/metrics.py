@@ -1,0 +1,219 @@
+"""What the agent is doing, as Prometheus metrics and two probes (`/healthz`, `/readyz`).
+
+`AgentMetrics` is a DecisionBus subscriber plus an IMDS request observer: it only counts what the
+agent reports and renders it, so it cannot change what the agent decides. `probes.py` serves it
+over HTTP (`agent run --listen`). Time comes from the agent's clock. No secret is ever a label:
+labels are event types, EventIds, VM names, versions and outcomes.
+
+Health (`/healthz`): 200 while the poll loop runs and IMDS answered within `stale_after` seconds
+(default: the larger of 60 s and 3 poll intervals), 503 with the reason otherwise.
+Readiness (`/readyz`, the drain probe): 200, or 503 from the moment an own event of a drain type
+(`--hook-events`, default Terminate) is seen until the drain ends (see `policy.drain_ends_when_gone`).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
+
+from vmss_terminate import __version__
+from vmss_terminate.agent import decisions as D
+from vmss_terminate.agent.decisions import Decision
+from vmss_terminate.agent.events import parse_not_before
+from vmss_terminate.clock import Clock
+
+if TYPE_CHECKING:
+    from vmss_terminate.agent.agent import Agent
+
+PREFIX = "vmss_terminate_"
+HOOK_BUCKETS = (1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 900.0)
+Labels = Tuple[Tuple[str, str], ...]
+
+
+class AgentMetrics:
+    """Counters and gauges of one agent; `render()` is the Prometheus text exposition (0.0.4)."""
+
+    def __init__(self, agent: "Agent", stale_after: Optional[float] = None) -> None:
+        self.agent = agent
+        self.clock: Clock = agent.clock
+        self.stale_after = stale_after if stale_after is not None else max(60.0, 3 * agent.config.poll_interval)
+        self._lock = threading.Lock()
+        self._counters: Dict[str, Dict[Labels, float]] = {}
+        self._hook_buckets = [0] * len(HOOK_BUCKETS)  # cumulative counts per upper bound
+        self._hook_count = 0
+        self._hook_sum = 0.0
+        self._own_pending: Dict[str, Dict[str, Any]] = {}  # EventId -> type, not_before, duration
+        self._draining: Dict[str, Tuple[str, float]] = {}  # EventId -> (type, since)
+        self.last_poll: Optional[float] = None    # last successful Scheduled Events GET
+        self.last_answer: Optional[float] = None  # last successful IMDS request of any kind
+        self.last_error = ""
+
+    def attach(self) -> "AgentMetrics":
+        """Subscribe to the agent's decisions and IMDS requests."""
+        self.agent.subscribe(self)
+        self.agent.client.observers.append(self.imds_request)
+        return self
+
+    # -- inputs --------------------------------------------------------------------------------------
+
+    def imds_request(self, method: str, endpoint: str, outcome: str) -> None:
+        now = self.clock.now()
+        with self._lock:
+            self._count("imds_requests_total", (("method", method), ("endpoint", endpoint), ("outcome", outcome)))
+            if outcome == "ok":
+                self.last_answer = now
+                if endpoint == "scheduledevents" and method == "GET":
+                    self.last_poll = now
+
+    def __call__(self, decision: Decision) -> None:
+        data, eid, kind = decision.data, decision.event_id or "", decision.kind
+        with self._lock:
+            if kind == D.EVENT_SEEN:
+                self._count("events_seen_total", (("event_type", str(data.get("event_type", ""))),
+                                                  ("owner", "own" if data.get("ours") else "foreign"),
+                                                  ("event_source", str(data.get("event_source") or ""))))
+            if kind in (D.EVENT_SEEN, D.EVENT_CHANGED, D.EVENT_STARTED) and (data.get("ours") or kind != D.EVENT_SEEN):
+                self._track_own(eid, data)
+            elif kind == D.EVENT_GONE:
+                self._own_pending.pop(eid, None)
+            elif kind == D.HOOK_STARTED:
+                self._count("hooks_run_total", ())
+            elif kind in (D.HOOK_FINISHED, D.HOOK_FAILED):
+                if kind == D.HOOK_FAILED:
+                    self._count("hooks_failed_total", (("outcome", str(data.get("outcome", "failed"))),))
+                if isinstance(data.get("duration"), (int, float)):
+                    self._observe_hook(float(data["duration"]))
+            elif kind == D.APPROVAL_SENT:
+                self._count("approvals_sent_total", (("event_type", str(data.get("event_type", ""))),))
+            elif kind == D.APPROVAL_FAILED:
+                self._count("approvals_failed_total", ())
+            elif kind == D.DRAIN_STARTED:
+                since = data.get("since")
+                self._draining[eid] = (str(data.get("event_type", "")),
+                                       float(since) if isinstance(since, (int, float)) else decision.at)
+            elif kind == D.DRAIN_ENDED:
+                self._draining.pop(eid, None)
+            elif kind == D.IMDS_ERROR:
+                self.last_error = decision.message
+
+    def _observe_hook(self, seconds: float) -> None:
+        for i, bound in enumerate(HOOK_BUCKETS):
+            if seconds <= bound:
+                self._hook_buckets[i] += 1
+        self._hook_count += 1
+        self._hook_sum += seconds
+
+    def _count(self, name: str, labels: Labels, by: float = 1.0) -> None:
+        series = self._counters.setdefault(name, {})
+        series[labels] = series.get(labels, 0.0) + by
+
+    def _track_own(self, eid: str, data: Dict[str, Any]) -> None:
+        if data.get("status") != "Scheduled":
+            self._own_pending.pop(eid, None)
+            return
+        self._own_pending[eid] = {"event_type": str(data.get("event_type", "")),
+                                  "not_before": parse_not_before(data.get("not_before")),
+                                  "duration": data.get("duration_in_seconds")}
+
+    # -- probes --------------------------------------------------------------------------------------
+
+    def health(self) -> Tuple[bool, str]:
+        """(healthy, reason): the poll loop runs and IMDS answered recently."""
+        if not self.agent.running.is_set():
+            return False, "the poll loop is not running"
+        now = self.clock.now()
+        with self._lock:
+            last, error = self.last_answer, self.last_error
+        since = last if last is not None else self.agent.started_at
+        if since is not None and now - since > self.stale_after:
+            what = "since the agent started" if last is None else f"for {now - last:.0f} s"
+            return False, f"no answer from IMDS {what} (limit {self.stale_after:g} s)" + (
+                f"; last error: {error}" if error else "")
+        return True, "ok" if last is not None else "starting: waiting for the first IMDS answer"
+
+    def readiness(self) -> Tuple[bool, str]:
+        """(ready, reason): not ready from the moment an own drain event is seen."""
+        with self._lock:
+            draining = sorted(self._draining.items(), key=lambda item: item[1][1])
+        if not draining:
+            return True, "ok"
+        now = self.clock.now()
+        parts = [f"{kind} {eid} (for {now - since:.0f} s)" for eid, (kind, since) in draining]
+        return False, "draining: " + ", ".join(parts)
+
+    # -- exposition ----------------------------------------------------------------------------------
+
+    def render(self) -> str:
+        """The Prometheus text format, version 0.0.4."""
+        now = self.clock.now()
+        healthy, _ = self.health()
+        ready, _ = self.readiness()
+        out: List[str] = []
+        with self._lock:
+            info = (("version", __version__), ("vm_name", self.agent.vm_name or ""),
+                    ("api_version", self.agent.client.api_version))
+            _family(out, "agent_info", "gauge", "The agent's version, VM name and Scheduled Events api-version.",
+                    [(info, 1.0)])
+            for name, kind_help in _COUNTERS.items():
+                _family(out, name, "counter", kind_help, sorted(self._counters.get(name, {}).items()))
+            _histogram(out, "hook_duration_seconds", "Clock seconds each hook ran (finished or failed).",
+                       self._hook_buckets, self._hook_count, self._hook_sum)
+            _family(out, "last_successful_poll_timestamp_seconds", "gauge",
+                    "Unix time of the last successful Scheduled Events GET (0: none yet).",
+                    [((), self.last_poll or 0.0)])
+            pending = sorted(self._own_pending.items())
+            _family(out, "not_before_seconds", "gauge",
+                    "Seconds left until NotBefore of each own Scheduled event (negative: past).",
+                    [((("event_id", eid), ("event_type", e["event_type"])), e["not_before"] - now)
+                     for eid, e in pending if e["not_before"] is not None])
+            _family(out, "event_duration_seconds", "gauge",
+                    "DurationInSeconds of each own Scheduled event, as IMDS gives it (api-version 2020-07-01 and later).",
+                    [((("event_id", eid), ("event_type", e["event_type"])), float(e["duration"]))
+                     for eid, e in pending if isinstance(e["duration"], (int, float))])
+            _family(out, "draining", "gauge", "1 from the moment an own drain event is seen (/readyz 503).",
+                    [((), 0.0 if ready else 1.0)])
+        _family(out, "healthy", "gauge", "1 while the poll loop runs and IMDS answered recently (/healthz).",
+                [((), 1.0 if healthy else 0.0)])
+        return "\n".join(out) + "\n"
+
+
+_COUNTERS = {
+    "events_seen_total": "Scheduled events seen, by type, own or foreign, and EventSource (2019-08-01 and later).",
+    "hooks_run_total": "Hooks started.",
+    "hooks_failed_total": "Hooks that failed, by outcome (failed, deadline, cancelled).",
+    "approvals_sent_total": "Approvals (StartRequests) IMDS accepted, by event type.",
+    "approvals_failed_total": "Approval POSTs that failed (retried on the next poll).",
+    "imds_requests_total": "IMDS requests by method, endpoint and outcome.",
+}
+
+
+def _family(out: List[str], name: str, kind: str, help_text: str, samples: Sequence[Tuple[Labels, float]]) -> None:
+    out.append(f"# HELP {PREFIX}{name} {help_text}")
+    out.append(f"# TYPE {PREFIX}{name} {kind}")
+    for labels, value in samples:
+        out.append(f"{PREFIX}{name}{_labels(labels)} {_number(value)}")
+
+
+def _histogram(out: List[str], name: str, help_text: str, buckets: Sequence[int], count: int, total: float) -> None:
+    out.append(f"# HELP {PREFIX}{name} {help_text}")
+    out.append(f"# TYPE {PREFIX}{name} histogram")
+    for bound, in_bucket in zip(HOOK_BUCKETS, buckets):
+        out.append(f'{PREFIX}{name}_bucket{{le="{_number(bound)}"}} {in_bucket}')
+    out.append(f'{PREFIX}{name}_bucket{{le="+Inf"}} {count}')
+    out.append(f"{PREFIX}{name}_sum {_number(total)}")
+    out.append(f"{PREFIX}{name}_count {count}")
+
+
+def _labels(labels: Labels) -> str:
+    if not labels:
+        return ""
+    escaped = (f'{k}="{_escape(v)}"' for k, v in labels)
+    return "{" + ",".join(escaped) + "}"
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _number(value: float) -> str:
+    return repr(float(value)) if value != int(value) else f"{int(value)}"
