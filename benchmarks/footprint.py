@@ -6,7 +6,8 @@
    (`vmss-terminate status`) must exit 2 with one line naming `pip install 'vmss-terminate[control]'`.
 2. `pip install 'vmss-terminate[control]'`: the same figures, for the record.
 3. In the lean venv: the agent's steady RSS (`vmss-terminate agent run`, idle polling against the
-   local IMDS emulator) next to `python -c "import requests"`. Target: <= 1.1x.
+   local IMDS emulator) next to `python -c "import requests"`. Target: <= 1.1x. Also with
+   `--listen` (the metrics and probe server), for the record.
 
 usage: python benchmarks/footprint.py [--idle 10]     (Linux: RSS is read from /proc)
 """
@@ -85,12 +86,12 @@ def floor_rss(python: Path) -> int:
     return value
 
 
-def agent_rss(python: Path, seconds: float) -> Dict[str, float]:
+def agent_rss(python: Path, seconds: float, *extra: str) -> Dict[str, float]:
     script = python.parent / "vmss-terminate"
     with EmulatorServer(ImdsEmulator(PlacementGroup(), vm_name=VM, rate_limit=None)) as server, \
             tempfile.TemporaryDirectory() as tmp:
         proc = subprocess.Popen([str(script), "agent", "run", "--imds-url", server.url, "--poll-interval", "1",
-                                 "--state-file", os.path.join(tmp, "state.json")],
+                                 "--state-file", os.path.join(tmp, "state.json"), *extra],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=_no_proxy_env())
         try:
             if not server.log.wait_for(lambda r: sum("scheduledevents" in x.path for x in r) >= 3, 30):
@@ -136,7 +137,7 @@ def main() -> None:
         site = site_packages(lean)
         dists, size = distributions(site), size_bytes(site)
         print(f"lean `pip install vmss-terminate` ({lean_s:.0f} s): {len(dists)} distributions "
-              f"[target <= 8: {_verdict(len(dists) <= 8)}], {size / MB:.1f} MB of site-packages "
+              f"[target <= 8: {_verdict(len(dists) <= 8)}], {size / MB:.2f} MB of site-packages "
               f"[target <= 6 MB: {_verdict(size <= 6 * MB)}]: {', '.join(dists)}")
         leaked = [m for m in ("azure", "msal", "cryptography") if importable(lean, m)]
         print(f"  importable Azure SDK modules: {leaked or 'none'} [{_verdict(not leaked)}]")
@@ -147,6 +148,9 @@ def main() -> None:
         print(f"  RSS agent idle median {agent['median'] / MIB:.1f} MiB (max {agent['max'] / MIB:.1f}), "
               f"`python -c \"import requests\"` {floor / MIB:.1f} MiB, ratio {ratio:.2f}x "
               f"[target <= 1.1x: {_verdict(ratio <= 1.1)}]")
+        listening = agent_rss(lean, args.idle, "--listen", "127.0.0.1:0")
+        print(f"  RSS agent idle with --listen median {listening['median'] / MIB:.1f} MiB, "
+              f"ratio {listening['median'] / floor:.2f}x")
 
         control, control_s = make_venv(Path(tmp) / "control", f"{REPO}[control]")
         site = site_packages(control)

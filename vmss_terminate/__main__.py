@@ -1,3 +1,3 @@
-from vmss_terminate.cli import main
+from vmss_terminate.entry import main
 
-main(prog_name="vmss-terminate")
+main()

@@ -1,0 +1,23 @@
+"""The `vmss-terminate` console script (and `python -m vmss_terminate`).
+
+`agent run`, the command every instance runs for weeks, starts without click: its options are
+parsed by `agent/command.py` from the same definitions the click command is built from, so the
+agent process carries only the agent (docs/benchmarks.md, "Install footprint"). Everything else,
+including `agent run --help`, goes to the click CLI (`cli.py`).
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import List, Optional
+
+
+def main(argv: Optional[List[str]] = None) -> None:
+    args = sys.argv[1:] if argv is None else list(argv)
+    if args[:2] == ["agent", "run"] and not {"-h", "--help"} & set(args[2:]):
+        from vmss_terminate.agent.command import main as run_agent
+
+        sys.exit(run_agent(args[2:]))
+    from vmss_terminate.cli import main as cli
+
+    cli(args, prog_name="vmss-terminate")
