@@ -27,6 +27,23 @@ def interrupt(proc: "subprocess.Popen[str]", timeout: float = 10.0) -> int:
     return proc.returncode
 
 
+def cli_command(*path: str) -> Any:
+    """The real click command at `vmss-terminate PATH...`, loaded the way the CLI loads it (the root
+    group imports a command's module on first use, so `main.commands` alone lists only loaded ones).
+    A missing command fails the test: it never turns into a skip."""
+    import click
+
+    from vmss_terminate.cli import main
+
+    command: Any = main
+    for word in path:
+        assert isinstance(command, click.Group), f"`{word}`: {command.name} is not a group"
+        found = command.get_command(click.Context(command), word)
+        assert found is not None, f"no command `vmss-terminate {' '.join(path)}`"
+        command = found
+    return command
+
+
 def invoke_cli(command: Any, args: Sequence[str], **kwargs: Any) -> "CliResult":
     """`CliRunner().invoke` with click 8.2's result semantics on every click we support.
 

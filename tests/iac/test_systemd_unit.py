@@ -10,6 +10,7 @@ from typing import Dict, List
 
 import click
 import pytest
+from helpers import cli_command
 
 from .conftest import read
 
@@ -61,12 +62,7 @@ def test_exec_start_is_the_agent_run_contract() -> None:
 
 
 def _agent_run() -> click.Command:
-    from vmss_terminate.cli import main
-
-    group = main.commands.get("agent")
-    if not isinstance(group, click.Group) or "run" not in group.commands:
-        pytest.skip("`vmss-terminate agent run` is not implemented yet")
-    return group.commands["run"]
+    return cli_command("agent", "run")
 
 
 @pytest.mark.parametrize("extra", [
