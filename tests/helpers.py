@@ -3,11 +3,15 @@ because tests/conftest.py sits there)."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import queue
 import signal
 import subprocess
+import sys
 import threading
 import time
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
 
 from click.testing import CliRunner, Result
 
@@ -94,3 +98,28 @@ def serve_arm_state(servers: Any, state: Any, monkeypatch: Any) -> Any:
         monkeypatch.setenv(key, value)
     monkeypatch.setenv("VMSS_TERMINATE_ARM_ENDPOINT", servers.arm_url)
     return servers
+
+
+def _read_until(proc: "subprocess.Popen[str]", marker: str, timeout: float = 20) -> List[str]:
+    lines: "queue.Queue[str]" = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout], daemon=True).start()  # type: ignore[union-attr]
+    seen: List[str] = []
+    while True:
+        line = lines.get(timeout=timeout)
+        seen.append(line)
+        if line.startswith(marker):
+            return seen
+
+
+@contextlib.contextmanager
+def serving_arm(*args: str, env: Optional[Dict[str, str]] = None) -> Iterator[List[str]]:
+    """Run `vmss-terminate emulator arm ARGS` as a process; yield its output up to the env JSON line
+    (the last line: `env as JSON: {...}`); stop it with Ctrl+C (SIGINT) and expect a clean exit."""
+    env = {k: v for k, v in (os.environ if env is None else env).items() if "PROXY" not in k.upper()}
+    proc = subprocess.Popen([sys.executable, "-m", "vmss_terminate", "emulator", "arm", *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        yield _read_until(proc, "env as JSON:")
+    finally:
+        code = interrupt(proc)
+    assert code == 0

@@ -3,19 +3,13 @@ real foreground process."""
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import queue
-import subprocess
-import sys
-import threading
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Tuple
+from typing import Any, Dict, List, Tuple
 
 import pytest
 import requests
-from helpers import interrupt
+from helpers import serving_arm
 
 from vmss_terminate.emulator.arm.app import ArmState, InstanceRecord, ScaleSetRecord
 
@@ -74,33 +68,8 @@ def test_listeners_hear_changes() -> None:
                      ("deleting", "l", ["l_1"]), ("removed", "l", ["l_1"])]
 
 
-def _read_until(proc: "subprocess.Popen[str]", marker: str, timeout: float = 20) -> List[str]:
-    lines: "queue.Queue[str]" = queue.Queue()
-    threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout], daemon=True).start()  # type: ignore[union-attr]
-    seen: List[str] = []
-    while True:
-        line = lines.get(timeout=timeout)
-        seen.append(line)
-        if line.startswith(marker):
-            return seen
-
-
-@contextlib.contextmanager
-def _serving(*args: str) -> Iterator[List[str]]:
-    """Run `vmss-terminate emulator arm ARGS` as a process; yield its output up to the env JSON line;
-    stop it with Ctrl+C (SIGINT) and expect a clean exit."""
-    env = {k: v for k, v in os.environ.items() if "PROXY" not in k.upper()}
-    proc = subprocess.Popen([sys.executable, "-m", "vmss_terminate", "emulator", "arm", *args],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    try:
-        yield _read_until(proc, "env as JSON:")
-    finally:
-        code = interrupt(proc)
-    assert code == 0
-
-
 def test_cli_serves_in_the_foreground_and_prints_how_to_connect() -> None:
-    with _serving("--port", "0", "--seed", str(EXAMPLE_SEED), "--lro-retry-after", "2",
+    with serving_arm("--port", "0", "--seed", str(EXAMPLE_SEED), "--lro-retry-after", "2",
                   "--fault", "status=429,retry-after=3,path=/virtualMachineScaleSets/webvmss") as lines:
         text = "".join(lines)
         assert "export IDENTITY_ENDPOINT=http://127.0.0.1:" in text and "export IDENTITY_HEADER=" in text
@@ -144,7 +113,7 @@ def test_cli_serves_https_with_a_given_certificate(tmp_path: Path) -> None:
     cert = ca.issue_cert("127.0.0.1")
     cert.private_key_and_cert_chain_pem.write_to_path(str(tmp_path / "server.pem"))
     ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
-    with _serving("--tls-cert", str(tmp_path / "server.pem")) as lines:
+    with serving_arm("--tls-cert", str(tmp_path / "server.pem")) as lines:
         connect = json.loads(lines[-1].split(":", 1)[1])
         assert connect["VMSS_TERMINATE_ARM_ENDPOINT"].startswith("https://127.0.0.1:")
         answer = requests.get(connect["VMSS_TERMINATE_ARM_ENDPOINT"] + "/subscriptions", timeout=5,

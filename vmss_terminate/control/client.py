@@ -419,10 +419,12 @@ def list_subscriptions(client: Any) -> List[Dict[str, Any]]:
     `arm_errors`."""
     from azure.core.rest import HttpRequest  # noqa: PLC0415
 
+    # ComputeManagementClient has only send_request, ResourceGraphClient only _send_request
+    send = getattr(client, "send_request", None) or client._send_request
     seen: List[Dict[str, Any]] = []
     url: Optional[str] = f"/subscriptions?api-version={SUBSCRIPTIONS_API_VERSION}"
     while url and len(seen) < 10000:
-        response = client._send_request(HttpRequest("GET", url))
+        response = send(HttpRequest("GET", url))
         response.raise_for_status()
         page = _json_object(response.text(), f"GET /subscriptions answered {response.status_code}")
         seen.extend(item for item in page.get("value") or [] if isinstance(item, dict))

@@ -1,0 +1,27 @@
+"""`--subscription DISPLAY-NAME` resolved through the emulator's GET /subscriptions (the ARM shape
+az reads), with the real SDK pipeline."""
+
+from __future__ import annotations
+
+import json
+
+from vmss_terminate.emulator.arm.app import ArmServers, ArmState
+
+from .conftest import RG, SUB, run
+
+
+def test_status_finds_a_subscription_by_its_display_name(arm: ArmServers, state: ArmState) -> None:
+    state.add_scale_set(SUB, RG, "web", capacity=1)
+    state.add_subscription(SUB, display_name="Production EU")
+    state.add_subscription("00000000-0000-0000-0000-0000000000bb", display_name="Staging")
+    result = run("status", "-g", RG, "-n", "web", "--subscription", "production eu", "-o", "json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["subscription_id"] == SUB
+    assert arm.arm_server.log.count("GET", "/subscriptions") >= 1
+
+
+def test_an_unknown_display_name_lists_what_is_visible(arm: ArmServers, state: ArmState) -> None:
+    state.add_subscription(SUB, display_name="Production EU")
+    result = run("status", "-g", RG, "-n", "web", "--subscription", "Nope")
+    assert result.exit_code == 1
+    assert "no subscription named 'Nope'" in result.stderr and f"Production EU ({SUB})" in result.stderr
