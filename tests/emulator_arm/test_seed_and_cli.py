@@ -116,6 +116,7 @@ def test_cli_serves_https_with_a_given_certificate(tmp_path: Path) -> None:
     with serving_arm("--tls-cert", str(tmp_path / "server.pem")) as lines:
         connect = json.loads(lines[-1].split(":", 1)[1])
         assert connect["VMSS_TERMINATE_ARM_ENDPOINT"].startswith("https://127.0.0.1:")
+        assert f"--endpoint-resource-manager {connect['VMSS_TERMINATE_ARM_ENDPOINT']}/" in "".join(lines)
         answer = requests.get(connect["VMSS_TERMINATE_ARM_ENDPOINT"] + "/subscriptions", timeout=5,
                               verify=str(tmp_path / "ca.pem"))
         assert answer.status_code == 401  # TLS handshake worked; ARM wants a token

@@ -131,6 +131,10 @@ def arm_command(host: str, port: int, token_port: int, seed: Optional[Path], pag
             target = (f"--subscription {example.subscription} --resource-group {example.resource_group} "
                       f"--name {example.name} " if example else "")
             click.echo(f"  vmss-terminate status {target}--arm-endpoint {servers.arm_url}")
+            if context is not None:  # az needs HTTPS (docs/emulators.md)
+                click.echo("Point the Azure CLI at it (with the exports above and REQUESTS_CA_BUNDLE=<CA file>):")
+                click.echo(f"  az cloud register -n VmssTerminateLocal --endpoint-resource-manager {servers.arm_url}/"
+                           f" && az cloud set -n VmssTerminateLocal && az login --identity")
             click.echo("env as JSON: " + json.dumps(connect))
             foreground.wait()
         finally:
