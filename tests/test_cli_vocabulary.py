@@ -52,11 +52,14 @@ def test_every_output_option_speaks_table_json_tsv() -> None:
 
 @click.command("probe-vocabulary")
 @click.option("--fail", is_flag=True)
+@click.option("--crash", is_flag=True)
 @click.option("--timeout", type=TIMEOUT)
 @click.option("--batch-size", type=BATCH_SIZE)
 @click.option("-n", "--name")
 @click.option("-o", "--output", default="table")
-def _probe(fail: bool, timeout: int, batch_size: object, name: str, output: str) -> None:
+def _probe(fail: bool, crash: bool, timeout: int, batch_size: object, name: str, output: str) -> None:
+    if crash:
+        raise RuntimeError("surprise\nfrom deep inside")
     if fail:
         raise AzureError("ResourceNotFound: nope")
     click.echo(f"ok {name}")
@@ -115,3 +118,12 @@ def test_option_values_are_named_once_not_garbled(probe) -> None:  # type: ignor
 def test_tsv_is_scalar_fields_like_az() -> None:
     assert tsv_lines({"a": 1, "b": None, "c": {"x": 1}, "d": "t\tab", "e": True}) == ["1\t\tt ab\tTrue"]
     assert tsv_lines([{"a": 1}, {"a": 2}]) == ["1", "2"]
+
+
+def test_an_unexpected_exception_is_one_line_exit_1_not_a_traceback(probe, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    result = probe("--crash")
+    assert result.exit_code == 1
+    assert result.stderr.strip() == ("error: unexpected RuntimeError: surprise from deep inside "
+                                     "(set VMSS_TERMINATE_DEBUG=1 for a traceback)")
+    monkeypatch.setenv("VMSS_TERMINATE_DEBUG", "1")
+    assert isinstance(probe("--crash").exception, RuntimeError)

@@ -50,3 +50,18 @@ def test_lenient_reader_for_values_azure_returns() -> None:
     assert iso_to_minutes_lenient("PT20M") == 20
     assert iso_to_minutes_lenient("") is None
     assert iso_to_minutes_lenient("garbage") is None
+
+
+@pytest.mark.parametrize("text, minutes", [
+    ("P0DT10M", 10), ("PT10.0M", 10), ("PT0.25H", 15), ("PT10,0M", 10), ("P0Y0M0DT5M", 5), ("P0W0DT0H12M", 12),
+    ("PT0.1H", 6), ("PT599.999S", None), ("P0.01D", None), ("P1M", None), ("P0DT", None),
+])
+def test_iso_8601_durations_are_read_as_iso_8601_allows(text: str, minutes: object) -> None:
+    """ISO 8601 forms within PT5M..PT15M are accepted (decimals, days, zero years/months) and written
+    back as the canonical PTnM; a fraction of a minute or a calendar month is refused, one line."""
+    if minutes is None:
+        with pytest.raises(InvalidTimeout) as info:
+            parse_timeout(text)
+        assert "\n" not in str(info.value)
+    else:
+        assert normalize_timeout(text) == f"PT{minutes}M"
