@@ -31,3 +31,14 @@ def is_loopback_url(url: str) -> bool:
 def is_loopback_http(url: str) -> bool:
     """A plain-http URL to a loopback host: the only place a bearer token may go without TLS."""
     return urlsplit(url).scheme.lower() == "http" and is_loopback_url(url)
+
+
+def is_local_host(host: Optional[str]) -> bool:
+    """Loopback or link-local (169.254.0.0/16, fe80::/10): hosts a proxy can never reach for us, like
+    the IMDS and managed-identity endpoints, so requests to them must never go through one."""
+    if is_loopback_host(host):
+        return True
+    try:
+        return ipaddress.ip_address(str(host).strip("[]")).is_link_local
+    except ValueError:
+        return False

@@ -3,6 +3,8 @@ library reading the same environment as the CLI and speaking its caller's langua
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from vmss_terminate.control import Connection, enable, status
@@ -51,7 +53,7 @@ def test_subscription_display_name_is_resolved_through_get_subscriptions(arm: Ar
     state.add_scale_set(SUB, RG, "web", capacity=1)
     result = run("status", "-g", RG, "-n", "web", "--subscription", "production", "-o", "json")
     assert result.exit_code == 0, result.output
-    assert '"subscription_id": "%s"' % SUB in result.stdout
+    assert json.loads(result.stdout)["subscription_id"] == SUB
     assert arm.arm_server.log.count("GET", "/subscriptions") >= 2  # the list, then the scale set under the id
 
 

@@ -26,7 +26,7 @@ from urllib.parse import urlsplit
 
 from vmss_terminate.control.names import check_resource_group, check_scale_set_name
 from vmss_terminate.errors import AzureError, InvalidValue, UsageError, VmssTerminateError
-from vmss_terminate.net import is_loopback_host, is_loopback_http, is_loopback_url
+from vmss_terminate.net import is_local_host, is_loopback_host, is_loopback_http, is_loopback_url
 
 MIN_COMPUTE_API_VERSION = "2019-03-01"
 OLD_API_REASON = "Could not find member 'scheduledEventsProfile' on object of type 'VirtualMachineProfile'"
@@ -308,7 +308,9 @@ def arm_errors(action: str, resource: str, subscription: Optional[str] = None) -
         # CredentialUnavailableError is a subclass; its text lists every credential tried (multi-line).
         if getattr(exc, "status_code", None) in (401, 403):
             raise AzureError(f"{action}: ARM rejected the credential: {describe_arm_error(exc)}; {CREDENTIAL_HELP}") from None
-        raise AzureError(f"{action}: authentication failed, no usable Azure credential; {CREDENTIAL_HELP}") from None
+        tried = credentials_tried(str(exc))
+        raise AzureError(f"{action}: authentication failed, no usable Azure credential"
+                         f"{f' (tried: {tried})' if tried else ''}; {CREDENTIAL_HELP}") from None
     except ResourceNotFoundError as exc:
         code = arm_error_code(exc)[0]
         raise ArmRequestError(
@@ -335,6 +337,11 @@ def arm_errors(action: str, resource: str, subscription: Optional[str] = None) -
         raise AzureError(f"{action}: {_one_line(str(exc))[:300]}") from None
     except Exception as exc:  # noqa: BLE001 - an SDK/transport surprise (odd body, deserializer) is one line
         raise AzureError(f"{action}: unexpected answer ({type(exc).__name__}: {_one_line(str(exc))[:200]})") from None
+
+
+def credentials_tried(message: str) -> str:
+    """The credential names azure-identity lists in a chain failure ("\tEnvironmentCredential: ...")."""
+    return ", ".join(re.findall(r"^\s+(\w+Credential):", message, re.MULTILINE))
 
 
 def transport_failure(exc: BaseException, fallback: str) -> str:
@@ -386,11 +393,33 @@ def quiet_sdk_logging() -> None:
 
 
 def build_credential(cloud: str = DEFAULT_CLOUD) -> Any:
-    """DefaultAzureCredential for the cloud's Entra authority (env, workload/managed identity, az CLI, ...)."""
+    """DefaultAzureCredential for the cloud's Entra authority (env, workload/managed identity, az CLI, ...),
+    over a transport that never sends a request for a local endpoint through a proxy.
+
+    Why: the managed-identity endpoints are local (IMDS at 169.254.169.254, App Service/Arc on
+    loopback). Through HTTP_PROXY, the chain's one-second IMDS probe reached the proxy, whose error
+    page made azure-identity believe IMDS answered and retry the token request with backoff (7
+    requests, ~25 s) before "no credential". Direct, the probe fails in a second off Azure.
+    Entra (login.microsoftonline.com) still goes through the configured proxy.
+    """
     from azure.identity import DefaultAzureCredential  # noqa: PLC0415
 
     authority = CLOUDS.get(cloud or DEFAULT_CLOUD, CLOUDS[DEFAULT_CLOUD])[2]
-    return DefaultAzureCredential(authority=authority)
+    return DefaultAzureCredential(authority=authority, transport=local_endpoints_bypass_proxies())
+
+
+def local_endpoints_bypass_proxies() -> Any:
+    """An azure-core requests transport that sends loopback and link-local requests without a proxy
+    (`proxies={"http": None, "https": None}` is what stops requests from reading HTTP_PROXY)."""
+    from azure.core.pipeline.transport import RequestsTransport  # noqa: PLC0415
+
+    class LocalEndpointsBypassProxies(RequestsTransport):  # type: ignore[misc]
+        def send(self, request: Any, **kwargs: Any) -> Any:
+            if is_local_host(urlsplit(request.url).hostname):
+                kwargs["proxies"] = {"http": None, "https": None}
+            return super().send(request, **kwargs)
+
+    return LocalEndpointsBypassProxies()
 
 
 SUBSCRIPTIONS_API_VERSION = "2022-12-01"
