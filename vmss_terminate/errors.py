@@ -70,8 +70,15 @@ class InvalidValue(UsageError):
     def __init__(self, param: str, value: Any, reason: str, *, option: Optional[str] = None) -> None:
         self.param, self.value, self.reason = param, value, reason
         self.option = option or "--" + param.replace("_", "-")
-        shown = repr(value) if isinstance(value, str) else str(value)
-        super().__init__(f"invalid {param} {shown}: {reason}", cli_message=f"invalid {self.option} {shown}: {reason}")
+        super().__init__(f"invalid {param} {self.shown}: {reason}",
+                         cli_message=f"invalid {self.option} {self.shown}: {reason}")
+
+    @property
+    def shown(self) -> str:
+        """The value as the user wrote it: quoted text, `120` for 120.0."""
+        if isinstance(self.value, str):
+            return repr(self.value)
+        return f"{self.value:g}" if isinstance(self.value, float) else str(self.value)
 
 
 class Interrupted(VmssTerminateError):

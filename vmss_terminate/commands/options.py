@@ -29,8 +29,7 @@ class ParsedType(click.ParamType):
             return self._parse(value)
         except InvalidValue as exc:
             option = max(param.opts, key=len) if param is not None and param.opts else exc.option
-            shown = repr(exc.value) if isinstance(exc.value, str) else str(exc.value)
-            raise click.UsageError(f"invalid {option} {shown}: {exc.reason}", ctx) from None
+            raise click.UsageError(f"invalid {option} {exc.shown}: {exc.reason}", ctx) from None
         except VmssTerminateError as exc:
             raise click.UsageError(exc.cli_message or str(exc), ctx) from None
         except self._errors as exc:

@@ -25,13 +25,15 @@ from vmss_terminate.timeout import to_iso
 @click.option("--timeout", type=TIMEOUT, default="PT5M", show_default=True,
               help="notBeforeTimeout the control plane enables (5..15 minutes: 10, 10m, PT10M).")
 @click.option("--speed", type=float, default=60.0, show_default=True,
-              help="Sandbox clock speed: sandbox seconds per real second (60: PT5M passes in 5 s).")
+              help="Sandbox clock speed: sandbox seconds per real second (60: PT5M passes in 5 s); 1 up to the "
+                   "timeout in seconds / 5 (the timeout must last 5 real seconds).")
 @click.option("--hook", default=None, metavar="CMD",
               help="Drain hook command for every agent (default: python -m vmss_terminate.demo_hook).")
-@click.option("--deadline", type=click.FloatRange(min=1.0), default=30.0, show_default=True,
-              help="Real seconds the story may take before the demo fails.")
+@click.option("--deadline", type=click.FloatRange(min=1.0), default=None,
+              help="Real seconds the story may take before the demo fails "
+                   "[default: 30 + (timeout + 30 s deletion) / speed].")
 @output_option()
-def demo(instances: int, scale_in: int, timeout: int, speed: float, hook: Optional[str], deadline: float,
+def demo(instances: int, scale_in: int, timeout: int, speed: float, hook: Optional[str], deadline: Optional[float],
          output: str) -> None:
     """Run the whole story on local emulators, no Azure: enable terminate notifications and upgrade
     (real control plane and Azure SDK), one real agent per instance with a drain hook, scale in,

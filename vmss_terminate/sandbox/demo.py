@@ -13,13 +13,15 @@
 from __future__ import annotations
 
 import json
+import logging
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional
 
+from vmss_terminate.agent.process import check_program, split_command
 from vmss_terminate.clock import ScaledClock
-from vmss_terminate.errors import UsageError
-from vmss_terminate.sandbox.agents import POLL_REAL_SECONDS, SandboxAgents, demo_hook_command
+from vmss_terminate.errors import InvalidValue
+from vmss_terminate.sandbox.agents import SandboxAgents, demo_hook_command
 from vmss_terminate.sandbox.environment import Sandbox, SandboxConfig
 from vmss_terminate.sandbox.timeline import HEADER as TIMELINE_HEADER
 from vmss_terminate.sandbox.timeline import Entry, Timeline
@@ -29,30 +31,56 @@ AGENT_KINDS_SHOWN = {
     "hook_started", "hook_finished", "hook_failed", "approval_sent", "approval_failed",
     "approval_withheld", "shared_not_approved",
 }
-MAX_AGENT_POLL_S = 3600.0  # the agent refuses a longer poll interval
-MAX_SPEED = MAX_AGENT_POLL_S / POLL_REAL_SECONDS  # agents poll every POLL_REAL_SECONDS real s = that * speed clock s
+MIN_REAL_NOTICE_S = 5.0
+"""Real seconds the NotBefore timeout must last for every agent to poll, drain and approve on a busy
+machine (measured: 1.25 s passes, 0.5 s fails on 2 shared cores), so `speed` <= timeout / this."""
+BASE_DEADLINE_S = 30.0
+"""Real seconds for what does not scale with the clock: start-up, enable + upgrade, agents' first calls."""
+DELETE_SANDBOX_S = 30.0  # SandboxConfig.delete_duration: an approved deletion takes this long (sandbox s)
+
+
+def max_speed(timeout_minutes: int) -> float:
+    """The fastest clock at which the timeout still lasts MIN_REAL_NOTICE_S real seconds."""
+    return timeout_minutes * 60 / MIN_REAL_NOTICE_S
 
 
 @dataclass(frozen=True)
 class DemoOptions:
+    """`deadline` (real seconds for the whole story) None: BASE_DEADLINE_S plus the sandbox time the
+    story may legitimately take (NotBefore timeout + deletion) at `speed`, so that every accepted
+    speed, 1 included, can pass."""
+
     instances: int = 4
     scale_in: int = 2
     timeout_minutes: int = 5
     speed: float = 60.0
-    deadline: float = 30.0  # real seconds for the whole story
+    deadline: Optional[float] = None
     hook: Optional[str] = None  # None: the demo drain hook (python -m vmss_terminate.demo_hook)
 
+    @property
+    def real_deadline(self) -> float:
+        if self.deadline is not None:
+            return self.deadline
+        return BASE_DEADLINE_S + (self.timeout_minutes * 60 + DELETE_SANDBOX_S) / self.speed
+
     def validated(self) -> "DemoOptions":
+        """Every input checked before anything starts (the hook too: a missing program is exit 2 now,
+        not after enable and the upgrade ran)."""
         if not 2 <= self.instances <= 20:
-            raise UsageError(f"invalid --instances {self.instances}: expected 2..20")
+            raise InvalidValue("instances", self.instances, "expected 2..20")
         if not 1 <= self.scale_in < self.instances:
-            raise UsageError(f"invalid --scale-in {self.scale_in}: expected 1..{self.instances - 1} "
-                             f"(at least one instance stays)")
+            raise InvalidValue("scale_in", self.scale_in, f"expected 1..{self.instances - 1} "
+                                                          "(at least one instance stays)")
         parse_timeout(self.timeout_minutes)  # the one 5..15-minute rule (InvalidTimeout is a UsageError)
-        if not 1.0 <= self.speed <= MAX_SPEED:
-            raise UsageError(f"invalid --speed {self.speed:g}: expected 1..{MAX_SPEED:g}")
-        if self.deadline <= 0:
-            raise UsageError("the deadline must be positive")
+        fastest = max_speed(self.timeout_minutes)
+        if not 1.0 <= self.speed <= fastest:
+            raise InvalidValue("speed", self.speed, f"expected 1..{fastest:g} with a {to_iso(self.timeout_minutes)} "
+                               f"timeout (it must last {MIN_REAL_NOTICE_S:g} real seconds for the agents to drain "
+                               "and approve; a longer timeout allows a faster clock)")
+        if self.deadline is not None and self.deadline <= 0:
+            raise InvalidValue("deadline", self.deadline, "must be positive")
+        if self.hook is not None:
+            check_program(split_command(self.hook))
         return self
 
 
@@ -71,7 +99,8 @@ class DemoResult:
             "ok": self.ok,
             "failure": self.failure,
             "options": {"instances": self.options.instances, "scale_in": self.options.scale_in,
-                        "timeout": to_iso(self.options.timeout_minutes), "speed": self.options.speed},
+                        "timeout": to_iso(self.options.timeout_minutes), "speed": self.options.speed,
+                        "deadline": self.options.real_deadline},
             "deleted": self.deleted,
             "totals": self.totals,
             "report": self.report,
@@ -93,8 +122,9 @@ def run_demo(options: DemoOptions = DemoOptions(), on_entry: Optional[Callable[[
     timeline = Timeline(clock)
     if on_entry is not None:
         timeline.subscribe(on_entry)
+    _quiet_agent_logs()
     real_start = time.monotonic()
-    deadline = real_start + options.deadline
+    deadline = real_start + options.real_deadline
     config = SandboxConfig(instances=options.instances, timeout_minutes=None, speed=options.speed)
     sandbox = Sandbox(config, clock=clock, timeline=timeline)
     agents: Optional[SandboxAgents] = None
@@ -146,7 +176,7 @@ def _story(sandbox: Sandbox, options: DemoOptions, deadline: float):  # type: ig
         return f"expected {options.scale_in} deletions after the scale-in, saw {len(removed)}", removed, scale_in_at, agents
     if not sandbox.scheduler.wait_deleted(removed, max(0.0, deadline - time.monotonic())):
         pending = [d.vm_name for d in sandbox.scheduler.deletions() if d.deleted_at is None]
-        return (f"not deleted within the {options.deadline:g} s deadline: {', '.join(pending)}",
+        return (f"not deleted within the {options.real_deadline:g} s deadline: {', '.join(pending)}",
                 removed, scale_in_at, agents)
     return None, removed, scale_in_at, agents
 
@@ -187,14 +217,20 @@ def _totals(sandbox: Sandbox, options: DemoOptions, removed: List[str], scale_in
             real_elapsed: float) -> Dict[str, Any]:
     entries = sandbox.timeline.entries()
     deleted = [e for e in entries if e.kind == "deleted"]
+    own = [d for d in sandbox.scheduler.deletions()
+           if d.deleted_at is not None and d.approved_by == d.vm_name and d.start_reason.startswith("approved")]
+    # drained: every hook of the VM finished and none failed (a failed hook is approved anyway with
+    # on_hook_failure=approve, which is not a drain)
+    drained = {e.vm for e in entries if e.source == "agent" and e.kind == "hook_finished"} - {
+        e.vm for e in entries if e.source == "agent" and e.kind == "hook_failed"}
     totals: Dict[str, Any] = {
         "instances_before": options.instances,
         "instances_after": len(sandbox.vm_names()),
         "deleted": len(deleted),
-        "drained_and_approved": sum(1 for d in sandbox.scheduler.deletions()
-                                    if d.deleted_at is not None and d.approved_by == d.vm_name
-                                    and d.start_reason.startswith("approved")),
+        "drained_and_approved": sum(1 for d in own if d.vm_name in drained),
+        "approved_without_draining": sum(1 for d in own if d.vm_name not in drained),
         "hooks_finished": sum(1 for e in entries if e.source == "agent" and e.kind == "hook_finished"),
+        "hooks_failed": sum(1 for e in entries if e.source == "agent" and e.kind == "hook_failed"),
         "approvals": len([a for a in sandbox.group.approvals if a.accepted]),
         "foreign_approvals": len(sandbox.group.foreign_approvals()),
         "foreign_events_ignored": sum(1 for e in entries if e.source == "agent" and e.kind == "not_ours"),
@@ -218,8 +254,8 @@ def render_text(result: DemoResult) -> List[str]:
     lines.append("")
     lines.append(
         f"Totals: {t['deleted']}/{o.scale_in} instances deleted, {t['drained_and_approved']} of them after "
-        f"their own agent drained and approved, "
-        f"{t['hooks_finished']} drain hooks finished, {t['approvals']} approvals "
+        f"their own agent drained and approved, {t['approved_without_draining']} approved without draining, "
+        f"{t['hooks_finished']} drain hooks finished, {t['hooks_failed']} failed, {t['approvals']} approvals "
         f"({t['foreign_approvals']} foreign), {t['foreign_events_ignored']} foreign events ignored by agents, "
         f"{t['instances_after']} instances left."
     )
@@ -230,8 +266,19 @@ def render_text(result: DemoResult) -> List[str]:
             line += f" instead of waiting out the {t['not_before_timeout_s']} s NotBefore timeout"
         lines.append(line + ".")
     lines.append(f"Wall time: {t['real_s']:.2f} s (sandbox clock x{o.speed:g}).")
-    lines.append("OK: graceful scale-in completed." if result.ok else f"FAILED: {result.failure}")
+    if result.ok:  # a failure is said once, by the error line the CLI prints after this summary
+        lines.append("OK: graceful scale-in completed.")
     return lines
+
+
+def _quiet_agent_logs() -> None:
+    """The demo's agents run in this process and their decisions are on the timeline (with the VM
+    name); without logging configured, Python's last-resort handler would also print their warnings
+    raw on stderr ("hook hook#1:false failed"). A NullHandler stops only that last-resort print:
+    handlers an application configured still get every record."""
+    logger = logging.getLogger("vmss_terminate.agent")
+    if not any(isinstance(handler, logging.NullHandler) for handler in logger.handlers):
+        logger.addHandler(logging.NullHandler())
 
 
 def header(options: DemoOptions) -> List[str]:
