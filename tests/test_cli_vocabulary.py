@@ -127,3 +127,20 @@ def test_an_unexpected_exception_is_one_line_exit_1_not_a_traceback(probe, monke
                                      "(set VMSS_TERMINATE_DEBUG=1 for a traceback)")
     monkeypatch.setenv("VMSS_TERMINATE_DEBUG", "1")
     assert isinstance(probe("--crash").exception, RuntimeError)
+
+
+@pytest.mark.parametrize("args, line", [
+    (["--webhook", "notaurl"], "error: invalid --webhook: expected an http(s) URL such as https://HOST/PATH"),
+    (["--webhook", "user:secret@host"], "error: invalid --webhook: expected an http(s) URL such as https://HOST/PATH"),
+    (["--request-timeout", "0"], "error: invalid --request-timeout 0: expected 0 < seconds <= 3600"),
+    (["--poll-interval", "nan"], "error: invalid --poll-interval nan: expected a number of seconds"),
+    (["--on-hook-failure", "maybe"], None),
+])
+def test_agent_option_errors_name_the_option_and_value_once(args: list, line: object) -> None:
+    result = invoke_cli(cli.main, ["agent", "run", "--once", "--imds-url", "http://127.0.0.1:9",
+                                   "--state-file", ":memory:", *args])
+    assert result.exit_code == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "secret" not in lines[0] and "://notaurl" not in lines[0]
+    if line is not None:
+        assert lines[0] == line

@@ -100,7 +100,10 @@ class AgentConfig:
             raise UsageError("invalid max_requests_per_second: expected 1..1000")
         if self.webhook is not None and (not re.match(r"^https?://\S+$", self.webhook)
                                          or redact_url(self.webhook) == "<unparseable URL>"):
-            raise UsageError(f"invalid --webhook {redact_url(self.webhook)!r}: expected an http(s) URL")
+            # the value is shown only when it is a URL redact_url can strip of credentials and query
+            shown = f" {redact_url(self.webhook)!r}" if re.match(r"^https?://[^/?#@\s]+", self.webhook) else ""
+            reason = "expected an http(s) URL such as https://HOST/PATH"
+            raise UsageError(f"invalid webhook{shown}: {reason}", cli_message=f"invalid --webhook{shown}: {reason}")
         if self.vm_name is not None and not self.vm_name.strip():
             raise UsageError("empty --vm-name")
         if isinstance(self.state_file, str) and not self.state_file.strip():
