@@ -40,8 +40,12 @@ def test_every_output_option_speaks_table_json_tsv() -> None:
                 found.append(path)
                 assert isinstance(param.type, OutputFormat), path
                 assert param.default == "table", path
-        for name, sub in getattr(command, "commands", {}).items():
-            walk(sub, f"{path} {name}")
+        if isinstance(command, click.Group):  # the root is lazy: ask it, do not read .commands
+            ctx = click.Context(command)
+            for name in command.list_commands(ctx):
+                sub = command.get_command(ctx, name)
+                assert sub is not None
+                walk(sub, f"{path} {name}")
 
     walk(cli.main, "vmss-terminate")
     for expected in ("status", "enable", "plan", "upgrade", "demo", "sandbox", "agent events", "agent approve"):
