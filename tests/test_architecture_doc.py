@@ -1,0 +1,41 @@
+"""docs/architecture.md describes the tree as it is: every module of the package is listed there,
+and every module path it names exists. Add a module, list it; move one, move its line.
+
+Paths on the page are relative to `vmss_terminate/` (`agent/policy.py`), or to the repository
+(`tests/conftest.py`); a package's `__init__.py` is named as such (`emulator/imds/__init__.py`).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import List, Set
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "vmss_terminate"
+DOC = ROOT / "docs" / "architecture.md"
+PATH = re.compile(r"(?<![\w./-])((?:[\w-]+/)*[\w-]+\.py)(?![\w/])")
+
+
+def _named(text: str) -> Set[str]:
+    return set(PATH.findall(text))
+
+
+def _modules() -> List[str]:
+    return sorted(p.relative_to(PACKAGE).as_posix() for p in PACKAGE.rglob("*.py"))
+
+
+def test_every_module_is_listed() -> None:
+    named = _named(DOC.read_text(encoding="utf-8"))
+    assert [m for m in _modules() if m not in named] == []
+
+
+def test_every_named_module_exists() -> None:
+    named = _named(DOC.read_text(encoding="utf-8"))
+    assert sorted(p for p in named if not (PACKAGE / p).is_file() and not (ROOT / p).is_file()) == []
+
+
+def test_the_path_pattern_reads_the_page_the_way_it_is_written() -> None:
+    """The guard can fail: a nested path, a root module and a repository path are each one name."""
+    text = "`emulator/imds/app.py`, `cli.py` and tests/conftest.py; not vmss_terminate.agent or x.pyc"
+    assert _named(text) == {"emulator/imds/app.py", "cli.py", "tests/conftest.py"}
