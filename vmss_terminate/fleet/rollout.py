@@ -91,6 +91,7 @@ class RolloutResult:
     journal: Optional[str] = None
     resumed: bool = False
     throttling: Dict[str, Any] = field(default_factory=dict)
+    audit_seconds: float = 0.0  # the audit the plan came from (part of `seconds`)
 
     def by_status(self, *statuses: str) -> List[SetOutcome]:
         return [o for o in self.outcomes if o.status in statuses]
@@ -116,6 +117,7 @@ class RolloutResult:
             "interrupted": self.interrupted,
             "ok": self.ok,
             "seconds": round(self.seconds, 3),
+            "audit_seconds": round(self.audit_seconds, 3),
             "journal": self.journal,
             "resumed": self.resumed,
             "sets": {
@@ -222,7 +224,7 @@ def rollout(
         if on_plan is not None:
             on_plan(plan)
         result = RolloutResult(plan, [], dry_run=dry_run, journal=str(journal) if journal else None,
-                               resumed=bool(book and book.resumed))
+                               resumed=bool(book and book.resumed), audit_seconds=report.seconds)
         if dry_run:
             result.outcomes = [SetOutcome(p, _static_status(p)) for p in plan.sets]
         else:
@@ -248,22 +250,48 @@ def _execute(plan: RolloutPlan, session: FleetSession, options: UpgradeOptions, 
              stop: threading.Event, clock: Clock) -> List[SetOutcome]:
     tracker = _Tracker(plan, progress)
     outcomes: Dict[int, SetOutcome] = {i: SetOutcome(p, _static_status(p)) for i, p in enumerate(plan.sets)}
-    queue = [i for i, p in enumerate(plan.sets) if p.works]
+    queue = _FairQueue([(i, p.record.subscription_id) for i, p in enumerate(plan.sets) if p.works])
     running: Set["Future[SetOutcome]"] = set()
     index_of: Dict["Future[SetOutcome]", int] = {}
     with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="fleet-rollout") as pool:
         while queue or running:
             while queue and len(running) < concurrency and not stop.is_set():
-                i = queue.pop(0)
-                future = pool.submit(_one, plan.sets[i], plan.timeout_minutes, session, options, book, tracker, stop, clock)
+                i = queue.pop()
+                future = pool.submit(_one, plan.sets[i], plan.timeout_minutes, session, options, book, tracker,
+                                     stop, clock)
                 running.add(future)
                 index_of[future] = i
             if not running:
                 break  # stopped with work still queued: it stays not-started
             finished, running = _wait(running)
             for future in finished:
-                outcomes[index_of[future]] = future.result()
+                i = index_of.pop(future)
+                queue.done(plan.sets[i].record.subscription_id)
+                outcomes[i] = future.result()
     return [outcomes[i] for i in range(len(plan.sets))]
+
+
+class _FairQueue:
+    """Work by subscription: the next set comes from the subscription with the fewest sets running,
+    so a throttled subscription holds its own share of the workers, not all of them (sets of one
+    subscription come in plan order)."""
+
+    def __init__(self, items: List["tuple[int, str]"]) -> None:
+        self.pending: Dict[str, List[int]] = {}
+        for index, subscription in items:
+            self.pending.setdefault(subscription.lower(), []).append(index)
+        self.running: Dict[str, int] = {sub: 0 for sub in self.pending}
+
+    def __bool__(self) -> bool:
+        return any(self.pending.values())
+
+    def pop(self) -> int:
+        sub = min((s for s, items in self.pending.items() if items), key=lambda s: self.running[s])
+        self.running[sub] += 1
+        return self.pending[sub].pop(0)
+
+    def done(self, subscription: str) -> None:
+        self.running[subscription.lower()] -= 1
 
 
 def _wait(running: Set["Future[SetOutcome]"]) -> "tuple[Set[Future[SetOutcome]], Set[Future[SetOutcome]]]":
