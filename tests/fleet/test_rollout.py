@@ -196,3 +196,13 @@ def test_terminal_progress_shows_sets_instances_percent_and_eta() -> None:
     display.finish()
     last = stream.getvalue().split("\r")[-1]
     assert "sets 3/10, instances 40/100" in last and "40%" in last and "ETA 0:15" in last
+
+
+def test_work_is_shared_fairly_across_subscriptions() -> None:
+    from vmss_terminate.fleet.rollout import _FairQueue
+
+    queue = _FairQueue([(0, "a"), (1, "a"), (2, "a"), (3, "b"), (4, "c")])
+    first = [queue.pop() for _ in range(3)]
+    assert sorted(first) == [0, 3, 4]  # one per subscription before a second from "a"
+    queue.done("b")
+    assert queue.pop() == 1 and queue.pop() == 2 and not queue
