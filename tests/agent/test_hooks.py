@@ -245,3 +245,30 @@ def test_a_not_before_a_hook_cannot_receive_blocks_the_approval_too() -> None:
     assert verdict.action == policy.WITHHOLD and "VMSS_TERMINATE_NOT_BEFORE" in verdict.message
     failed_hook = policy.Progress(hooks_started=True, hooks_finished=True, hooks_failed=True)
     assert policy.next_step(event, VM, config, failed_hook, has_hooks=True).action == policy.APPROVE
+
+
+def test_a_webhook_answer_that_trickles_in_does_not_hold_the_drain(imds: Imds) -> None:
+    eid = imds.group.add_event("Terminate", [VM])
+    app = _Hooked()
+    with EmulatorServer(app) as hook_server:
+        hook_server.faults.add(drip=1.0, pad=60, times=None)  # a 60-byte answer at a byte a second
+        agent = make_agent(imds.url, webhook=hook_server.url + "/drain")
+        began = time.monotonic()
+        agent.run_once(retry_for=0)
+        took = time.monotonic() - began
+        hook_server.faults.clear()
+    assert imds.approved_ids() == [eid] and took < 20
+
+
+def test_a_stop_abandons_a_webhook_that_does_not_answer(imds: Imds) -> None:
+    eid = imds.group.add_event("Terminate", [VM])
+    with EmulatorServer(_Hooked()) as hook_server:
+        hook_server.faults.add(delay=60, times=None)
+        agent = make_agent(imds.url, webhook=hook_server.url + "/drain")
+        with Running(agent) as running:
+            assert running.decisions.wait_kind("hook_started", eid)
+            began = time.monotonic()
+        stopped_in = time.monotonic() - began
+        hook_server.faults.clear()
+    assert stopped_in < 5  # not the webhook's 10 s read timeout
+    assert "cancelled" in [d.data.get("outcome") for d in running.decisions.items if d.kind == "hook_failed"]

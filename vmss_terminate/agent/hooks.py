@@ -19,7 +19,7 @@ import json
 import os
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 from urllib.parse import urlsplit
 
 from vmss_terminate.agent import process
@@ -185,27 +185,32 @@ class PythonHook:
         self.name = f"python:{getattr(fn, '__qualname__', repr(fn))}"
 
     def run(self, run: Run) -> StepResult:
-        done = threading.Event()
-        result: Dict[str, Any] = {}
         context = HookContext(run.vm_name, run.clock, run.deadline, run.cancelled)
-
-        def target() -> None:
-            try:
-                self.fn(run.event, context)
-                result["ok"] = True
-            except BaseException as exc:  # noqa: B036 - a hook must not kill the worker
-                result["error"] = f"{exc.__class__.__name__}: {exc}"
-            finally:
-                done.set()
-                run.wake.set()
-
-        threading.Thread(target=target, name=f"hook:{self.name}", daemon=True).start()
-        outcome = run.wait(done.is_set)
+        outcome, result = _bounded(run, f"hook:{self.name}", lambda: self.fn(run.event, context))
         if outcome != OK:
             return StepResult(outcome, "abandoned (a Python hook cannot be killed; it keeps running)")
         if "error" in result:
             return StepResult(FAILED, result["error"])
         return StepResult(OK, "returned")
+
+
+def _bounded(run: Run, name: str, call: Callable[[], Any]) -> Tuple[str, Dict[str, Any]]:
+    """Run `call()` in a daemon thread, waiting at most until the step's deadline or cancellation
+    (then the thread is abandoned). Returns (ok|deadline|cancelled, {"value": ...} or {"error": ...})."""
+    done = threading.Event()
+    result: Dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            result["value"] = call()
+        except BaseException as exc:  # noqa: B036 - a hook must not kill the worker
+            result["error"] = f"{exc.__class__.__name__}: {exc}"
+        finally:
+            done.set()
+            run.wake.set()
+
+    threading.Thread(target=target, name=name, daemon=True).start()
+    return run.wait(done.is_set), result
 
 
 class WebhookHook:
@@ -230,10 +235,19 @@ class WebhookHook:
                    "event_source": run.event.event_source, "duration_in_seconds": run.event.duration_in_seconds}
         left = run.deadline()
         timeout = self.timeout if left is None else max(0.5, min(self.timeout, left - run.clock.now()))
-        try:
-            response = self._session.post(self.url, json=payload, timeout=timeout)
-        except requests.RequestException as exc:
-            return StepResult(FAILED, f"webhook failed: {exc.__class__.__name__}")
-        if 200 <= response.status_code < 300:
-            return StepResult(OK, f"HTTP {response.status_code}")
-        return StepResult(FAILED, f"webhook answered HTTP {response.status_code}")
+
+        def post() -> int:  # the status is all we need: the body is never read (it may be huge or slow)
+            with self._session.post(self.url, json=payload, timeout=timeout, stream=True) as response:
+                return int(response.status_code)
+
+        # In a thread, under the step's deadline: a per-read timeout alone does not bound an answer
+        # that trickles in, and the agent stopping must not wait for it.
+        outcome, result = _bounded(run, f"hook:{self.name}", post)
+        if outcome != OK:
+            return StepResult(outcome, "abandoned: the webhook did not answer in time")
+        if "error" in result:
+            return StepResult(FAILED, f"webhook failed: {result['error'].split(':')[0]}")
+        status = result["value"]
+        if 200 <= status < 300:
+            return StepResult(OK, f"HTTP {status}")
+        return StepResult(FAILED, f"webhook answered HTTP {status}")
