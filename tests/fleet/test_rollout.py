@@ -84,7 +84,8 @@ def test_a_failed_set_is_named_and_a_rerun_with_the_journal_finishes(arm: ArmSer
                 "--concurrency", "1")
     assert first.exit_code == 1, first.output
     assert "failed rg-web/" in first.stdout and "upgrade went wrong" in first.stdout
-    assert "resume with: vmss-terminate" in first.stdout
+    resume = f"vmss-terminate fleet rollout --subscription {PROD} --concurrency 1 --timeout 10 --journal {journal}"
+    assert f"resume with: {resume}" in first.stdout
     entries = [json.loads(line) for line in journal.read_text().splitlines()]
     assert entries[0]["event"] == "rollout" and entries[0]["timeout"] == "PT10M"
     assert {e["status"] for e in entries[1:]} >= {"started", "failed", "done"}

@@ -15,6 +15,7 @@ import threading
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import click
+from click.core import ParameterSource
 
 from vmss_terminate.commands.options import BATCH_SIZE, TIMEOUT
 from vmss_terminate.commands.output import echo_json, output_option, tsv_lines
@@ -171,7 +172,7 @@ def rollout_command(**kw: Any) -> None:
     from vmss_terminate.fleet.rollout import rollout
 
     output = kw.pop("output")
-    argv = list(sys.argv[1:]) if sys.argv else []
+    resume_args = _resume_args(click.get_current_context())
     scope = _scope(kw)
     stop = threading.Event()
     bar = terminal_progress(output)
@@ -190,7 +191,7 @@ def rollout_command(**kw: Any) -> None:
     if display is not None:
         display.finish()
     summary = result.to_dict()
-    resume = _resume_command(argv, result.journal) if result.remaining and not result.dry_run else None
+    resume = _resume_command(resume_args, result.journal) if result.remaining and not result.dry_run else None
     summary["resume"] = resume
     if output == "json":
         echo_json(summary)
@@ -208,10 +209,28 @@ def rollout_command(**kw: Any) -> None:
         click.get_current_context().exit(1)
 
 
-def _resume_command(argv: Sequence[str], journal: Optional[str]) -> str:
-    """The command line to run again: the same arguments, with a journal so finished sets are known."""
-    args = [a for a in argv if a != "--dry-run"]
-    command = "vmss-terminate " + " ".join(shlex.quote(a) for a in args)
+def _resume_args(ctx: click.Context) -> List[str]:
+    """This invocation's command-line options (defaults and env left out, --dry-run dropped), rebuilt
+    from what click parsed: the same in a shell, under a test runner or from another program."""
+    args: List[str] = []
+    for param in ctx.command.params:
+        if not isinstance(param, click.Option) or param.name in (None, "dry_run", "help"):
+            continue
+        value = ctx.params.get(param.name)
+        if ctx.get_parameter_source(param.name) is not ParameterSource.COMMANDLINE or value in (None, (), False):
+            continue  # defaults and environment variables apply again by themselves
+        flag = max(param.opts, key=len)
+        if param.is_flag:
+            args.append(flag)
+            continue
+        for item in value if param.multiple else [value]:
+            args += [flag, str(item)]
+    return args
+
+
+def _resume_command(args: Sequence[str], journal: Optional[str]) -> str:
+    """The command line to run again: the same options, with a journal so finished sets are known."""
+    command = "vmss-terminate fleet rollout " + " ".join(shlex.quote(a) for a in args)
     if journal is None:
         command += " --journal rollout.journal"
     return command
