@@ -249,3 +249,12 @@ def test_sigterm_during_a_drain_lets_the_hook_finish_and_approves_before_exiting
     assert imds.approved_ids() == [eid]
     assert _state(state)[eid]["hooks_result"] == "ok" and "approved" in _state(state)[eid]
     assert "letting the hooks of 1 event(s) finish" in err
+
+
+@pytest.mark.parametrize("command", [["events"], ["approve", "some-event"]])
+@pytest.mark.parametrize("empty", [["--vm-name", ""], ["--imds-url", ""]])
+def test_one_shot_commands_refuse_empty_values(imds: Imds, command: list, empty: list) -> None:
+    args = [*command, *empty] + (["--imds-url", imds.url] if "--imds-url" not in empty else [])
+    result = run_cli(*args)
+    assert result.returncode == 2 and result.stderr.startswith("error: empty"), result.stderr
+    assert imds.server.log.count() == 0

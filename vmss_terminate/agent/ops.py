@@ -45,8 +45,10 @@ def list_events(imds_url: Optional[str] = None, api_version: str = DEFAULT_API_V
                 retry_for: float = 70.0) -> EventsView:
     """Fetch this VM's name and the current Scheduled Events document."""
     check_retry_for(retry_for)
+    if vm_name is not None and not vm_name.strip():
+        raise UsageError("empty --vm-name: leave it out to learn the name from instance metadata")
     imds = _client(imds_url, api_version, client)
-    name = vm_name or imds.vm_name(retry_for=retry_for)
+    name = vm_name.strip() if vm_name else imds.vm_name(retry_for=retry_for)
     return EventsView(name, imds.get_events(retry_for=retry_for))
 
 

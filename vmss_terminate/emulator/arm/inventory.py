@@ -65,6 +65,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Union
 from vmss_terminate.clock import SYSTEM_CLOCK, Clock
 from vmss_terminate.emulator.arm import fleetgen
 from vmss_terminate.emulator.arm.quota import Quotas, parse_limits
+from vmss_terminate.scheduled_events import DEFAULT_SUBSCRIPTION
 
 ORCHESTRATIONS = ("Uniform", "Flexible")
 DEFAULT_TENANT = "11111111-1111-1111-1111-111111111111"
@@ -379,7 +380,7 @@ class ArmState:
 
     def _add_seed_entry(self, entry: Dict[str, Any]) -> ScaleSetRecord:
         return self.add_scale_set(
-            entry.get("subscription", "00000000-0000-0000-0000-000000000000"),
+            entry.get("subscription", DEFAULT_SUBSCRIPTION),
             entry.get("resourceGroup", "rg"),
             entry["name"],
             orchestration=entry.get("orchestration", "Uniform"),
