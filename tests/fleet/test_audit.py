@@ -78,7 +78,7 @@ def test_detailed_exitcode(arm: ArmServers) -> None:
 
 def test_bad_input_is_one_line_exit_2(arm: ArmServers) -> None:
     for args in (["--tag", "novalue"], ["--timeout", "20"], ["--subscription", "No Such Subscription"],
-                 ["--name", "web/*"]):
+                 ["--name", "web/*"], ["-g", "bad/rg"]):
         result = run("fleet", "audit", *args)
         assert result.exit_code == 2, (args, result.output)
         assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.output
@@ -133,3 +133,21 @@ def test_library_refuses_bad_input_before_any_request(arm: ArmServers, conn: Con
     with pytest.raises(UsageError):
         Scope.build(tags=["=x"])
     assert arm.arm_server.log.all() == []
+
+
+def test_audit_retries_read_throttling(arm: ArmServers) -> None:
+    """A per-subscription read quota: the audit's instance lists get 429s, wait them out on the
+    injected clock and finish with the same answer."""
+    from vmss_terminate.clock import ManualClock
+
+    clock = ManualClock()
+    state = ArmState(clock=clock)
+    state.load_seed({"generate": {"scaleSets": 12, "subscriptions": 2, "capacity": 2, "special": False},
+                     "quotas": {"reads": {"bucket": 2, "refillPerSecond": 1}}})
+    arm.reset(state)
+    report = audit(Scope.build(subscriptions=sorted({s.subscription for s in state.scale_sets()})), timeout=10,
+                   connection=Connection(arm_endpoint=arm.arm_url), clock=clock, concurrency=4)
+    throttled = [r for r in arm.arm_server.log.all() if r.status == 429]
+    assert throttled
+    assert all(r.stale_instances is not None for r in report.scale_sets if r.enabled)
+    assert len(report.scale_sets) == 12

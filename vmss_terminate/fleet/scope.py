@@ -10,6 +10,7 @@ import re
 from dataclasses import dataclass
 from typing import Dict, Optional, Sequence, Tuple
 
+from vmss_terminate.control.names import check_resource_group
 from vmss_terminate.errors import UsageError
 
 SCALE_SET_TYPE = "microsoft.compute/virtualmachinescalesets"
@@ -43,16 +44,13 @@ class Scope:
             if not sep or not key.strip():
                 raise UsageError(f"invalid --tag {tag!r}: use KEY=VALUE")
             pairs.append((key.strip(), value))
-        for group in resource_groups:
-            if not group.strip() or "/" in group:
-                raise UsageError(f"invalid --resource-group {group!r}")
+        groups = tuple(check_resource_group(group) for group in resource_groups)
         if name is not None and not _NAME_GLOB.match(name):
             raise UsageError(f"invalid --name {name!r}: a scale set name or glob (letters, digits, _ . - * ? [])")
         for sub in subscriptions:
             if not sub.strip():
                 raise UsageError("invalid --subscription '': give a subscription id or display name")
-        return cls(tuple(s.strip() for s in subscriptions), tuple(management_groups), tuple(resource_groups),
-                   tuple(pairs), name)
+        return cls(tuple(s.strip() for s in subscriptions), tuple(management_groups), groups, tuple(pairs), name)
 
     def query(self) -> str:
         """The Resource Graph query for this scope's selectors."""
