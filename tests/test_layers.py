@@ -110,19 +110,24 @@ def test_the_package_root_is_cheap() -> None:
     assert set(loaded) <= {"vmss_terminate", "vmss_terminate.errors"}
 
 
-def test_agent_cli_path_loads_no_azure() -> None:
-    """`vmss-terminate agent events` against an IMDS emulator: the real command path, lazy imports
-    included, runs without the Azure SDK (the lean install has none)."""
+def _cli(argv: List[str]) -> str:
+    """Code running the console script (`vmss_terminate.entry.main`) with `argv`, expecting exit 0."""
+    return (
+        "from vmss_terminate.entry import main\n"
+        "try:\n"
+        f"    main({argv!r})\n"
+        "except SystemExit as exc:\n"
+        "    assert not exc.code, exc.code\n"
+    )
+
+
+def test_agent_cli_paths_load_no_azure() -> None:
+    """The console script against an IMDS emulator: `agent run` (what every VM runs) loads the agent
+    and nothing above it; `agent events` (through the click CLI) no Azure SDK either."""
     with start_imds(vm_names=["vm0"]) as imds:
-        code = (
-            "from vmss_terminate.cli import main\n"
-            "try:\n"
-            f"    main(['agent', 'events', '-o', 'json', '--imds-url', {imds.urls[0]!r}, '--vm-name', 'vm0'])\n"
-            "except SystemExit as exc:\n"
-            "    assert not exc.code, exc.code\n"
-        )
-        loaded = _loaded_after(code)
-    assert "vmss_terminate.agent.ops" in loaded
-    assert [m for m in loaded if m.startswith("azure")] == []
-    commands_agent = _loaded_after("import vmss_terminate.commands.agent")
-    assert [m for m in commands_agent if _matches(m, FORBIDDEN["agent"][:3])] == []
+        where = ["--imds-url", imds.urls[0], "--vm-name", "vm0"]
+        run = _loaded_after(_cli(["agent", "run", "--once", "--state-file", ":memory:", *where]))
+        events = _loaded_after(_cli(["agent", "events", "-o", "json", *where]))
+    assert "vmss_terminate.agent.agent" in run and "vmss_terminate.agent.ops" in events
+    assert [m for m in run if _matches(m, FORBIDDEN["agent"])] == []
+    assert [m for m in events if m.startswith("azure")] == []
