@@ -97,6 +97,12 @@ def test_library_errors_name_python_parameters_not_cli_flags(monkeypatch: pytest
         BatchSize.parse("-1")
     with pytest.raises(InvalidValue, match=r"^invalid timeout 'PT20M'"):
         enable(RG, "web", "PT20M", connection=Connection(subscription_id=SUB, arm_endpoint="http://127.0.0.1:9"))
+    with pytest.raises(UsageError) as no_timeout:
+        enable(RG, "web", None, connection=Connection(subscription_id=SUB))  # type: ignore[arg-type]
+    assert "--" not in str(no_timeout.value) and "--timeout" in str(no_timeout.value.cli_message)
+    from vmss_terminate.sandbox import SandboxConfig
+    with pytest.raises(InvalidValue, match=r"^invalid instances 0: "):
+        SandboxConfig(instances=0).validated()
 
 
 def test_arm_answer_that_is_not_an_object_is_one_line_exit_1(arm: ArmServers, state: ArmState) -> None:

@@ -139,7 +139,8 @@ def _check_inputs(action: str, timeout: Optional[Union[int, str]]) -> Optional[i
     if action == DISABLE:
         return None
     if timeout is None:
-        raise UsageError(f"{action} needs a timeout (--timeout 5..15 minutes, e.g. 10m or PT10M)")
+        raise UsageError(f"{action} needs a timeout (5..15 minutes, e.g. 10, '10m' or 'PT10M')",
+                         cli_message=f"{action} needs --timeout (5..15 minutes, e.g. 10m or PT10M)")
     return parse_timeout(timeout)
 
 

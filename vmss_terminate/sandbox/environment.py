@@ -29,7 +29,7 @@ from vmss_terminate.control.profile import parse_scheduled_events_profile
 from vmss_terminate.emulator.arm.app import ArmServers, ArmState, InstanceRecord, ScaleSetRecord, start_arm
 from vmss_terminate.emulator.imds.app import ImdsEmulator, PlacementGroup
 from vmss_terminate.emulator.server import EmulatorServer
-from vmss_terminate.errors import UsageError
+from vmss_terminate.errors import InvalidValue
 from vmss_terminate.sandbox.scheduler import Deletion, DeletionScheduler
 from vmss_terminate.sandbox.timeline import Timeline
 from vmss_terminate.scheduled_events import DEFAULT_SUBSCRIPTION
@@ -72,15 +72,15 @@ class SandboxConfig:
 
     def validated(self) -> "SandboxConfig":
         if not 1 <= self.instances <= MAX_INSTANCES:
-            raise UsageError(f"invalid --instances {self.instances}: expected 1..{MAX_INSTANCES}")
+            raise InvalidValue("instances", self.instances, f"expected 1..{MAX_INSTANCES}")
         if not self.speed > 0:
-            raise UsageError(f"invalid --speed {self.speed}: expected a positive factor (60 = a minute per second)")
+            raise InvalidValue("speed", self.speed, "expected a positive factor (60 = a minute per second)")
         if self.timeout_minutes is not None:
             parse_timeout(self.timeout_minutes)  # the one 5..15-minute rule (InvalidTimeout is a UsageError)
         if self.port_base and not 1024 <= self.port_base <= 65535 - self.instances - 2:
-            raise UsageError(f"invalid --port-base {self.port_base}: expected 1024..{65535 - self.instances - 2}")
+            raise InvalidValue("port_base", self.port_base, f"expected 1024..{65535 - self.instances - 2}")
         if self.delete_duration < 0:
-            raise UsageError("delete_duration must be >= 0")
+            raise InvalidValue("delete_duration", self.delete_duration, "must be >= 0")
         return self
 
 
