@@ -120,7 +120,7 @@ $pythonCommand = @(Find-Python)
 $pythonExe = $pythonCommand[0]
 $pythonArgs = @($pythonCommand | Select-Object -Skip 1)
 Invoke-Checked $pythonExe ($pythonArgs + @('-m', 'venv', $venv))
-Invoke-Checked (Join-Path $venv 'Scripts\python.exe') (@('-m', 'pip', 'install', '--no-input', '--disable-pip-version-check', '--upgrade') + @(Split-Arguments $PipArgs))
+Invoke-Checked (Join-Path $venv 'Scripts\python.exe') (@('-m', 'pip', 'install', '--no-input', '--disable-pip-version-check', '--no-compile', '--upgrade') + @(Split-Arguments $PipArgs))
 Invoke-Checked $agentExe @('--version')
 
 ConvertTo-Json -InputObject @(Split-Arguments $AgentArgs) | Set-Content -Encoding UTF8 -Path (Join-Path $DataDir 'agent-args.json')

@@ -115,7 +115,7 @@ def test_installer_installs_with_the_configured_pip_args(config: Dict[str, Any],
     calls = log.read_text().splitlines()
     assert calls == [
         f"python3 -m venv {venv}",
-        "python -m pip install --no-input --disable-pip-version-check --upgrade --no-index --find-links /w vmss-terminate",
+        "python -m pip install --no-input --disable-pip-version-check --no-compile --upgrade --no-index --find-links /w vmss-terminate",
         "vmss-terminate --version",
         "systemctl daemon-reload",
         "systemctl enable vmss-terminate.service",
