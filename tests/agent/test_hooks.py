@@ -272,3 +272,17 @@ def test_a_stop_abandons_a_webhook_that_does_not_answer(imds: Imds) -> None:
         hook_server.faults.clear()
     assert stopped_in < 5  # not the webhook's 10 s read timeout
     assert "cancelled" in [d.data.get("outcome") for d in running.decisions.items if d.kind == "hook_failed"]
+
+
+@pytest.mark.parametrize("not_before", ["Mon, 01 Jan 0001 00:00:00 GMT", "past"], ids=["year-0001", "clock-ahead"])
+def test_a_past_not_before_still_runs_the_hooks_before_the_approval(imds: Imds, tmp_path: Path,
+                                                                    not_before: str) -> None:
+    # The reviewer's reproduction: the default --on-hook-failure approve used to approve at once
+    # ("hook not started: too late"), the hook having run 0 times.
+    value = format_not_before(time.time() - 3600) if not_before == "past" else not_before
+    eid = imds.group.add_event("Terminate", [VM], not_before=value)
+    agent = make_agent(imds.url, hooks=[probe(tmp_path / "out")])
+    agent.run_once(retry_for=0)
+    (record,) = runs(tmp_path / "out")
+    assert record["env"]["VMSS_TERMINATE_EVENT_ID"] == eid
+    assert imds.approved_ids() == [eid]

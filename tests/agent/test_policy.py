@@ -92,8 +92,26 @@ def test_deadline_is_not_before_minus_the_safety_margin() -> None:
 
 
 def test_an_unreadable_not_before_counts_as_the_longest_terminate_notice() -> None:
-    assert policy.assumed_not_before(event(not_before="garbage"), now=100.0) == 100.0 + 15 * 60
-    assert policy.assumed_not_before(event(), now=100.0) == 1474309787.0
+    assert policy.assumed_not_before(event(not_before="garbage"), began=100.0) == 100.0 + 15 * 60
+    began = 1474309787.0 - 60
+    assert policy.assumed_not_before(event(), began=began) == 1474309787.0  # a minute ahead: believed
+
+
+@pytest.mark.parametrize("not_before", ["Mon, 01 Jan 0001 00:00:00 GMT",  # email.utils reads year 0001 as 2001
+                                        "Mon, 19 Sep 2016 18:29:47 GMT",  # simply past (VM clock ahead of Azure's)
+                                        "Fri, 31 Dec 9999 23:59:59 GMT"])  # absurdly far ahead
+def test_a_past_or_absurd_not_before_counts_as_unreadable_so_hooks_are_never_too_late(not_before: str) -> None:
+    began = 1_800_000_000.0  # 2027
+    assumed = policy.assumed_not_before(event(not_before=not_before), began=began)
+    assert assumed == began + policy.UNKNOWN_NOTICE
+    assert not policy.too_late_to_start(policy.hook_deadline(assumed, CONFIG), began)
+
+
+def test_a_not_before_is_believed_up_to_the_longest_notice_of_its_type() -> None:
+    began = 1474309787.0 - 15 * 60  # exactly the longest Terminate notice ahead: believed
+    assert policy.assumed_not_before(event(), began=began) == 1474309787.0
+    assert policy.assumed_not_before(event(), began=began - 1) == began - 1 + policy.UNKNOWN_NOTICE
+    assert policy.assumed_not_before(event(), began=1474309787.0) == 1474309787.0 + policy.UNKNOWN_NOTICE
 
 
 def test_progress_reads_the_journal_record() -> None:

@@ -125,15 +125,16 @@ class JobRunner:
             self.clock.wait(job.wake, min(left, 1.0))
         return False
 
-    def _deadline(self, event_id: str, fallback: Optional[float]) -> Optional[float]:
-        latest = self._latest(event_id)
-        not_before = latest.not_before if latest is not None and latest.not_before is not None else fallback
-        return policy.hook_deadline(not_before, self.config)
+    def _deadline(self, event: Event, began: float) -> Optional[float]:
+        """NotBefore (re-read) minus the margin; a NotBefore that cannot be believed as seen from
+        `began` counts as the assumed window from then (`policy.assumed_not_before`)."""
+        latest = self._latest(event.event_id) or event
+        return policy.hook_deadline(policy.assumed_not_before(latest, began), self.config)
 
     def _run_steps(self, job: Job, event: Event, steps: List[Step]) -> bool:
         """Run the event's steps in order; False if interrupted (agent stopping), else True."""
         eid, vm = event.event_id, self._vm_name()
-        last_not_before = policy.assumed_not_before(event, self.clock.now())
+        began = self.clock.now()  # NotBefore is judged from here (policy.assumed_not_before)
         failed: Optional[StepResult] = None
         journal = self.journal
         try:
@@ -144,10 +145,10 @@ class JobRunner:
                                                       f"not rerun", hook=step.name)
                     continue
                 latest = self._latest(eid) or event
-                last_not_before = latest.not_before or last_not_before
-                if policy.too_late_to_start(self._deadline(eid, last_not_before), self.clock.now()):
+                if policy.too_late_to_start(self._deadline(latest, began), self.clock.now()):
                     failed = StepResult("deadline", "too late to start: NotBefore minus safety margin passed")
-                    self._report(D.HOOK_FAILED, eid, f"hook {step.name} not started: {failed.detail}",
+                    self._report(D.HOOK_FAILED, eid, f"hook {step.name} for {event.event_type} {eid} not "
+                                                      f"started: {failed.detail}",
                                  hook=step.name, outcome=failed.outcome)
                     break
                 journal.update(eid, hooks_started=journal.get(eid).get("hooks_started") or self.clock.now(),
@@ -155,8 +156,7 @@ class JobRunner:
                                hooks=[s.name for s in steps])
                 self._report(D.HOOK_STARTED, eid, f"hook {step.name} started for {event.event_type} {eid}",
                              hook=step.name)
-                fallback = last_not_before
-                run = Run(latest, vm, self.clock, lambda: self._deadline(eid, fallback),  # noqa: B023 (used now)
+                run = Run(latest, vm, self.clock, lambda: self._deadline(latest, began),  # noqa: B023 (used now)
                           job.cancelled, job.wake, kill_grace=self.config.kill_grace,
                           on_process=lambda pid: journal.update(eid, hook_pid=pid,
                                                                 hook_token=process_start_token(pid)))

@@ -13,8 +13,12 @@ The rules, in order:
    data cannot reach a command hook (a NUL byte in its EventId) runs no hook and is not approved.
 3. Approve only a type in `approve_types`, not after a failed hook with on_hook_failure=wait, and
    not an event that also names other VMs unless `approve_shared`.
-4. A hook may start only before its deadline, NotBefore minus the safety margin; an unreadable
-   NotBefore counts as the longest Terminate notice from when the hooks began.
+4. A hook may start only before its deadline, NotBefore minus the safety margin. A NotBefore that
+   cannot be believed -- unreadable, not after the moment the hooks began (a garbage year, a VM
+   clock ahead of Azure's) or further ahead than the longest documented notice for the type --
+   counts as the longest Terminate notice from when the hooks began: hooks are never skipped as
+   "too late" on a deadline that only looked passed (Azure starts the event at its real NotBefore
+   anyway, so draining is never worse than approving undrained).
 5. Drain: an own event of a drain type (the `hook_events` types, default Terminate) makes the
    instance not ready (`/readyz` 503) from the moment it is seen. With `drain_delay` the approval
    waits until at least that many seconds after that moment, bounded by the hook deadline (rule 4),
@@ -31,7 +35,7 @@ from vmss_terminate.agent import decisions as D
 from vmss_terminate.agent.config import AgentConfig
 from vmss_terminate.agent.events import Event
 from vmss_terminate.agent.hooks import unpassable_variables
-from vmss_terminate.scheduled_events import MAX_TERMINATE_NOTICE
+from vmss_terminate.scheduled_events import MAX_TERMINATE_NOTICE, MINIMUM_NOTICE
 
 # What the agent should do with an event (Verdict.action).
 IGNORE = "ignore"        # not ours, not Scheduled, or gone from ours: nothing to do, nothing to say
@@ -201,9 +205,20 @@ def drain_ends_when_gone(event_type: str, started_or_approved: bool) -> bool:
     return not (event_type in DEPARTING and started_or_approved)
 
 
-def assumed_not_before(event: Event, now: float) -> float:
-    """NotBefore, or (unreadable) the longest Terminate notice from `now`: a hook never runs forever."""
-    return event.not_before if event.not_before is not None else now + UNKNOWN_NOTICE
+def longest_notice(event_type: str) -> float:
+    """The longest notice Azure documents for a type (never less than the longest Terminate notice):
+    a NotBefore further ahead than this is absurd."""
+    return max(MINIMUM_NOTICE.get(event_type, 0.0), MAX_TERMINATE_NOTICE)
+
+
+def assumed_not_before(event: Event, began: float) -> float:
+    """NotBefore as seen from `began` (when the hooks or the drain began) if believable, else the
+    longest Terminate notice from `began`: a hook is never skipped as too late on a NotBefore that
+    only reads as past (year 0001 parsed as 2001, a VM clock ahead of Azure's), and never runs forever."""
+    not_before = event.not_before
+    if not_before is not None and began < not_before <= began + longest_notice(event.event_type):
+        return not_before
+    return began + UNKNOWN_NOTICE
 
 
 def hook_deadline(not_before: Optional[float], config: AgentConfig) -> Optional[float]:
