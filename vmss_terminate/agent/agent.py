@@ -83,6 +83,7 @@ class Agent:
         self.running = threading.Event()  # set while run() loops (the /healthz probe reads it)
         self.started_at: Optional[float] = None  # clock time run() began
         self._version_said = False
+        self._unreadable_said: Tuple[str, ...] = ()  # the unreadable entries last reported
         if self._notifier is not None:
             self.subscribe(self._notifier)
         if "Terminate" not in self.config.approve_types:
@@ -202,6 +203,12 @@ class Agent:
     def handle_document(self, document: EventsDocument) -> None:
         """Ownership filter -> hooks -> approval, for every event; then forget vanished events."""
         present = {e.event_id for e in document.events}
+        if document.unreadable != self._unreadable_said:  # said when it changes, not on every poll
+            self._unreadable_said = document.unreadable
+            if document.unreadable:
+                self._decide(D.EVENT_UNREADABLE, None, f"{len(document.unreadable)} unreadable entr"
+                             f"{'y' if len(document.unreadable) == 1 else 'ies'} in the document skipped "
+                             f"(the other events are handled): {'; '.join(document.unreadable)[:400]}")
         for event in document.events:
             try:
                 self._handle_event(event)

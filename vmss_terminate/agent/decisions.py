@@ -17,6 +17,7 @@ EVENT_CHANGED = "event_changed"          # status or NotBefore of a known event 
 EVENT_STARTED = "event_started"          # an event turned Started
 EVENT_GONE = "event_gone"                # an event left the document
 NOT_OURS = "not_ours"                    # our VM name is not in Resources: never touched
+EVENT_UNREADABLE = "event_unreadable"    # an entry of the document no parse survives: skipped, the others go on
 OBSERVED = "observed"                    # ours, but no hook subscribed and not an approved type
 HOOK_STARTED = "hook_started"
 HOOK_FINISHED = "hook_finished"
@@ -35,7 +36,7 @@ DRAIN_STARTED = "drain_started"          # an own event of a drain type: /readyz
 DRAIN_ENDED = "drain_ended"              # that event left the document without taking the VM: 200 again
 API_VERSION = "api_version"              # `--api-version latest`: the version IMDS serves that was chosen
 
-_WARNING_KINDS = {HOOK_FAILED, HOOKS_CHANGED, APPROVAL_FAILED, SHARED_NOT_APPROVED, IMDS_ERROR}
+_WARNING_KINDS = {EVENT_UNREADABLE, HOOK_FAILED, HOOKS_CHANGED, APPROVAL_FAILED, SHARED_NOT_APPROVED, IMDS_ERROR}
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from vmss_terminate.scheduled_events import EVENT_TYPES, SCHEDULED, STARTED, STA
 
 __all__ = [
     "EVENT_TYPES", "SCHEDULED", "STARTED", "MalformedDocument", "parse_not_before", "canonical_type",
-    "canonical_status", "same_name", "Event", "owns", "EventsDocument", "parse_types",
+    "canonical_status", "parse_duration", "same_name", "Event", "owns", "EventsDocument", "parse_types",
 ]
 
 
@@ -44,14 +44,28 @@ def parse_not_before(value: Any) -> Optional[float]:
     text = value.strip()
     try:
         parsed = parsedate_to_datetime(text)
-    except (TypeError, ValueError, IndexError):
+    except (TypeError, ValueError, IndexError, OverflowError):
         try:
             parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
-        except ValueError:
+        except (ValueError, OverflowError):
             return None
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=timezone.utc)
-    return parsed.timestamp()
+    try:
+        return parsed.timestamp()
+    except (ValueError, OverflowError):
+        return None
+
+
+def parse_duration(value: Any) -> Optional[int]:
+    """DurationInSeconds as an int; None when absent or unreadable (non-finite, huge, not a number):
+    it is informational, and an odd value must never make the event -- or the document -- unreadable."""
+    if value is None or value == "" or isinstance(value, bool):
+        return None
+    try:
+        return int(value)
+    except (TypeError, ValueError, OverflowError):
+        return None
 
 
 def canonical_type(value: str) -> str:
@@ -110,11 +124,6 @@ class Event:
     def from_json(cls, data: Mapping[str, Any]) -> "Event":
         if not isinstance(data, Mapping) or not isinstance(data.get("EventId"), str) or not data["EventId"]:
             raise MalformedDocument(f"event without an EventId: {data!r}"[:200])
-        duration = data.get("DurationInSeconds")
-        try:
-            duration = int(duration) if duration is not None and duration != "" else None
-        except (TypeError, ValueError):
-            duration = None
         raw = data.get("NotBefore")
         not_before_raw = raw if isinstance(raw, str) else ""
         return cls(
@@ -127,7 +136,7 @@ class Event:
             not_before=parse_not_before(not_before_raw),
             description=data.get("Description"),
             event_source=data.get("EventSource"),
-            duration_in_seconds=duration,
+            duration_in_seconds=parse_duration(data.get("DurationInSeconds")),
             raw=dict(data),
         )
 
@@ -165,20 +174,23 @@ class EventsDocument:
     incarnation: Any
     events: Tuple[Event, ...]
     raw: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False)
-    skipped: int = 0  # entries without an EventId, ignored
+    skipped: int = 0  # unreadable entries (no EventId, or a field no parse survives), ignored
+    unreadable: Tuple[str, ...] = ()  # why each skipped entry was skipped, for the log
 
     @classmethod
     def from_json(cls, data: Any) -> "EventsDocument":
         if not isinstance(data, Mapping) or not isinstance(data.get("Events"), list):
             raise MalformedDocument("not a Scheduled Events document (no Events list)")
-        events, skipped = [], 0
-        for item in data["Events"]:
+        events, unreadable = [], []
+        for index, item in enumerate(data["Events"]):
+            # One unreadable entry must never hide the others (e.g. our Terminate): whatever a parse
+            # of one entry raises makes that entry unreadable, not the document.
             try:
                 events.append(Event.from_json(item))
-            except MalformedDocument:
-                skipped += 1  # one unreadable entry must not hide the others (e.g. our Terminate)
+            except Exception as exc:  # noqa: BLE001 -- any field of any (foreign) entry may be odd
+                unreadable.append(f"entry {index}: {exc.__class__.__name__}: {str(exc)[:120]}")
         return cls(incarnation=data.get("DocumentIncarnation"), events=tuple(events), raw=dict(data),
-                   skipped=skipped)
+                   skipped=len(unreadable), unreadable=tuple(unreadable))
 
     def get(self, event_id: str) -> Optional[Event]:
         """The event with this EventId (GUIDs compare case-insensitively), or None."""

@@ -187,6 +187,15 @@ class Backoff:
         self.attempt = 0
 
 
+
+def _json_int(text: str) -> Any:
+    """A JSON integer; one longer than Python converts (4300 digits) is read as a float (inf)
+    rather than failing the whole document over one field of one entry."""
+    try:
+        return int(text)
+    except ValueError:
+        return float(text)
+
 def _retry_after(value: Optional[str], clock: Clock) -> Optional[float]:
     """Seconds from a Retry-After header (delta-seconds or HTTP date), capped at 60."""
     if not value:
@@ -476,8 +485,10 @@ class ImdsClient:
         if parse is None:
             return None
         try:
-            return parse(json.loads(content))
-        except (ValueError, MalformedDocument, RecursionError) as exc:  # RecursionError: absurdly nested JSON
+            return parse(json.loads(content, parse_int=_json_int))
+        except (ValueError, MalformedDocument, RecursionError, OverflowError, TypeError) as exc:
+            # RecursionError: absurdly nested JSON. One odd *entry* never gets here: EventsDocument
+            # skips it and keeps the others.
             raise ImdsError(f"malformed answer: {_snippet(str(exc))}", status=status, outcome="malformed") from exc
 
     def _transport_error(self, exc: requests.RequestException) -> "ImdsError":
