@@ -19,7 +19,13 @@ record = {
     "pid": os.getpid(),
     "argv": sys.argv[1:],
 }
-n = len([f for f in os.listdir(out) if f.endswith(".json")])
+n = 0
+while True:  # claim the next number atomically: hooks of two events may run at the same time
+    try:
+        os.close(os.open(os.path.join(out, f".{n}.claim"), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        break
+    except FileExistsError:
+        n += 1
 tmp = os.path.join(out, f".{n}.tmp")
 with open(tmp, "w") as handle:
     json.dump(record, handle)

@@ -16,7 +16,7 @@ from vmss_terminate.agent.hooks import HookContext
 from vmss_terminate.emulator.imds.events import format_not_before
 from vmss_terminate.emulator.server import EmulatorServer, Request, Response
 
-from .conftest import VM, Imds, Running, make_agent, wait_until
+from .conftest import VM, Imds, Running, make_agent, run_cli, wait_until
 
 PROBE = Path(__file__).with_name("hook_probe.py")
 
@@ -96,9 +96,10 @@ def test_hooks_are_for_own_terminate_only_unless_subscribed(imds: Imds, tmp_path
     assert imds.approved_ids() == [term]
 
     # subscribed and opted in: the Freeze hook runs and the Freeze is approved (still only ours)
+    # (--hook-events names types besides Terminate: this fresh agent drains the Terminate too)
     agent2 = make_agent(imds.url, hooks=[probe(tmp_path / "b")], hook_events="Freeze", approve_types="Freeze")
     agent2.run_once(retry_for=0)
-    assert [r["env"]["VMSS_TERMINATE_EVENT_ID"] for r in runs(tmp_path / "b")] == [freeze]
+    assert sorted(r["env"]["VMSS_TERMINATE_EVENT_ID"] for r in runs(tmp_path / "b")) == sorted([term, freeze])
     assert set(imds.approved_ids()) == {term, freeze}  # a fresh agent re-approves term too: harmless, still ours
 
 
@@ -286,3 +287,26 @@ def test_a_past_not_before_still_runs_the_hooks_before_the_approval(imds: Imds, 
     (record,) = runs(tmp_path / "out")
     assert record["env"]["VMSS_TERMINATE_EVENT_ID"] == eid
     assert imds.approved_ids() == [eid]
+
+
+def test_hook_events_reboot_still_runs_the_hooks_for_terminate(imds: Imds, tmp_path: Path) -> None:
+    # The reviewer's reproduction: `--hook X --hook-events Reboot` used to give Terminate no hook and
+    # approve it at once, undrained. --hook-events names types *besides* Terminate, as --approve does.
+    term = imds.group.add_event("Terminate", [VM])
+    result = run_cli("run", "--once", "--hook", probe(tmp_path / "out"), "--hook-events", "Reboot",
+                     "--imds-url", imds.url, "--state-file", str(tmp_path / "s.json"))
+    assert result.returncode == 0, result.stderr
+    assert [r["env"]["VMSS_TERMINATE_EVENT_ID"] for r in runs(tmp_path / "out")] == [term]
+    assert imds.approved_ids() == [term]
+
+
+def test_hook_not_started_too_late_names_the_event_in_its_message(imds: Imds, tmp_path: Path) -> None:
+    # NotBefore is believable (ahead) but within the safety margin: too late to start the hook
+    eid = imds.group.add_event("Terminate", [VM], not_before=format_not_before(time.time() + 10))
+    agent = make_agent(imds.url, hooks=[probe(tmp_path / "out")], safety_margin=60.0)
+    seen: List[Any] = []
+    agent.subscribe(seen.append)
+    agent.run_once(retry_for=0)
+    (failed,) = [d for d in seen if d.kind == "hook_failed"]
+    assert "not started" in failed.message and eid in failed.message and "Terminate" in failed.message
+    assert runs(tmp_path / "out") == []

@@ -146,6 +146,13 @@ def test_a_safety_margin_that_leaves_hooks_no_time_is_bad_input(margin: float) -
 NB = 1474309787.0  # the NotBefore of event() as epoch seconds
 
 
+def test_hook_events_name_types_besides_terminate_which_always_drains() -> None:
+    assert config(hook_events="Reboot").hook_events == {"Terminate", "Reboot"}
+    assert config(hook_events="none").hook_events == {"Terminate"}
+    assert policy.drains(event(), VM, config(hook_events="Reboot"))
+    assert policy.command_hooks_apply("Terminate", config(hook_events="Reboot"))
+
+
 def test_own_event_of_a_hook_type_drains_others_do_not() -> None:
     assert policy.drains(event(), VM, CONFIG)
     assert not policy.drains(event(["web_2"]), VM, CONFIG)

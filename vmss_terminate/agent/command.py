@@ -55,7 +55,8 @@ RUN_OPTIONS: Tuple[Option, ...] = (
            help="Command run (no shell) for our own events, in order; repeatable. Event data in "
                 "VMSS_TERMINATE_* env vars and the event JSON on stdin."),
     Option(("--hook-events",), "hook_events", default="Terminate", show_default=True, metavar="TYPES",
-           help="Event types the hooks and the webhook run for (comma list, 'all')."),
+           help="Event types the hooks and the webhook run for, and /readyz drains on, besides Terminate, "
+                "which is always one (comma list, 'all')."),
     Option(("--webhook",), "webhook", metavar="URL", help="POST each such event as JSON to URL (may use proxies)."),
     Option(("--webhook-format",), "webhook_format", "choice", "json", choices=("json", "slack", "teams"),
            show_default=True,

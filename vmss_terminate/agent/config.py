@@ -36,7 +36,8 @@ class AgentConfig:
 
     imds_url         IMDS base URL (None: $VMSS_TERMINATE_IMDS_URL or http://169.254.169.254)
     hooks            commands run (no shell) for our own events of `hook_events`, in order
-    hook_events      event types the hooks (and the webhook) run for; default Terminate only
+    hook_events      event types the hooks (and the webhook) run for, and the drain types (/readyz
+                     503), besides Terminate, which is always one (as for approve_types)
     poll_interval    seconds between Scheduled Events polls (the docs recommend 1)
     state_file       path; None = system default (fallback per user); ":memory:" = not persisted
     approve_types    types approved once hooks are done (ours only) besides Terminate; "none": nothing
@@ -115,7 +116,7 @@ class AgentConfig:
             self,
             imds_url=resolve_imds_url(self.imds_url),
             hooks=hooks,
-            hook_events=frozenset(parse_types(self.hook_events, "--hook-events")),
+            hook_events=hook_types(self.hook_events),
             approve_types=approved_types(self.approve_types),
             api_version=check_imds_api_version(self.api_version),
             vm_name=self.vm_name.strip() if self.vm_name else None,
@@ -131,3 +132,11 @@ def approved_types(value: Any) -> FrozenSet[str]:
     if len(names) == 1 and same_name(str(names[0]).strip(), "none"):
         return frozenset()
     return frozenset(("Terminate",) + parse_types(value, "--approve"))
+
+
+def hook_types(value: Any) -> FrozenSet[str]:
+    """The types the hooks (and the json webhook) run for and the agent drains on: Terminate, which
+    is the agent's job, plus the types named -- as `approved_types` does. `--hook X --hook-events
+    Reboot` therefore still drains every Terminate; it would otherwise silently approve each one at
+    once, undrained. Who wants no drain on Terminate gives no `--hook`; `none` names no extra type."""
+    return frozenset(("Terminate",) + parse_types(value, "--hook-events"))

@@ -8,7 +8,7 @@ labels are event types, EventIds, VM names, versions and outcomes.
 Health (`/healthz`): 200 while the poll loop runs and IMDS answered within `stale_after` seconds
 (default: the larger of 60 s and 3 poll intervals), 503 with the reason otherwise.
 Readiness (`/readyz`, the drain probe): 200, or 503 from the moment an own event of a drain type
-(`--hook-events`, default Terminate) is seen until the drain ends (see `policy.drain_ends_when_gone`).
+(`--hook-events`, always Terminate) is seen until the drain ends (see `policy.drain_ends_when_gone`).
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ The rules, in order:
    counts as the longest Terminate notice from when the hooks began: hooks are never skipped as
    "too late" on a deadline that only looked passed (Azure starts the event at its real NotBefore
    anyway, so draining is never worse than approving undrained).
-5. Drain: an own event of a drain type (the `hook_events` types, default Terminate) makes the
+5. Drain: an own event of a drain type (the `hook_events` types, always Terminate) makes the
    instance not ready (`/readyz` 503) from the moment it is seen. With `drain_delay` the approval
    waits until at least that many seconds after that moment, bounded by the hook deadline (rule 4),
    while the hooks run in parallel. The drain ends when such an event leaves the document, unless
@@ -83,7 +83,7 @@ class Verdict:
 
 
 def command_hooks_apply(event_type: str, config: AgentConfig) -> bool:
-    """`--hook` commands and the webhook run for the types in `hook_events` (default Terminate)."""
+    """`--hook` commands and the webhook run for the types in `hook_events` (always Terminate)."""
     return event_type in config.hook_events
 
 
@@ -183,7 +183,7 @@ def resume_after_restart(record: Mapping[str, Any], current: Sequence[str], reru
 
 
 def drains(event: Event, vm_name: str, config: AgentConfig) -> bool:
-    """An own event of a drain type (`hook_events`, default Terminate): the instance is not ready
+    """An own event of a drain type (`hook_events`, always Terminate): the instance is not ready
     (/readyz 503) from the moment it is seen, whatever its status."""
     return event.names(vm_name) and event.event_type in config.hook_events
 
