@@ -118,3 +118,21 @@ def test_the_webhook_token_never_reaches_the_log(imds: Imds) -> None:
 def test_unknown_webhook_format_is_refused() -> None:
     with pytest.raises(UsageError):
         make_agent("http://127.0.0.1:9", webhook="http://127.0.0.1:9/x", webhook_format="discord")
+
+
+def test_chat_notifier_forgets_events_that_left_the_document(imds: Imds) -> None:
+    """A months-long agent must not keep every EventId it ever saw (foreign ones included)."""
+    from vmss_terminate.agent.notify import ChatNotifier
+
+    foreign = imds.group.add_event("Reboot", ["myvmss_4"])
+    agent = make_agent(imds.url, approve_types="none")
+    notifier = ChatNotifier("http://127.0.0.1:9/hook", "slack")  # sends nothing: no action decided
+    agent.subscribe(notifier)
+    try:
+        agent.poll(retry_for=0)
+        assert foreign in notifier._events
+        imds.group.remove_event(foreign)
+        agent.poll(retry_for=0)
+        assert notifier._events == {}
+    finally:
+        notifier.close()

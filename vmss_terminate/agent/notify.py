@@ -111,7 +111,7 @@ class ChatNotifier:
         self.sent = 0
         self.failed = 0
         self._queue: "queue.Queue[Optional[Dict[str, Any]]]" = queue.Queue(max_queue)
-        self._events: Dict[str, Dict[str, Any]] = {}  # EventId -> type / NotBefore / source last seen
+        self._events: Dict[str, Dict[str, Any]] = {}  # EventId -> type / NotBefore / source, while present
         self._thread = threading.Thread(target=self._send_loop, name="chat-notifier", daemon=True)
         self._thread.start()
 
@@ -121,6 +121,8 @@ class ChatNotifier:
             self._events[eid] = {"type": decision.data.get("event_type"),
                                  "not_before": decision.data.get("not_before"),
                                  "source": decision.data.get("event_source")}
+        if decision.kind == D.EVENT_GONE and eid is not None:
+            self._events.pop(eid, None)  # the agent lives for months: forget what left the document
         if decision.kind not in ACTIONS:
             return
         payload = PAYLOADS[self.format](decision, self._events.get(eid or "", {}))
