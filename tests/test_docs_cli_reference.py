@@ -73,3 +73,10 @@ def test_generator_covers_every_command() -> None:
     paths: Tuple[str, ...] = tuple(" ".join(p) for p, _ in walk(main))
     for path in paths:
         assert f"`{path}`" in text
+
+
+def test_exit_codes_name_the_agent_run_clean_stop_exception() -> None:
+    # `agent run` exits 0 on a clean stop (docs/agent.md), not the 130/143 the other commands use
+    intro = " ".join(render().split("\n## ", 1)[0].split())
+    assert "(`agent run`, `emulator ...`, `sandbox`) treat Ctrl-C and SIGTERM as their normal stop: " \
+           "they shut down cleanly and exit 0" in intro
