@@ -36,6 +36,9 @@ class FixedImds:
         if request.method == "POST":
             self.posts.append(request.json())
             return Response(200)
+        return self.document()
+
+    def document(self) -> Response:
         return Response.json(200, {"DocumentIncarnation": 1, "Events": self.events})
 
 

@@ -16,9 +16,10 @@ from vmss_terminate.agent.config import AgentConfig
 from vmss_terminate.agent.events import EventsDocument
 from vmss_terminate.agent.imds import _json_int
 from vmss_terminate.agent.policy import Progress
-from vmss_terminate.emulator.server import EmulatorServer, Request, Response
+from vmss_terminate.emulator.server import EmulatorServer, Response
 
 from .conftest import VM, Recorder, make_agent
+from .test_adversarial import FixedImds
 
 OWN_ID = "0F4D3C2B-1A09-4E8F-9D7C-6B5A4F3E2D1C"
 OWN = {"EventId": OWN_ID, "EventType": "Terminate", "ResourceType": "VirtualMachine", "Resources": [VM],
@@ -71,19 +72,14 @@ def test_odd_foreign_events_never_hide_our_own_terminate(foreign: List[str], pos
                             has_hooks=True).action == policy.APPROVE
 
 
-class RawImds:
+class RawImds(FixedImds):
     """Serves a Scheduled Events document as raw bytes (1e400 is valid JSON no json.dumps writes)."""
 
     def __init__(self, body: str) -> None:
+        super().__init__([])
         self.body = body.encode()
-        self.posts: List[Any] = []
 
-    def handle(self, request: Request) -> Response:
-        if request.path.startswith("/metadata/instance"):
-            return Response.json(200, {"compute": {"name": VM}})
-        if request.method == "POST":
-            self.posts.append(request.json())
-            return Response(200)
+    def document(self) -> Response:
         return Response(200, self.body, {"Content-Type": "application/json"})
 
 
