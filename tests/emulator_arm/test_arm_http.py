@@ -216,3 +216,13 @@ def test_faults_and_request_log_are_available(arm: ArmServers, http: requests.Se
     assert http.patch(vmss_url(arm), params={"api-version": API}, json=_profile()).status_code == 500
     assert http.patch(vmss_url(arm), params={"api-version": API}, json=_profile()).status_code == 200
     assert arm.arm_server.log.count("PATCH") == 2
+
+
+def test_percent_encoded_names_reach_the_emulator_decoded(arm: ArmServers, state: ArmState,
+                                                           http: requests.Session) -> None:
+    """The Azure SDK quotes path segments (`rg_(prod)` -> `rg_%28prod%29`); a valid Azure name must
+    be found, not answered 404."""
+    state.add_scale_set(SUB, "rg_(prod)", "web.1", capacity=1)
+    answer = http.get(vmss_url(arm, name="web.1", rg="rg_%28prod%29"), params={"api-version": API})
+    assert answer.status_code == 200, answer.text
+    assert "/resourceGroups/rg_(prod)/" in answer.json()["id"]

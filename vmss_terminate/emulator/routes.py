@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Callable, Optional, Sequence, Tuple
+from typing import Callable, Dict, Optional, Sequence, Tuple
+from urllib.parse import unquote
 
 from vmss_terminate.emulator.server import Response
 
@@ -37,6 +38,12 @@ class RouteMatch:
     route: Optional[Route]
     match: Optional["re.Match[str]"]
     allowed: Tuple[str, ...] = ()
+
+
+def path_params(match: "re.Match[str]") -> Dict[str, Optional[str]]:
+    """The named path segments, percent-decoded: clients quote names (the Azure SDK sends a
+    resource group `rg_(prod)` as `rg_%28prod%29`), and the emulator must see the name itself."""
+    return {name: None if value is None else unquote(value) for name, value in match.groupdict().items()}
 
 
 def match_route(routes: Sequence[Route], method: str, path: str) -> RouteMatch:

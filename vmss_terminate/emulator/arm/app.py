@@ -104,7 +104,7 @@ from vmss_terminate.emulator.arm.inventory import (
     ScaleSetRecord,
 )
 from vmss_terminate.emulator.arm.token import ARM_AUDIENCES, TokenEndpoint, credential_env, identity_endpoint
-from vmss_terminate.emulator.routes import Route, match_route, path_pattern
+from vmss_terminate.emulator.routes import Route, match_route, path_params, path_pattern
 from vmss_terminate.emulator.server import EmulatorServer, Request, Response
 from vmss_terminate.timeout import MAX_MINUTES, MIN_MINUTES, iso_to_minutes_lenient
 
@@ -194,7 +194,7 @@ class ArmEmulator:
         try:
             public = match_route(self.public_routes, request.method, request.path)
             if public.route is not None and public.match is not None:
-                return public.route.handler(request, request.param("api-version"), **public.match.groupdict())
+                return public.route.handler(request, request.param("api-version"), **path_params(public.match))
             self._authenticate(request)
             api_version = request.param("api-version")
             if not api_version:
@@ -210,7 +210,7 @@ class ArmEmulator:
             if throttled is not None:
                 return throttled
             route, match = self._route(request)
-            response = route.handler(request, api_version, **match.groupdict())
+            response = route.handler(request, api_version, **path_params(match))
             response.headers.update(quota_headers)
             return response
         except _Refusal as refusal:

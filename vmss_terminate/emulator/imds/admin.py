@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Dict
 
 from vmss_terminate.emulator.imds.events import Approval, EmulatedEvent, event_fields_from_mapping
 from vmss_terminate.emulator.imds.replies import error_reply, no_route
-from vmss_terminate.emulator.routes import Route, match_route, path_pattern
+from vmss_terminate.emulator.routes import Route, match_route, path_params, path_pattern
 from vmss_terminate.emulator.server import Request, Response
 from vmss_terminate.errors import UsageError
 
@@ -51,7 +51,7 @@ def handle_admin(app: "ImdsEmulator", request: Request, path: str) -> Response:
         return no_route(found.allowed, routes=ROUTES)
     app.group.tick()  # answers reflect the clock, like IMDS reads do
     try:
-        return found.route.handler(app, request, **found.match.groupdict())
+        return found.route.handler(app, request, **path_params(found.match))
     except KeyError:
         return error_reply(404, "no such event")
     except UsageError as exc:

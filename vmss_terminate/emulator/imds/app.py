@@ -90,7 +90,7 @@ from vmss_terminate.emulator.imds.versions import (
     scheduled_events_document,
     shape_compute,
 )
-from vmss_terminate.emulator.routes import Route, match_route, path_pattern
+from vmss_terminate.emulator.routes import Route, match_route, path_params, path_pattern
 from vmss_terminate.emulator.server import Request, Response
 
 __all__ = [
@@ -178,7 +178,7 @@ class ImdsEmulator:
         found = match_route(self.routes, request.method, path)
         if found.route is None or found.match is None:
             return no_route(found.allowed)
-        return found.route.handler(request, **found.match.groupdict())
+        return found.route.handler(request, **path_params(found.match))
 
     # -- request hygiene -------------------------------------------------------------------
 
