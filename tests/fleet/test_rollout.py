@@ -34,7 +34,13 @@ def test_rollout_makes_every_set_not_skipped_compliant_with_enables_writes(arm: 
                                                                             "aks-nodepool1-12345678-vmss"}
     after = audit(BOTH, timeout=10, connection=conn)
     skipped = {"batch-spot", "aks-nodepool1-12345678-vmss"}
-    assert all(r.compliant for r in after.scale_sets if r.name not in skipped)
+    # Flexible sets report no per-member model: after the rollout they are stale-unknown (never green),
+    # and the rollout said so in a note
+    flexible = {r.name for r in after.scale_sets if not r.uniform}
+    assert flexible == {"batch-flex"}
+    assert all(r.compliant for r in after.scale_sets if r.name not in skipped | flexible)
+    assert all(r.findings == ["stale-unknown"] for r in after.scale_sets if r.name in flexible)
+    assert all("stale-unknown" in (o.note or "") for o in result.outcomes if o.planned.record.name in flexible)
     assert not any(r.compliant for r in after.scale_sets if r.name in skipped)  # untouched
     writes = arm_writes(arm)
     assert not any(w.startswith("PUT") for w in writes)
@@ -124,7 +130,7 @@ def test_stop_starts_no_new_work_and_resume_completes(arm: ArmServers, conn: Con
     assert sum(1 for w in arm_writes(arm) if w.endswith("/manualupgrade")) == 1
     second = rollout(BOTH, timeout=10, connection=conn, journal=journal)
     assert second.ok and second.resumed
-    assert all(r.compliant for r in audit(BOTH, timeout=10, connection=conn).scale_sets
+    assert all(r.compliant or r.findings == ["stale-unknown"] for r in audit(BOTH, timeout=10, connection=conn).scale_sets
                if r.name not in ("batch-spot", "aks-nodepool1-12345678-vmss"))
 
 

@@ -94,7 +94,7 @@ class _DetailedExit(click.Command):
 @click.option("--detailed-exitcode", is_flag=True, help="Exit 0: all compliant, 1: error, 2: something non-compliant.")
 def audit_command(**kw: Any) -> None:
     """Inventory scale sets through Azure Resource Graph: terminate notification, timeout, stale
-    instances and findings (disabled, timeout-differs, stale-model, spot, aks-managed,
+    instances and findings (disabled, timeout-differs, stale-model, stale-unknown, spot, aks-managed,
     force-deletion, automatic-repairs)."""
     from vmss_terminate.fleet import audit
 

@@ -11,6 +11,7 @@ from typing import Any, Dict, List, Mapping, Optional
 DISABLED = "disabled"
 TIMEOUT_DIFFERS = "timeout-differs"
 STALE_MODEL = "stale-model"
+STALE_UNKNOWN = "stale-unknown"
 SPOT = "spot"
 AKS_MANAGED = "aks-managed"
 FORCE_DELETION = "force-deletion"
@@ -20,6 +21,8 @@ EXPLANATIONS: Dict[str, str] = {
     DISABLED: "terminate notification is not enabled: instances are deleted without a Terminate event",
     TIMEOUT_DIFFERS: "notBeforeTimeout differs from the --timeout wanted",
     STALE_MODEL: "instances run an older model and would get the old NotBefore (or no Terminate event)",
+    STALE_UNKNOWN: "which instances run the latest model is unknown (Flexible orchestration, or the instance list "
+                   "could not be read): not known to be compliant; rollout upgrades every member",
     SPOT: "Spot priority: terminate notification is not supported for Spot instances",
     AKS_MANAGED: "AKS-managed node pool (aks-managed-* tag): AKS reverts direct changes; configure it through AKS",
     FORCE_DELETION: "scaleInPolicy.forceDeletion: force-deleted instances may not wait for the Terminate event",
@@ -51,13 +54,16 @@ def properties_findings(properties: Mapping[str, Any], tags: Mapping[str, Any]) 
 
 def profile_findings(enabled: bool, effective_minutes: Optional[int], wanted_minutes: Optional[int],
                      stale_instances: Optional[int]) -> List[str]:
-    """disabled / timeout-differs / stale-model."""
+    """disabled / timeout-differs / stale-model / stale-unknown (None: the stale count is unknown,
+    which must never read as compliant)."""
     if not enabled:
         return [DISABLED]
     found = []
     if wanted_minutes is not None and effective_minutes != wanted_minutes:
         found.append(TIMEOUT_DIFFERS)
-    if stale_instances:
+    if stale_instances is None:
+        found.append(STALE_UNKNOWN)
+    elif stale_instances:
         found.append(STALE_MODEL)
     return found
 

@@ -1,7 +1,10 @@
 """The rollout plan: for each audited scale set, what `rollout` will do and roughly what it costs.
 
 Actions: `enable` (PATCH the profile, then upgrade every instance: the new model makes them all
-stale), `upgrade` (profile already right; upgrade the stale instances), `none` (compliant),
+stale), `upgrade` (profile already right; upgrade the stale instances -- every member when which
+are stale is unknown, finding `stale-unknown`), `none` (compliant, or `stale-unknown` only and
+finished by an earlier run of the same journal: Azure never reports per-member model state for
+Flexible sets, so a re-run would otherwise upgrade them again and again),
 `skip` (a finding that makes the change wrong or futile: Spot, AKS-managed, unless
 `--include-skipped`). The writes estimate is one PATCH plus ceil(stale / batch) manualupgrade
 calls for a Manual upgrade policy; Automatic / Rolling sets get the PATCH only (Azure upgrades).
@@ -25,10 +28,12 @@ ENABLE, UPGRADE, NONE, SKIP = "enable", "upgrade", "none", "skip"
 class PlannedSet:
     record: ScaleSetAudit
     action: str
+    timeout_minutes: int
     reasons: List[str] = field(default_factory=list)
     instances: int = 0  # instances the rollout will upgrade (estimate from the audit)
     writes: int = 0  # PATCH + manualupgrade calls (estimate)
     done_earlier: bool = False  # the journal says an earlier run finished it (and it is compliant now)
+    note: Optional[str] = None
 
     @property
     def works(self) -> bool:
@@ -38,7 +43,7 @@ class PlannedSet:
         return {"id": self.record.id, "subscription_id": self.record.subscription_id,
                 "resource_group": self.record.resource_group, "name": self.record.name, "action": self.action,
                 "reasons": list(self.reasons), "instances": self.instances, "writes": self.writes,
-                "done_earlier": self.done_earlier, "findings": list(self.record.findings)}
+                "done_earlier": self.done_earlier, "findings": list(self.record.findings), "note": self.note}
 
     def describe(self) -> str:
         target = f"{self.record.resource_group}/{self.record.name}"
@@ -46,8 +51,13 @@ class PlannedSet:
             return f"skip     {target}: {', '.join(self.reasons)} ({codes.EXPLANATIONS[self.reasons[0]]})"
         if self.action == NONE:
             return f"ok       {target}{' (done by an earlier run)' if self.done_earlier else ''}"
-        what = (f"enable {self.record.not_before_timeout or 'off'} -> wanted, upgrade {self.instances} instance(s)"
-                if self.action == ENABLE else f"upgrade {self.instances} stale instance(s)")
+        if self.action == ENABLE:
+            what = (f"enable {self.record.not_before_timeout or 'off'} -> {to_iso(self.timeout_minutes)}, "
+                    f"upgrade {self.instances} instance(s)")
+        elif self.record.stale_unknown:
+            what = f"upgrade all {self.instances} member(s) (which run the latest model is unknown)"
+        else:
+            what = f"upgrade {self.instances} stale instance(s)"
         return f"{self.action:<8} {target}: {what} ({self.writes} write(s))"
 
 
@@ -96,15 +106,21 @@ def make_plan(records: Iterable[ScaleSetAudit], timeout_minutes: int, batch_size
     planned = []
     for record in records:
         reasons = [c for c in record.findings if c in skip_codes]
+        profile_change = not record.profile.is_enabled_with(timeout_minutes)
         if record.compliant:
-            planned.append(PlannedSet(record, NONE, done_earlier=record.id.lower() in done))
+            planned.append(PlannedSet(record, NONE, timeout_minutes, done_earlier=record.id.lower() in done))
         elif reasons:
-            planned.append(PlannedSet(record, SKIP, reasons))
+            planned.append(PlannedSet(record, SKIP, timeout_minutes, reasons))
+        elif record.stale_unknown and not profile_change and record.id.lower() in done:
+            planned.append(PlannedSet(record, NONE, timeout_minutes, done_earlier=True, note=(
+                "every member was upgraded by an earlier run of this journal; Azure does not report which "
+                "members run the latest model, so it is not upgraded again")))
         else:
-            profile_change = not record.profile.is_enabled_with(timeout_minutes)
-            instances = record.instances if profile_change else (record.stale_instances or 0)
+            # unknown stale count: every member is upgraded (as `enable`/`upgrade` do for Flexible)
+            stale = record.instances if record.stale_unknown else (record.stale_instances or 0)
+            instances = record.instances if profile_change else stale
             manual = record.upgrade_mode.lower() == "manual"
             batches = math.ceil(instances / batch_size.for_total(record.instances)) if manual and instances else 0
-            planned.append(PlannedSet(record, ENABLE if profile_change else UPGRADE, [], instances,
+            planned.append(PlannedSet(record, ENABLE if profile_change else UPGRADE, timeout_minutes, [], instances,
                                       int(profile_change) + batches))
     return RolloutPlan(timeout_minutes, batch_size, planned)

@@ -31,7 +31,7 @@ class ScaleSetAudit:
     tags: Dict[str, str]
     config_findings: List[str]
     subscription_name: Optional[str] = None
-    stale_instances: Optional[int] = None  # None: not read (disabled sets) or not reported (Flexible)
+    stale_instances: Optional[int] = None  # None: not read (disabled sets), not reported (Flexible) or unreadable
     stale_ids: List[str] = field(default_factory=list)
     instances_note: Optional[str] = None
     findings: List[str] = field(default_factory=list)
@@ -50,6 +50,11 @@ class ScaleSetAudit:
         return self.profile.timeout or (to_iso(minutes) if minutes is not None else None)
 
     @property
+    def stale_unknown(self) -> bool:
+        """Enabled, but which instances run the latest model is not known (finding stale-unknown)."""
+        return self.enabled and self.stale_instances is None
+
+    @property
     def uniform(self) -> bool:
         return self.orchestration_mode.lower() == "uniform"
 
@@ -57,8 +62,9 @@ class ScaleSetAudit:
         """Findings and compliance for the `--timeout` wanted (None: any timeout is compliant)."""
         self.findings = codes.order(self.config_findings + codes.profile_findings(
             self.enabled, self.profile.effective_minutes, wanted_minutes, self.stale_instances))
+        # an unknown stale count (None) is not compliant: unknown must never read as green
         self.compliant = (self.enabled and (wanted_minutes is None or self.profile.effective_minutes == wanted_minutes)
-                          and not self.stale_instances)
+                          and self.stale_instances == 0)
 
     def to_dict(self) -> Dict[str, Any]:
         return {

@@ -23,12 +23,12 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Set, Union
 from vmss_terminate import control
 from vmss_terminate.clock import SYSTEM_CLOCK, Clock
 from vmss_terminate.control.client import Connection
-from vmss_terminate.control.upgrade import DEFAULT_BATCH, BatchSize, UpgradeIncomplete, UpgradeOptions
+from vmss_terminate.control.upgrade import DEFAULT_BATCH, BatchSize, UpgradeIncomplete, UpgradeOptions, UpgradeResult
 from vmss_terminate.errors import UsageError, VmssTerminateError
 from vmss_terminate.fleet import findings as codes
 from vmss_terminate.fleet.audit import DEFAULT_CONCURRENCY, AuditReport, audit
 from vmss_terminate.fleet.journal import DONE, FAILED, INTERRUPTED, STARTED, Journal
-from vmss_terminate.fleet.plan import PlannedSet, RolloutPlan, make_plan
+from vmss_terminate.fleet.plan import UPGRADE, PlannedSet, RolloutPlan, make_plan
 from vmss_terminate.fleet.scope import Scope
 from vmss_terminate.fleet.session import FleetSession
 from vmss_terminate.timeout import parse_timeout, to_iso
@@ -47,12 +47,13 @@ class SetOutcome:
     status: str
     upgraded: int = 0
     error: Optional[str] = None
+    note: Optional[str] = None
 
     def to_dict(self) -> Dict[str, Any]:
         record = self.planned.record
         return {"id": record.id, "resource_group": record.resource_group, "name": record.name,
                 "action": self.planned.action, "status": self.status, "upgraded": self.upgraded,
-                "error": self.error, "reasons": list(self.planned.reasons)}
+                "error": self.error, "reasons": list(self.planned.reasons), "note": self.note}
 
 
 @dataclass
@@ -133,6 +134,7 @@ class RolloutResult:
             "failed": [o.to_dict() for o in self.failed],
             "remaining": [o.planned.record.id for o in self.remaining],
             "skipped": [o.to_dict() for o in self.by_status(SKIPPED)],
+            "notes": {o.planned.record.id: o.note for o in self.outcomes if o.note},
             "throttling": dict(self.throttling),
             "plan": self.plan.to_dict() if self.dry_run else None,
         }
@@ -149,6 +151,10 @@ class RolloutResult:
         for outcome in self.by_status(SKIPPED):
             record = outcome.planned.record
             out.append(f"  skipped {record.resource_group}/{record.name}: {', '.join(outcome.planned.reasons)}")
+        for outcome in self.outcomes:
+            if outcome.note and outcome.status in (CHANGED, COMPLIANT):
+                record = outcome.planned.record
+                out.append(f"  note {record.resource_group}/{record.name}: {outcome.note}")
         if self.throttling.get("throttled"):
             out.append(f"  throttled {self.throttling['throttled']} time(s), every one retried "
                        f"({self.throttling['gave_up']} given up)")
@@ -226,7 +232,7 @@ def rollout(
         result = RolloutResult(plan, [], dry_run=dry_run, journal=str(journal) if journal else None,
                                resumed=bool(book and book.resumed), audit_seconds=report.seconds)
         if dry_run:
-            result.outcomes = [SetOutcome(p, _static_status(p)) for p in plan.sets]
+            result.outcomes = [_static_status(p) for p in plan.sets]
         else:
             options = UpgradeOptions(batch_size=batch, wait=True, wait_timeout=wait_timeout)
             result.outcomes = _execute(plan, session, options, concurrency, book, progress, stop, clock)
@@ -241,15 +247,16 @@ def rollout(
             session.close()
 
 
-def _static_status(planned: PlannedSet) -> str:
-    return {"skip": SKIPPED, "none": COMPLIANT}.get(planned.action, NOT_STARTED)
+def _static_status(planned: PlannedSet) -> SetOutcome:
+    status = {"skip": SKIPPED, "none": COMPLIANT}.get(planned.action, NOT_STARTED)
+    return SetOutcome(planned, status, note=planned.note)
 
 
 def _execute(plan: RolloutPlan, session: FleetSession, options: UpgradeOptions, concurrency: int,
              book: Optional[Journal], progress: Optional[Callable[[RolloutProgress], None]],
              stop: threading.Event, clock: Clock) -> List[SetOutcome]:
     tracker = _Tracker(plan, progress)
-    outcomes: Dict[int, SetOutcome] = {i: SetOutcome(p, _static_status(p)) for i, p in enumerate(plan.sets)}
+    outcomes: Dict[int, SetOutcome] = {i: _static_status(p) for i, p in enumerate(plan.sets)}
     queue = _FairQueue([(i, p.record.subscription_id) for i, p in enumerate(plan.sets) if p.works])
     running: Set["Future[SetOutcome]"] = set()
     index_of: Dict["Future[SetOutcome]", int] = {}
@@ -317,10 +324,17 @@ def _one(planned: PlannedSet, minutes: int, session: FleetSession, options: Upgr
         if stop.is_set() and done < total:
             raise _Stopped()
 
+    connection = session.connection(record.subscription_id)
+    upgrade: Optional[UpgradeResult]
     try:
-        result = control.enable(record.resource_group, record.name, minutes,
-                                connection=session.connection(record.subscription_id), options=options,
-                                progress=on_progress, clock=clock)
+        if planned.action == UPGRADE and record.stale_unknown:
+            # profile already right, members' model unknown: `upgrade` upgrades every member
+            changed, upgrade = False, control.upgrade(record.resource_group, record.name, connection=connection,
+                                                      options=options, progress=on_progress, clock=clock)
+        else:
+            result = control.enable(record.resource_group, record.name, minutes, connection=connection,
+                                    options=options, progress=on_progress, clock=clock)
+            changed, upgrade = result.changed, result.upgrade
     except _Stopped:
         outcome = SetOutcome(planned, INTERRUPTED, upgraded[0], "stopped before the remaining upgrade batches")
     except UpgradeIncomplete as exc:
@@ -328,11 +342,11 @@ def _one(planned: PlannedSet, minutes: int, session: FleetSession, options: Upgr
     except VmssTerminateError as exc:
         outcome = SetOutcome(planned, FAILED, upgraded[0], str(exc))
     else:
-        done = len(result.upgrade.upgraded) if result.upgrade is not None else 0
-        if result.upgrade is not None and result.upgrade.mode == "platform":
-            done = result.upgrade.total - len(result.upgrade.remaining)
-        outcome = SetOutcome(planned, CHANGED, done)
-        if result.changed:
+        done = len(upgrade.upgraded) if upgrade is not None else 0
+        if upgrade is not None and upgrade.mode == "platform":
+            done = upgrade.total - len(upgrade.remaining)
+        outcome = SetOutcome(planned, CHANGED, done, note=_unknown_note(record, upgrade))
+        if changed:
             tracker.update(writes=1)
     if book is not None:
         book.record(record.id, DONE if outcome.status == CHANGED else outcome.status,
@@ -340,3 +354,15 @@ def _one(planned: PlannedSet, minutes: int, session: FleetSession, options: Upgr
     tracker.update(key, outcome.upgraded, set_done=outcome.status == CHANGED)
     return outcome
 
+
+
+def _unknown_note(record: Any, upgrade: Optional[UpgradeResult]) -> Optional[str]:
+    """Why a set this run finished may still audit as stale-unknown (Flexible: Azure never reports
+    which members run the latest model), so that a re-audit is not read as a failed rollout."""
+    if record.uniform and not record.stale_unknown:
+        return None
+    done = len(upgrade.upgraded) if upgrade is not None else 0
+    what = (f"all {done} member(s) upgraded in this run" if upgrade is not None and upgrade.mode == "manual"
+            else (upgrade.note if upgrade is not None and upgrade.note else "members not upgraded by this run"))
+    return (f"done: {what}; which members run the latest model is not reported, so a re-audit still shows "
+            "stale-unknown (re-running with the same --journal does not upgrade them again)")
