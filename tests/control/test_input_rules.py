@@ -60,7 +60,7 @@ def test_subscription_display_name_is_resolved_through_get_subscriptions(arm: Ar
 def test_unknown_subscription_name_lists_what_is_visible(arm: ArmServers, state: ArmState) -> None:
     state.add_subscription(SUB, "Production")
     result = run("status", "-g", RG, "-n", "web", "--subscription", "Prod")
-    assert result.exit_code == 1
+    assert result.exit_code == 2  # bad input, as in fleet (tests/control/test_subscription_names.py)
     assert "no subscription named 'Prod' is visible to this credential (visible: Production" in result.stderr
 
 

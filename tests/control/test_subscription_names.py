@@ -23,5 +23,15 @@ def test_status_finds_a_subscription_by_its_display_name(arm: ArmServers, state:
 def test_an_unknown_display_name_lists_what_is_visible(arm: ArmServers, state: ArmState) -> None:
     state.add_subscription(SUB, display_name="Production EU")
     result = run("status", "-g", RG, "-n", "web", "--subscription", "Nope")
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "no subscription named 'Nope'" in result.stderr and f"Production EU ({SUB})" in result.stderr
+
+
+def test_unknown_subscription_name_is_bad_input_in_control_and_fleet_alike(arm: ArmServers, state: ArmState) -> None:
+    """One resolver: the same exit 2 and the same one-line error from a single-set and a fleet command."""
+    state.add_subscription(SUB, display_name="Production EU")
+    single = run("status", "-g", RG, "-n", "web", "--subscription", "Nope")
+    fleet = run("fleet", "audit", "--subscription", "Nope")
+    assert (single.exit_code, fleet.exit_code) == (2, 2), (single.output, fleet.output)
+    assert single.stderr.strip() == fleet.stderr.strip()
+    assert single.stderr.strip().startswith("error: invalid --subscription 'Nope': no subscription named 'Nope'")

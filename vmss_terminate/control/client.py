@@ -426,20 +426,27 @@ SUBSCRIPTIONS_API_VERSION = "2022-12-01"
 
 
 def lookup_subscription(compute: Any, name: str) -> str:
-    """The id of the one subscription whose display name is `name` (case-insensitive), read from
-    `GET /subscriptions` through the compute client's own pipeline (same credential, retry and
-    loopback rules). None or several matches are errors that list what the credential can see."""
+    """The id of the one subscription whose display name is `name`, read from `GET /subscriptions`
+    through the compute client's own pipeline (same credential, retry and loopback rules)."""
     with arm_errors(f"looking up subscription {name!r}", name):
         seen = list_subscriptions(compute)
-    matches = [s for s in seen if str(s.get("displayName", "")).lower() == name.lower()]
+    return match_subscription(seen, name)
+
+
+def match_subscription(visible: List[Dict[str, Any]], name: str) -> str:
+    """The id of the one subscription in `visible` (a `GET /subscriptions` list) whose display name
+    is `name` (case-insensitive). The one resolver of `--subscription NAME` for every command: none
+    or several matches are bad input (exit 2) that list what the credential can see."""
+    matches = [s for s in visible if str(s.get("displayName", "")).lower() == name.lower()]
     if len(matches) == 1 and matches[0].get("subscriptionId"):
         return str(matches[0]["subscriptionId"])
     if matches:
         ids = ", ".join(str(s.get("subscriptionId")) for s in matches)
         raise InvalidValue("subscription_id", name, f"{len(matches)} subscriptions have this name ({ids}): "
                            "pass the id", option="--subscription")
-    visible = ", ".join(f"{s.get('displayName')} ({s.get('subscriptionId')})" for s in seen[:10]) or "none"
-    raise AzureError(f"no subscription named {name!r} is visible to this credential (visible: {visible})")
+    shown = ", ".join(f"{s.get('displayName')} ({s.get('subscriptionId')})" for s in visible[:10]) or "none"
+    raise InvalidValue("subscription_id", name, f"no subscription named {name!r} is visible to this credential "
+                       f"(visible: {shown})", option="--subscription")
 
 
 def list_subscriptions(client: Any) -> List[Dict[str, Any]]:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Union
 
 from vmss_terminate.clock import SYSTEM_CLOCK, Clock
-from vmss_terminate.control.client import ArmRequestError, Connection, ScaleSetClient
+from vmss_terminate.control.client import ArmRequestError, Connection, ScaleSetClient, match_subscription
 from vmss_terminate.control.profile import parse_instance
 from vmss_terminate.errors import UsageError
 from vmss_terminate.fleet.records import ScaleSetAudit, parse_row
@@ -111,14 +111,7 @@ def _subscriptions(session: FleetSession, scope: Scope, calls: Dict[str, int]) -
         if is_subscription_id(wanted):
             resolved.append(wanted)
             continue
-        matches = [s for s in visible if str(s.get("displayName", "")).lower() == wanted.lower()]
-        if not matches:
-            raise UsageError(f"--subscription {wanted!r}: no subscription with that id or display name among the "
-                             f"{len(visible)} this credential can see")
-        if len(matches) > 1:
-            raise UsageError(f"--subscription {wanted!r}: {len(matches)} subscriptions have that display name; "
-                             "give the subscription id")
-        resolved.append(str(matches[0]["subscriptionId"]))
+        resolved.append(match_subscription(visible, wanted))
     return _unique(resolved), names
 
 
