@@ -24,6 +24,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 from urllib.parse import urlsplit
 
+from vmss_terminate import extras
 from vmss_terminate.control.names import check_resource_group, check_scale_set_name
 from vmss_terminate.errors import AzureError, InvalidValue, UsageError, VmssTerminateError
 from vmss_terminate.net import is_local_host, is_loopback_host, is_loopback_http, is_loopback_url
@@ -378,6 +379,14 @@ def allow_loopback_http_policy() -> Any:
     return AllowLoopbackHttp()
 
 
+def require_sdk(what: str) -> None:
+    """MissingExtraError (exit 2, naming `pip install 'vmss-terminate[control]'`) when the Azure SDK
+    is not installed: called where a library entry point first needs it (the scale-set client, the
+    fleet session), so a Python caller on the lean install gets the CLI's message, not a raw
+    `ModuleNotFoundError: No module named 'azure'`."""
+    extras.require(extras.CONTROL, what)
+
+
 def quiet_sdk_logging() -> None:
     """Keep the Azure SDK's own warnings off stderr unless the application configured logging.
 
@@ -516,6 +525,7 @@ class ScaleSetClient:
     """
 
     def __init__(self, connection: Connection, resource_group: str, name: str) -> None:
+        require_sdk("vmss_terminate.control")
         self.resource_group = check_resource_group(resource_group)
         self.name = check_scale_set_name(name)
         self.resolved = connection.resolve()

@@ -17,6 +17,7 @@ from vmss_terminate.control.client import (
     build_credential,
     list_subscriptions,
     quiet_sdk_logging,
+    require_sdk,
     sdk_client_kwargs,
 )
 from vmss_terminate.fleet.throttle import SubscriptionThrottle
@@ -29,6 +30,7 @@ class FleetSession:
 
     def __init__(self, connection: Optional[Connection] = None, clock: Clock = SYSTEM_CLOCK,
                  throttle: Optional[SubscriptionThrottle] = None) -> None:
+        require_sdk("vmss_terminate.fleet")
         connection = connection or Connection()
         self.throttle = throttle or SubscriptionThrottle(clock)
         self.clock = clock
