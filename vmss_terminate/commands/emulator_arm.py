@@ -11,7 +11,7 @@ from typing import Dict, Optional, Tuple
 import click
 
 from vmss_terminate.commands.foreground import Foreground
-from vmss_terminate.commands.options import fault_option
+from vmss_terminate.commands.options import fault_option, int_range
 from vmss_terminate.emulator.faults import Fault
 from vmss_terminate.errors import UsageError
 
@@ -70,18 +70,18 @@ def _tls_context(cert: Optional[Path], key: Optional[Path]) -> Optional[ssl.SSLC
 
 @click.command("arm")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on (both servers).")
-@click.option("--port", default=0, type=click.IntRange(0, 65535), help="ARM port (0: pick a free one).")
-@click.option("--token-port", default=0, type=click.IntRange(0, 65535),
+@click.option("--port", default=0, type=int_range("port", 0, 65535), help="ARM port (0: pick a free one).")
+@click.option("--token-port", default=0, type=int_range("token-port", 0, 65535),
               help="Managed-identity token endpoint port (0: pick a free one).")
 @click.option("--seed", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="JSON file with the scale sets to serve (format: examples/seed.json).")
-@click.option("--page-size", type=click.IntRange(1, 10000), help="VM list page size (default 100).")
+@click.option("--page-size", type=int_range("page-size", 1, 10000), help="VM list page size (default 100).")
 @click.option("--tls-cert", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="Serve ARM over HTTPS with this PEM certificate (chain); clients must trust its CA "
                    "(e.g. REQUESTS_CA_BUNDLE). The token endpoint stays http, like App Service's.")
 @click.option("--tls-key", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="PEM private key for --tls-cert (omit if the certificate file holds it).")
-@click.option("--lro-retry-after", type=click.IntRange(1, 3600), metavar="S",
+@click.option("--lro-retry-after", type=int_range("lro-retry-after", 1, 3600), metavar="S",
               help="Send Retry-After: S on long-running-operation answers, so clients that wait 30 s "
                    "between polls by default (az) poll every S seconds. An emulator convenience, not "
                    "something Azure promises. Default: no Retry-After. (0 would not help: "

@@ -15,7 +15,7 @@ from typing import Dict, List, Optional, Tuple
 import click
 
 from vmss_terminate.commands.foreground import Foreground
-from vmss_terminate.commands.options import fault_option
+from vmss_terminate.commands.options import fault_option, int_range
 from vmss_terminate.emulator.faults import Fault
 from vmss_terminate.emulator.imds.app import Approval, EmulatedEvent, ImdsEmulator, PlacementGroup
 from vmss_terminate.emulator.imds.launch import load_scenario, parse_event_spec, start_imds
@@ -110,7 +110,7 @@ def _banner(servers: List[EmulatorServer]) -> None:
 @click.option("--vm-name", "vm_names", multiple=True, default=(DEFAULT_VM_NAME,), show_default=True,
               help="VM name (e.g. myvmss_3); repeat for several VMs of one placement group, one server each.")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
-@click.option("--port", default=0, type=click.IntRange(0, 65535), show_default=True,
+@click.option("--port", default=0, type=int_range("port", 0, 65535), show_default=True,
               help="Port of the first VM's server (next VMs use the following ports); 0 picks free ports.")
 @click.option("--vmss-name", default=None, help="Scale set name (default: the VM name before its last '_').")
 @click.option("--event", "event_specs", multiple=True, metavar="TYPE:VM[,VM][@SECONDS]",

@@ -17,7 +17,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 import click
 from click.core import ParameterSource
 
-from vmss_terminate.commands.options import BATCH_SIZE, TIMEOUT
+from vmss_terminate.commands.options import BATCH_SIZE, TIMEOUT, int_range
 from vmss_terminate.commands.output import echo_json, output_option, tsv_lines
 from vmss_terminate.commands.progress import ProgressBar, terminal_progress
 from vmss_terminate.control.client import CLOUDS, DEFAULT_CLOUD, Connection
@@ -45,7 +45,7 @@ def fleet_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--tag", "tags", multiple=True, metavar="KEY=VALUE",
                      help="Only scale sets with this tag (repeatable: all must match)."),
         click.option("--name", "name", metavar="GLOB", help="Only scale sets whose name matches (e.g. 'web-*')."),
-        click.option("--concurrency", type=click.IntRange(1, 256), default=16, show_default=True,
+        click.option("--concurrency", type=int_range("concurrency", 1, 256), default=16, show_default=True,
                      help="Scale sets worked on at once (each subscription is throttled on its own)."),
         click.option("--arm-endpoint", envvar="VMSS_TERMINATE_ARM_ENDPOINT",
                      help="ARM base URL (https; http only for loopback) [env VMSS_TERMINATE_ARM_ENDPOINT]."),

@@ -36,6 +36,22 @@ class ParsedType(click.ParamType):
             self.fail(self._message(value, exc), param, ctx)
 
 
+def int_range(name: str, low: int, high: int) -> ParsedType:
+    """A whole number in low..high: `invalid --concurrency 'x': a whole number from 1 to 256` (the
+    option and the value said once; click's IntRange says "'x' is not a valid integer range")."""
+
+    def parse(value: Any) -> int:
+        try:
+            number = value if isinstance(value, int) and not isinstance(value, bool) else int(str(value).strip())
+        except ValueError:
+            number = None
+        if number is None or not low <= number <= high:
+            raise InvalidValue(name.replace("-", "_"), value, f"a whole number from {low} to {high}", option="--" + name)
+        return number
+
+    return ParsedType(name, parse)
+
+
 # `--timeout`: minutes (10, 10m) or ISO 8601 (PT10M) -> whole minutes.
 TIMEOUT = ParsedType("timeout", parse_timeout)
 
