@@ -22,6 +22,7 @@ from .conftest import vmss_url
 pytest.importorskip("azure.mgmt.resourcegraph")
 
 ROOT = Path(__file__).resolve().parents[2]
+SUB0 = "00000000-0000-0000-0000-0000000000aa"
 RG_PATH = "/providers/Microsoft.ResourceGraph/resources"
 GRAPH_API = {"api-version": "2021-03-01"}
 
@@ -89,14 +90,15 @@ def test_skip_token_of_another_query_is_refused(graph: Any, state: ArmState) -> 
     state.rg_page_size = 7
     token = _query(graph, Scope().query()).skip_token
     with pytest.raises(HttpResponseError) as caught:
-        _query(graph, Scope.build(tags=["env=prod"]).query(), skip_token=token)
+        _query(graph, Scope.build(resource_groups=["rg-fleet-0"]).query(), skip_token=token)
     assert caught.value.status_code == 400
 
 
 def test_selectors_filter_rows(graph: Any, state: ArmState) -> None:
     sub = fleetgen.subscription_id(1)
-    rows, _ = _all_rows(graph, Scope.build(resource_groups=["RG-FLEET-0"], tags=["env=prod"],
-                                           name="vmss-00[0-2]?").query(), subscriptions=[sub])
+    query = Scope.build(resource_groups=["RG-FLEET-0"], name="vmss-00[0-2]?").query()
+    query = query.replace("| project", "| where tags['env'] =~ 'PROD'\n| project")
+    rows, _ = _all_rows(graph, query, subscriptions=[sub])
     expected = [ss for ss in state.scale_sets(sub, "rg-fleet-0")
                 if ss.tags.get("env") == "prod" and ss.name[:7] in ("vmss-00", "vmss-01", "vmss-02")]
     assert rows and {r["name"] for r in rows} == {ss.name for ss in expected}
@@ -128,7 +130,25 @@ def test_queries_outside_the_grammar_get_resource_graphs_error_shape(http: reque
 def test_parser_rejects_what_it_does_not_serve() -> None:
     with pytest.raises(QueryError):
         parse_query(Scope().query().replace("order by id asc", "order by name asc"))
-    assert parse_query(Scope.build(resource_groups=["a", "b"], tags=["k=v'x"]).query()).tags == [("k", "v'x")]
+    tagged = Scope.build(resource_groups=["a", "b"]).query().replace("| project", "| where tags['k'] == 'v\\'x'\n| project")
+    assert parse_query(tagged).tags == [("k", "v'x", True)]
+
+
+def test_tag_filters_follow_kql_semantics() -> None:
+    """An honest oracle: `tags['KEY']` looks the name up exactly (KQL), `=~` ignores the value's case,
+    `==` does not."""
+    state = ArmState()
+    state.add_scale_set(SUB0, "rg", "upper", capacity=1, tags={"env": "Prod"})
+    state.add_scale_set(SUB0, "rg", "lower", capacity=1, tags={"env": "prod"})
+    state.add_scale_set(SUB0, "rg", "other-name-case", capacity=1, tags={"Env": "Prod"})
+    sets = state.scale_sets(SUB0, "rg")
+
+    def selected(clause: str) -> List[str]:
+        query = parse_query(Scope().query().replace("| project", f"| where {clause}\n| project"))
+        return sorted(ss.name for ss in sets if query.matches(ss))
+
+    assert selected("tags['env'] == 'Prod'") == ["upper"]
+    assert selected("tags['env'] =~ 'prod'") == ["lower", "upper"]
 
 
 def test_more_than_1000_subscriptions_are_refused(http: requests.Session, arm: ArmServers) -> None:

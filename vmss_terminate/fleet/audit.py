@@ -83,7 +83,7 @@ def audit(
         for chunk in chunks:
             for page in session.query_pages(scope.query(), chunk, list(scope.management_groups)):
                 calls["graph_pages"] += 1
-                records.extend(parse_row(row, names) for row in page)
+                records.extend(r for r in (parse_row(row, names) for row in page) if scope.selects_tags(r.tags))
         _read_instances(session, [r for r in records if r.enabled], concurrency, calls)
         for record in records:
             record.evaluate(wanted)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Dict, Optional, Sequence, Tuple
+from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
 from vmss_terminate.control.names import check_resource_group
 from vmss_terminate.errors import UsageError
@@ -43,6 +43,8 @@ class Scope:
             key, sep, value = tag.partition("=")
             if not sep or not key.strip():
                 raise UsageError(f"invalid --tag {tag!r}: use KEY=VALUE")
+            if not value:
+                raise UsageError(f"invalid --tag {tag!r}: give the value (KEY=VALUE); values are matched exactly")
             pairs.append((key.strip(), value))
         groups = tuple(check_resource_group(group) for group in resource_groups)
         if name is not None and not _NAME_GLOB.match(name):
@@ -59,13 +61,19 @@ class Scope:
             lines.append(f"| where resourceGroup =~ {kql_string(self.resource_groups[0])}")
         elif self.resource_groups:
             lines.append(f"| where resourceGroup in~ ({', '.join(kql_string(g) for g in self.resource_groups)})")
-        for key, value in self.tags:
-            lines.append(f"| where tags[{kql_string(key)}] =~ {kql_string(value)}")
+        # tags are matched by `selects_tags` on the rows: Azure tag names are case-insensitive and
+        # values case-sensitive, and KQL's `tags['KEY']` looks names up case-sensitively
         if self.name:
             lines.append(f"| where name matches regex {kql_string(glob_to_regex(self.name))}")
         lines.append(f"| project {', '.join(PROJECTED)}")
         lines.append("| order by id asc")
         return "\n".join(lines)
+
+    def selects_tags(self, tags: Mapping[str, Any]) -> bool:
+        """Every `--tag KEY=VALUE` matches: names case-insensitively (as Azure treats tag names),
+        values exactly (Azure keeps their case: `env=Prod` must not select `prod`)."""
+        names = {str(name).lower(): str(value) for name, value in tags.items()}
+        return all(names.get(key.lower()) == value for key, value in self.tags)
 
     def describe(self) -> Dict[str, object]:
         return {"subscriptions": list(self.subscriptions), "management_groups": list(self.management_groups),

@@ -12,7 +12,12 @@ Understood (whitespace free, keywords and operators case-sensitive as in KQL, st
     resources
     | where type =~ 'microsoft.compute/virtualmachinescalesets'      (required, first)
     | where resourceGroup =~ 'RG'            or  resourceGroup in~ ('RG1', 'RG2')
-    | where tags['KEY'] =~ 'VALUE'           (repeatable: all must match)
+    | where tags['KEY'] =~ 'VALUE'           (repeatable: all must match; or `==`)
+
+    KQL semantics, so the emulator stays an honest oracle: `tags['KEY']` looks the name up exactly
+    (KQL property access is case-sensitive, though Azure treats tag names case-insensitively: the
+    fleet client therefore matches `--tag` on the rows itself), `=~` compares the value
+    case-insensitively and `==` exactly.
     | where name matches regex '(?i)^...$'   (a Python-compatible RE2 subset)
     | project id, name, type, subscriptionId, resourceGroup, location, tags, sku, properties
     | order by id asc                        (optional; rows are always returned in id order)
@@ -48,7 +53,7 @@ MAX_SUBSCRIPTIONS = 1000
 MAX_TOP = 1000
 ROW_API_VERSION = "2024-11-01"  # the shape Resource Graph serves: the latest properties
 
-_TOKEN = re.compile(r"""\s*(?:(?P<str>'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")|(?P<op>=~|in~|\||\(|\)|\[|\]|,)|(?P<word>[A-Za-z_][A-Za-z0-9_]*))""")
+_TOKEN = re.compile(r"""\s*(?:(?P<str>'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")|(?P<op>=~|==|in~|\||\(|\)|\[|\]|,)|(?P<word>[A-Za-z_][A-Za-z0-9_]*))""")
 
 
 class QueryError(Exception):
@@ -65,14 +70,17 @@ class Query:
     """A parsed query: the filters the grammar allows."""
 
     resource_groups: List[str] = field(default_factory=list)
-    tags: List[Tuple[str, str]] = field(default_factory=list)
+    tags: List[Tuple[str, str, bool]] = field(default_factory=list)  # (name, value, exact `==`)
     name_pattern: Optional["re.Pattern[str]"] = None
 
     def matches(self, ss: ScaleSetRecord) -> bool:
         if self.resource_groups and ss.resource_group.lower() not in {g.lower() for g in self.resource_groups}:
             return False
-        for key, value in self.tags:
-            if str(ss.tags.get(key, "")).lower() != value.lower() or key not in ss.tags:
+        for key, value, exact in self.tags:
+            if key not in ss.tags:
+                return False
+            have = str(ss.tags[key])
+            if (have != value) if exact else (have.lower() != value.lower()):
                 return False
         return not (self.name_pattern is not None and not self.name_pattern.search(ss.name))
 
@@ -180,8 +188,10 @@ def _where(p: _Parser, query: Query) -> None:
         p.take("[")
         key = p.string()
         p.take("]")
-        p.take("=~")
-        query.tags.append((key, p.string()))
+        op = p.take(kind="op")
+        if op not in ("=~", "=="):
+            raise QueryError(f"tags[...] {op} is not served (use =~ or ==)", p.items[p.index - 1][2], op)
+        query.tags.append((key, p.string(), op == "=="))
     elif column == "name":
         p.take("matches")
         p.take("regex")
