@@ -20,6 +20,7 @@ from vmss_terminate.control.client import (
     require_sdk,
     sdk_client_kwargs,
 )
+from vmss_terminate.errors import AzureError
 from vmss_terminate.fleet.throttle import SubscriptionThrottle
 
 GRAPH_API_VERSION = "2021-03-01"
@@ -86,8 +87,13 @@ class FleetSession:
             with arm_errors("querying Azure Resource Graph", "resources"):
                 response = self.graph().resources(request)
             data = response.data if isinstance(response.data, list) else []
-            yield [row for row in data if isinstance(row, dict)]
             skip_token = response.skip_token
+            if not skip_token and str(getattr(response, "result_truncated", "") or "").lower() == "true":
+                raise AzureError(
+                    f"Azure Resource Graph truncated the result ({len(data)} of {response.total_records} rows) and "
+                    "gave no $skipToken to read the rest: refusing an incomplete audit. Narrow the scope "
+                    "(--subscription, -g, --name) and re-run")
+            yield [row for row in data if isinstance(row, dict)]
             if not skip_token:
                 return
 

@@ -46,6 +46,8 @@ Seed format (JSON file or dict; see examples/seed.json)::
       ],
       "managementGroups": {"mg-id": ["<subscription id>", ...]},   # optional (Resource Graph scope)
       "resourceGraphPageSize": 1000,         # optional: rows per Resource Graph page (max 1000)
+      "resourceGraphTruncated": false,       # optional: true = a result over one page is cut off
+                                             # (resultTruncated "true", no $skipToken)
       "quotas": {"writes": {"bucket": 40, "refillPerSecond": 20}},  # optional: see quota.py
       "generate": {"scaleSets": 200, "subscriptions": 5, "capacity": 20}  # optional: see fleetgen.py
     }
@@ -266,6 +268,9 @@ class ArmState:
         self._listeners: List[Listener] = []
         self._sequence = 0
         self.rg_page_size = 1000  # Resource Graph rows per page
+        # Resource Graph answers a result larger than a page with resultTruncated "true" and no
+        # $skipToken (as it does for queries it cannot page): the client must fail, not under-count
+        self.rg_truncated = False
         self.quotas = Quotas(clock)  # per-subscription read/write quotas (none configured: off)
         self._management_groups: Dict[str, List[str]] = {}
 
@@ -408,6 +413,8 @@ class ArmState:
             self.add_management_group(group, [str(m) for m in members])
         if "resourceGraphPageSize" in seed:
             self.rg_page_size = max(1, min(1000, int(seed["resourceGraphPageSize"])))
+        if "resourceGraphTruncated" in seed:
+            self.rg_truncated = seed["resourceGraphTruncated"] is True
         if "quotas" in seed:
             self.quotas.configure(parse_limits(seed["quotas"]))
 

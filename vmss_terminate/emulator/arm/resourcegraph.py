@@ -308,5 +308,8 @@ def answer(state: ArmState, body: Any) -> Response:
     payload: Dict[str, Any] = {"totalRecords": len(rows), "count": len(page),
                                "data": page, "facets": [], "resultTruncated": "false"}
     if start + top < len(rows):
-        payload["$skipToken"] = _skip_token(start + top, body["query"])
+        if state.rg_truncated:
+            payload["resultTruncated"] = "true"
+        else:
+            payload["$skipToken"] = _skip_token(start + top, body["query"])
     return Response.json(200, payload)
