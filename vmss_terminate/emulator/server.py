@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass, field, replace
 from email.message import Message
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable, Dict, Iterator, List, Optional, Protocol, Set, Union
+from typing import Any, Callable, Dict, Iterator, List, Optional, Protocol, Sequence, Set, Union
 from urllib.parse import parse_qs, urlsplit
 
 from vmss_terminate.clock import wait_until
@@ -382,3 +382,15 @@ class EmulatorServer:
 
     def __exit__(self, *exc: Any) -> None:
         self.stop()
+
+
+def stop_servers(servers: "Sequence[EmulatorServer]") -> None:
+    """Stop several servers at once: each shutdown waits for its poll loop, so one after the
+    other would add those waits up."""
+    others = [threading.Thread(target=server.stop, daemon=True) for server in servers[1:]]
+    for thread in others:
+        thread.start()
+    if servers:
+        servers[0].stop()
+    for thread in others:
+        thread.join(timeout=10)

@@ -9,13 +9,12 @@ JSON scenario file in the admin endpoint's keys.
 from __future__ import annotations
 
 import json
-import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from vmss_terminate.emulator.imds.app import EVENT_TYPES, EmulatedEvent, ImdsEmulator, PlacementGroup
 from vmss_terminate.emulator.imds.events import event_fields_from_mapping
-from vmss_terminate.emulator.server import EmulatorServer
+from vmss_terminate.emulator.server import EmulatorServer, stop_servers
 from vmss_terminate.errors import UsageError
 
 
@@ -74,14 +73,7 @@ class ImdsServers:
         raise KeyError(vm_name)
 
     def stop(self) -> None:
-        # Each server's shutdown waits for its poll loop: stop them all at once.
-        others = [threading.Thread(target=server.stop, daemon=True) for server in self.servers[1:]]
-        for thread in others:
-            thread.start()
-        if self.servers:
-            self.servers[0].stop()
-        for thread in others:
-            thread.join(timeout=10)
+        stop_servers(self.servers)
 
     def __enter__(self) -> "ImdsServers":
         return self
