@@ -25,7 +25,7 @@ SCALE_SET_NAME = ParsedType("name", check_scale_set_name)
 SUBSCRIPTION = ParsedType("subscription", lambda value: check_subscription(value) and value)
 
 
-def _apply(fn: Callable[..., Any], options: List[Callable[[Any], Any]]) -> Callable[..., Any]:
+def apply_options(fn: Callable[..., Any], options: List[Callable[[Any], Any]]) -> Callable[..., Any]:
     for option in reversed(options):
         fn = option(fn)
     return fn
@@ -42,28 +42,33 @@ def _grouped(options: List[Callable[[Any], Any]], keys: Sequence[str], name: str
             kw[name] = build(**{key: kw.pop(key) for key in keys})
             return fn(**kw)
 
-        return _apply(callback, options)
+        return apply_options(callback, options)
 
     return decorate
 
+
+ENDPOINT_OPTIONS = [
+    click.option(
+        "--arm-endpoint",
+        envvar="VMSS_TERMINATE_ARM_ENDPOINT",
+        help="ARM base URL (https; http only for loopback) [env VMSS_TERMINATE_ARM_ENDPOINT].",
+    ),
+    click.option("--cloud", type=click.Choice(list(CLOUDS)), default=DEFAULT_CLOUD, show_default=True),
+    click.option(
+        "--arm-scope",
+        envvar="VMSS_TERMINATE_ARM_SCOPE",
+        help="Token scope (default: the cloud's <management endpoint>/.default).",
+    ),
+    click.option("--api-version", help="Pin the compute api-version (>= 2019-03-01); default: the SDK's."),
+]
+"""Where ARM is and how to talk to it: shared by the single-set and the fleet commands."""
 
 connection_options = _grouped(
     [
         click.option("--subscription", type=SUBSCRIPTION, envvar="AZURE_SUBSCRIPTION_ID",
                      help="Subscription id or display name (looked up with GET /subscriptions) "
                           "[env AZURE_SUBSCRIPTION_ID]."),
-        click.option(
-            "--arm-endpoint",
-            envvar="VMSS_TERMINATE_ARM_ENDPOINT",
-            help="ARM base URL (https; http only for loopback) [env VMSS_TERMINATE_ARM_ENDPOINT].",
-        ),
-        click.option("--cloud", type=click.Choice(list(CLOUDS)), default=DEFAULT_CLOUD, show_default=True),
-        click.option(
-            "--arm-scope",
-            envvar="VMSS_TERMINATE_ARM_SCOPE",
-            help="Token scope (default: the cloud's <management endpoint>/.default).",
-        ),
-        click.option("--api-version", help="Pin the compute api-version (>= 2019-03-01); default: the SDK's."),
+        *ENDPOINT_OPTIONS,
     ],
     ("subscription", "arm_endpoint", "cloud", "arm_scope", "api_version"),
     "connection",
@@ -78,8 +83,8 @@ connection_options = _grouped(
 def scale_set_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Target, connection and output options every control command takes: the command receives
     `resource_group`, `name`, `connection` and `output`."""
-    fn = connection_options(_apply(fn, [output_option()]))
-    return _apply(fn, [
+    fn = connection_options(apply_options(fn, [output_option()]))
+    return apply_options(fn, [
         click.option("-g", "--resource-group", type=RESOURCE_GROUP, required=True,
                      help="Resource group of the scale set."),
         click.option("-n", "--name", type=SCALE_SET_NAME, required=True, help="Scale set name."),
@@ -106,7 +111,7 @@ upgrade_options = _grouped(_UPGRADE_OPTIONS, _UPGRADE_KEYS, "options", UpgradeOp
 def change_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     """What enable, disable and retime take after the target: the upgrade options plus --no-upgrade
     (the command receives `options: UpgradeOptions`), then `dry_run` and `no_wait`."""
-    fn = _apply(fn, [
+    fn = apply_options(fn, [
         click.option("--dry-run", is_flag=True, help="Print the exact PATCH body and upgrade plan; write nothing."),
         click.option("--no-wait", is_flag=True,
                      help="Return once ARM accepted the model change (as az does); no upgrade, and the "

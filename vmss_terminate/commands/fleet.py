@@ -17,24 +17,19 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 import click
 from click.core import ParameterSource
 
+from vmss_terminate.commands.control import ENDPOINT_OPTIONS, apply_options
 from vmss_terminate.commands.options import BATCH_SIZE, TIMEOUT, int_range
 from vmss_terminate.commands.output import echo_json, output_option, tsv_lines
 from vmss_terminate.commands.progress import ProgressBar, terminal_progress
-from vmss_terminate.control.client import CLOUDS, DEFAULT_CLOUD, Connection
+from vmss_terminate.control.client import Connection
 from vmss_terminate.errors import VmssTerminateError
 
 INTERRUPTED_EXIT = 130
 
 
-def _apply(fn: Callable[..., Any], options: List[Callable[[Any], Any]]) -> Callable[..., Any]:
-    for option in reversed(options):
-        fn = option(fn)
-    return fn
-
-
 def fleet_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Scope, selectors, connection and output options both fleet commands take."""
-    return _apply(fn, [
+    return apply_options(fn, [
         click.option("--subscription", "subscriptions", multiple=True, metavar="ID_OR_NAME",
                      help="Subscription id or display name (repeatable). Default: every subscription the "
                           "credential can see (GET /subscriptions)."),
@@ -47,12 +42,7 @@ def fleet_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--name", "name", metavar="GLOB", help="Only scale sets whose name matches (e.g. 'web-*')."),
         click.option("--concurrency", type=int_range("concurrency", 1, 256), default=16, show_default=True,
                      help="Scale sets worked on at once (each subscription is throttled on its own)."),
-        click.option("--arm-endpoint", envvar="VMSS_TERMINATE_ARM_ENDPOINT",
-                     help="ARM base URL (https; http only for loopback) [env VMSS_TERMINATE_ARM_ENDPOINT]."),
-        click.option("--cloud", type=click.Choice(list(CLOUDS)), default=DEFAULT_CLOUD, show_default=True),
-        click.option("--arm-scope", envvar="VMSS_TERMINATE_ARM_SCOPE",
-                     help="Token scope (default: the cloud's <management endpoint>/.default)."),
-        click.option("--api-version", help="Pin the compute api-version (>= 2019-03-01); default: the SDK's."),
+        *ENDPOINT_OPTIONS,
     ])
 
 
