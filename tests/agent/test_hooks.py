@@ -13,6 +13,7 @@ from typing import Any, Dict, List
 import pytest
 
 from vmss_terminate.agent.hooks import HookContext
+from vmss_terminate.clock import ScaledClock
 from vmss_terminate.emulator.imds.events import format_not_before
 from vmss_terminate.emulator.server import EmulatorServer, Request, Response
 
@@ -310,3 +311,19 @@ def test_hook_not_started_too_late_names_the_event_in_its_message(imds: Imds, tm
     (failed,) = [d for d in seen if d.kind == "hook_failed"]
     assert "not started" in failed.message and eid in failed.message and "Terminate" in failed.message
     assert runs(tmp_path / "out") == []
+
+
+def test_the_assumed_window_for_an_unreadable_not_before_counts_from_the_first_hook(imds: Imds) -> None:
+    # An unbelievable NotBefore gives the hooks one assumed 15-minute window from when they began,
+    # not a fresh window per hook: after a first hook of ~10 agent minutes (1 real second at x600),
+    # a second one of 10 minutes is stopped at the shared deadline (15 min - 15 s margin), and a
+    # third never starts.
+    imds.group.add_event("Terminate", [VM], not_before="Mon, 01 Jan 0001 00:00:00 GMT")
+    agent = make_agent(imds.url, clock=ScaledClock(speed=600), vm_name=VM,
+                       hooks=["sleep 1", "sleep 1", "sleep 0"])
+    seen: List[Any] = []
+    agent.subscribe(seen.append)
+    agent.run_once(retry_for=0)
+    assert len([d for d in seen if d.kind == "hook_started"]) == 2
+    failed = [d.message for d in seen if d.kind == "hook_failed"]
+    assert any("hook#2" in m and "deadline" in m for m in failed), failed

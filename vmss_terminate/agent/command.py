@@ -16,6 +16,7 @@ import threading
 from typing import Any, Collection, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from vmss_terminate.errors import UsageError, VmssTerminateError
+from vmss_terminate.scheduled_events import DEFAULT_API_VERSION
 
 COMMAND_PATH = "vmss-terminate agent run"
 
@@ -40,7 +41,7 @@ class Option(NamedTuple):
 
 IMDS_URL = Option(("--imds-url",), "imds_url", metavar="URL",
                   help="IMDS base URL [env VMSS_TERMINATE_IMDS_URL; default http://169.254.169.254].")
-API_VERSION = Option(("--api-version",), "api_version", default="2019-01-01", show_default=True,
+API_VERSION = Option(("--api-version",), "api_version", default=DEFAULT_API_VERSION, show_default=True,
                      help="Scheduled Events api-version (>= 2019-01-01, the first with Terminate), or "
                           "'latest': the newest IMDS serves, asked at start.")
 RETRY_FOR = Option(("--retry-for",), "retry_for", "float", 70.0, show_default=True, metavar="S",
@@ -149,7 +150,7 @@ def run(given: Collection[str] = (), imds_url: Optional[str] = None, hooks: Tupl
         listen: Optional[str] = None, drain_delay: float = 0.0, poll_interval: float = 1.0,
         state_file: Optional[str] = None, once: bool = False, approve_types: Optional[str] = None,
         approve_shared: bool = False, on_hook_failure: str = "approve", safety_margin: float = 15.0,
-        stop_grace: float = 45.0, no_rerun_interrupted: bool = False, api_version: str = "2019-01-01",
+        stop_grace: float = 45.0, no_rerun_interrupted: bool = False, api_version: str = DEFAULT_API_VERSION,
         vm_name: Optional[str] = None, request_timeout: float = 10.0, first_call_timeout: float = 130.0,
         log_format: str = "text", retry_for: float = 70.0) -> None:
     """Poll Scheduled Events; run hooks; approve only this VM's own events (until SIGTERM / Ctrl-C).

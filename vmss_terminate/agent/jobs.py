@@ -160,9 +160,9 @@ class JobRunner:
                           job.cancelled, job.wake, kill_grace=self.config.kill_grace,
                           on_process=lambda pid: journal.update(eid, hook_pid=pid,
                                                                 hook_token=process_start_token(pid)))
-                began = self.clock.now()
+                step_began = self.clock.now()
                 result = step.hook.run(run)
-                duration = round(self.clock.now() - began, 3)
+                duration = round(self.clock.now() - step_began, 3)
                 if result.outcome == OK:
                     done.append(step.name)
                 journal.update(eid, hook_pid=None, hook_token=None, steps_done=list(done) or None)
