@@ -74,6 +74,9 @@ def test_detailed_exitcode(arm: ArmServers) -> None:
     assert only_ok.exit_code == 0, only_ok.output
     bad = run("fleet", "audit", "--tag", "novalue", "--detailed-exitcode")
     assert bad.exit_code == 1  # 2 would read as "non-compliant"
+    for option_error in (["--timeout", "99"], ["--concurrency", "x"]):  # refused while click parses
+        refused = run("fleet", "audit", *option_error, "--detailed-exitcode")
+        assert refused.exit_code == 1, (option_error, refused.output)
 
 
 def test_bad_input_is_one_line_exit_2(arm: ArmServers) -> None:

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from helpers import interrupt
 
 from vmss_terminate.emulator.arm.app import ArmServers, ArmState
@@ -17,7 +19,9 @@ from vmss_terminate.emulator.arm.app import ArmServers, ArmState
 from .conftest import run
 
 
-def test_ctrl_c_stops_cleanly_and_the_journal_resumes(arm: ArmServers, tmp_path: Path) -> None:
+@pytest.mark.parametrize("signum, expected", [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["ctrl-c", "sigterm"])
+def test_ctrl_c_stops_cleanly_and_the_journal_resumes(arm: ArmServers, tmp_path: Path, signum: int,
+                                                       expected: int) -> None:
     state = ArmState()
     state.load_seed({"generate": {"scaleSets": 8, "subscriptions": 2, "capacity": 6, "special": False}})
     arm.reset(state)
@@ -31,13 +35,17 @@ def test_ctrl_c_stops_cleanly_and_the_journal_resumes(arm: ArmServers, tmp_path:
     try:
         assert arm.arm_server.log.wait_for(
             lambda log: sum(1 for r in log if r.path.endswith("/manualupgrade")) >= 2, timeout=30)
-        code = interrupt(proc, timeout=30)
+        if signum == signal.SIGINT:
+            code = interrupt(proc, timeout=30)
+        else:  # what systemd or a CI runner sends
+            proc.send_signal(signum)
+            code = proc.wait(timeout=30)
     finally:
         arm.arm_server.latency = 0.0
         if proc.poll() is None:
             proc.kill()
     out, err = proc.communicate(timeout=10)
-    assert code == 130, (out, err)
+    assert code == expected, (out, err)
     assert "stopping: no new work is started" in err
     assert "rollout stopped" in out and "remaining; resume with: vmss-terminate fleet rollout" in out
     assert "Traceback" not in err

@@ -18,7 +18,7 @@ from vmss_terminate.commands.progress import ProgressBar, terminal_progress
 from vmss_terminate.control.client import CLOUDS, DEFAULT_CLOUD, Connection, check_subscription
 from vmss_terminate.control.names import check_resource_group, check_scale_set_name
 from vmss_terminate.control.upgrade import BatchSize, Progress, UpgradeIncomplete, UpgradeOptions
-from vmss_terminate.errors import UsageError, VmssTerminateError
+from vmss_terminate.errors import VmssTerminateError
 
 RESOURCE_GROUP = ParsedType("resource-group", check_resource_group)
 SCALE_SET_NAME = ParsedType("name", check_scale_set_name)
@@ -209,7 +209,7 @@ def upgrade_command(resource_group: str, name: str, connection: Connection, outp
         emit(result, output)
 
 
-class _PlanCommand(click.Command):
+class DetailedExitCommand(click.Command):
     """With --detailed-exitcode, exit codes follow Terraform: 0 no change, 1 error, 2 changes pending,
     so a bad option or input must be exit 1 here (2 would read as "changes pending"): click's parse
     errors (`make_context`) and the library's UsageError (`invoke`) alike."""
@@ -228,13 +228,17 @@ class _PlanCommand(click.Command):
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
-        except UsageError as exc:
+        except click.UsageError as exc:
             if ctx.params.get("detailed_exitcode"):
+                raise VmssTerminateError(exc.format_message()) from None
+            raise
+        except VmssTerminateError as exc:
+            if ctx.params.get("detailed_exitcode") and exc.exit_code == 2:
                 raise VmssTerminateError(str(exc)) from None
             raise
 
 
-@click.command("plan", cls=_PlanCommand)
+@click.command("plan", cls=DetailedExitCommand)
 @scale_set_options
 @click.option("--timeout", type=TIMEOUT, required=True, help="The timeout `enable` would set (5..15 minutes).")
 @click.option("--batch-size", type=BATCH_SIZE, default="20%", show_default=True)

@@ -17,14 +17,12 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 import click
 from click.core import ParameterSource
 
-from vmss_terminate.commands.control import ENDPOINT_OPTIONS, apply_options
+from vmss_terminate.commands.control import ENDPOINT_OPTIONS, DetailedExitCommand, apply_options
 from vmss_terminate.commands.options import BATCH_SIZE, TIMEOUT, int_range
 from vmss_terminate.commands.output import echo_json, output_option, tsv_lines
 from vmss_terminate.commands.progress import ProgressBar, terminal_progress
 from vmss_terminate.control.client import Connection
-from vmss_terminate.errors import VmssTerminateError
-
-INTERRUPTED_EXIT = 130
+from vmss_terminate.errors import StopSignal, interrupt_exit_code, interrupt_name
 
 
 def fleet_options(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -58,24 +56,7 @@ def _connection(kw: Dict[str, Any]) -> Connection:
                       api_version=kw.pop("api_version"))
 
 
-class _DetailedExit(click.Command):
-    """With --detailed-exitcode 2 means "non-compliant", so bad input must not be exit 2 there: it
-    becomes exit 1 (as `plan --detailed-exitcode` does)."""
-
-    def invoke(self, ctx: click.Context) -> Any:
-        try:
-            return super().invoke(ctx)
-        except click.UsageError as exc:
-            if ctx.params.get("detailed_exitcode"):
-                raise VmssTerminateError(exc.format_message()) from None
-            raise
-        except VmssTerminateError as exc:
-            if ctx.params.get("detailed_exitcode") and exc.exit_code == 2:
-                raise VmssTerminateError(str(exc)) from None
-            raise
-
-
-@click.command("audit", cls=_DetailedExit)
+@click.command("audit", cls=DetailedExitCommand)
 @fleet_options
 @click.option("--timeout", type=TIMEOUT, default=None,
               help="The notBeforeTimeout sets should have (5..15 minutes); without it any enabled timeout complies.")
@@ -173,7 +154,7 @@ def rollout_command(**kw: Any) -> None:
             for line in plan.lines():
                 click.echo(line)
 
-    with _stop_on_interrupt(stop):
+    with _stop_on_interrupt(stop) as interrupt:
         result = rollout(scope, timeout=kw.pop("timeout"), connection=_connection(kw),
                          concurrency=kw.pop("concurrency"), batch_size=kw.pop("batch_size"),
                          dry_run=kw.pop("dry_run"), journal=kw.pop("journal"),
@@ -194,7 +175,7 @@ def rollout_command(**kw: Any) -> None:
         if resume:
             click.echo(f"{len(result.remaining)} set(s) remaining; resume with: {resume}")
     if result.interrupted:
-        click.get_current_context().exit(INTERRUPTED_EXIT)
+        click.get_current_context().exit(interrupt_exit_code(StopSignal(interrupt.signum)))
     if not result.dry_run and (result.failed or result.remaining):
         click.get_current_context().exit(1)
 
@@ -227,27 +208,36 @@ def _resume_command(args: Sequence[str], journal: Optional[str]) -> str:
 
 
 class _stop_on_interrupt:
-    """Ctrl-C (SIGINT) sets `stop` instead of raising: in-flight calls finish, nothing new starts.
-    A second Ctrl-C restores the default and interrupts at once."""
+    """Ctrl-C (SIGINT) or SIGTERM sets `stop` instead of raising: in-flight calls finish, nothing new
+    starts, and the report says what remains. A second signal restores the previous handlers and
+    interrupts at once. `signum` is the signal that stopped the work (the exit code is 128 + it)."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
     def __init__(self, stop: threading.Event) -> None:
         self.stop = stop
-        self.previous: Any = None
+        self.signum: int = signal.SIGINT
+        self.previous: Dict[int, Any] = {}
 
     def _handler(self, signum: int, frame: Any) -> None:
         self.stop.set()
-        sys.stderr.write("\nstopping: no new work is started; waiting for calls in flight "
-                         "(Ctrl-C again to abort at once)\n")
-        signal.signal(signal.SIGINT, self.previous or signal.default_int_handler)
+        self.signum = signum
+        sys.stderr.write(f"\nstopping: no new work is started; waiting for calls in flight "
+                         f"({interrupt_name(StopSignal(signum))}; Ctrl-C again to abort at once)\n")
+        self._restore()
+
+    def _restore(self) -> None:
+        for signum, handler in self.previous.items():
+            signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
+        self.previous = {}
 
     def __enter__(self) -> "_stop_on_interrupt":
         if threading.current_thread() is threading.main_thread():
-            self.previous = signal.signal(signal.SIGINT, self._handler)
+            self.previous = {signum: signal.signal(signum, self._handler) for signum in self.SIGNALS}
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        if self.previous is not None:
-            signal.signal(signal.SIGINT, self.previous)
+        self._restore()
 
 
 class _RolloutProgress:
