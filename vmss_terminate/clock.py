@@ -99,11 +99,11 @@ class ManualClock:
 SYSTEM_CLOCK = SystemClock()
 
 
-def wait_until(condition: threading.Condition, check: Callable[[], bool], timeout: float) -> bool:
-    """Wait on `condition` (notified on every change) until `check()` holds, at most `timeout` real
+def wait_until(condition: threading.Condition, check: Callable[[], bool], wait_seconds: float) -> bool:
+    """Wait on `condition` (notified on every change) until `check()` holds, at most `wait_seconds` real
     seconds; `check` runs with the condition's lock held. How tests and the sandbox wait for state,
     instead of sleeping."""
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + wait_seconds
     with condition:
         while not check():
             remaining = deadline - time.monotonic()

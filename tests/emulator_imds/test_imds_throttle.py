@@ -10,7 +10,7 @@ import pytest
 import requests
 
 from vmss_terminate.emulator.imds.app import ImdsEmulator, PlacementGroup
-from vmss_terminate.emulator.imds.throttle import FirstCallGate, SlidingWindowLimiter
+from vmss_terminate.emulator.imds.ratelimit import FirstCallGate, SlidingWindowLimiter
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -13,9 +13,9 @@ from helpers import invoke_cli
 
 from vmss_terminate.cli import main
 from vmss_terminate.control.profile import parse_scale_set
-from vmss_terminate.emulator.arm import render as arm_render
+from vmss_terminate.emulator.arm import shapes
 from vmss_terminate.emulator.arm.app import ArmState
-from vmss_terminate.iac import policy
+from vmss_terminate.iac import azure_policy
 
 ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE = ROOT / "templates" / "policy" / "vmss-terminate-notification.json"
@@ -27,9 +27,9 @@ def _definition() -> Dict[str, Any]:
 
 
 def test_template_is_what_render_prints() -> None:
-    assert TEMPLATE.read_text(encoding="utf-8") == policy.render_definition(10)
+    assert TEMPLATE.read_text(encoding="utf-8") == azure_policy.render_definition(10)
     result = invoke_cli(main, ["render", "--format", "policy", "--timeout", "PT10M"])
-    assert result.exit_code == 0 and result.stdout == policy.render_definition(10)
+    assert result.exit_code == 0 and result.stdout == azure_policy.render_definition(10)
 
 
 def test_render_policy_refuses_disable() -> None:
@@ -117,11 +117,11 @@ def _holds(condition: Dict[str, Any], resource: Dict[str, Any], params: Dict[str
 def test_policy_agrees_with_the_fleet_audit_on_the_example_estate(minutes: int) -> None:
     state = ArmState()
     state.load_seed(ROOT / "examples" / "fleet-seed.json")
-    rule = policy.definition(minutes)["properties"]["policyRule"]
+    rule = azure_policy.definition(minutes)["properties"]["policyRule"]
     params = {"notBeforeTimeout": f"PT{minutes}M", "effect": "Audit"}
     flagged, expected = set(), set()
     for ss in state.scale_sets():
-        resource = arm_render.scale_set(ss, "2024-11-01")
+        resource = shapes.scale_set(ss, "2024-11-01")
         if _holds(rule["if"], resource, params):
             flagged.add(ss.name)
         profile = parse_scale_set(resource).profile

@@ -22,8 +22,6 @@ from vmss_terminate.agent.hooks import redact_url
 
 log = logging.getLogger(__name__)
 
-CHAT_FORMATS = ("slack", "teams")
-
 # decision kind -> (what the agent did, Slack emoji / Teams colour)
 ACTIONS: Dict[str, Tuple[str, str, str]] = {
     D.DRAIN_STARTED: ("draining", ":hourglass_flowing_sand:", "Warning"),

@@ -127,8 +127,6 @@ class ScaleSetState:
     orchestration_mode: str
     upgrade_mode: str
     profile: ProfileState
-    raw_orchestration_mode: Optional[str] = None
-    raw_upgrade_mode: Optional[str] = None
     notes: List[str] = field(default_factory=list)
 
 
@@ -146,8 +144,6 @@ def parse_scale_set(scale_set: Dict[str, Any]) -> ScaleSetState:
         orchestration_mode=str(raw_orch or "Uniform"),
         upgrade_mode=str(raw_upgrade or "Manual"),
         profile=parse_profile(scale_set),
-        raw_orchestration_mode=raw_orch,
-        raw_upgrade_mode=raw_upgrade,
         notes=notes,
     )
 

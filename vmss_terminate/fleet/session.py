@@ -23,8 +23,6 @@ from vmss_terminate.control.client import (
 from vmss_terminate.errors import AzureError
 from vmss_terminate.fleet.throttle import SubscriptionThrottle
 
-GRAPH_API_VERSION = "2021-03-01"
-
 
 class FleetSession:
     """Credential, throttle and clients for one audit or rollout. Use as a context manager."""

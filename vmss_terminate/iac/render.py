@@ -14,7 +14,7 @@ from typing import Any, Callable, Dict, Optional, Union
 
 from vmss_terminate.control import body
 from vmss_terminate.errors import UsageError
-from vmss_terminate.iac import policy
+from vmss_terminate.iac import azure_policy
 from vmss_terminate.timeout import parse_timeout
 
 FORMATS = ("arm", "bicep", "terraform", "rest", "cli", "policy")
@@ -112,7 +112,7 @@ def _cli(enable: bool, minutes: Optional[int], rg: Optional[str], name: Optional
 
 def _policy(enable: bool, minutes: Optional[int], _rg: Optional[str], _name: Optional[str]) -> str:
     assert minutes is not None
-    return policy.render_definition(minutes)
+    return azure_policy.render_definition(minutes)
 
 
 def _bicep_entries(mapping: Dict[str, Any], depth: int) -> list:

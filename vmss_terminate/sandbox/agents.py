@@ -95,15 +95,15 @@ class SandboxAgents:
             self._threads.append(thread)
         return self
 
-    def wait_ready(self, timeout: float) -> bool:
+    def wait_ready(self, wait_seconds: float) -> bool:
         """Every agent has learnt its VM name from its IMDS (bounded, real seconds)."""
-        return wait_until(self._known, lambda: len(self._named) >= len(self.agents), timeout)
+        return wait_until(self._known, lambda: len(self._named) >= len(self.agents), wait_seconds)
 
-    def stop(self, timeout: float = 10.0) -> None:
+    def stop(self, wait_seconds: float = 10.0) -> None:
         for stop in self._stops.values():
             stop.set()
         for thread in self._threads:
-            thread.join(timeout)
+            thread.join(wait_seconds)
         self._threads.clear()
 
     def __enter__(self) -> "SandboxAgents":

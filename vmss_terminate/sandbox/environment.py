@@ -237,11 +237,11 @@ class Sandbox:
         with self.state.lock:
             return sorted((i.name for i in scale_set.instances.values()), key=_name_order)
 
-    def wait_imds_gone(self, vm_name: str, timeout: float) -> bool:
-        """Block (at most `timeout` real seconds) until the deleted instance's IMDS stopped answering."""
+    def wait_imds_gone(self, vm_name: str, wait_seconds: float) -> bool:
+        """Block (at most `wait_seconds` real seconds) until the deleted instance's IMDS stopped answering."""
         with self._lock:
             gone = self._imds_gone.setdefault(vm_name, threading.Event())
-        return gone.wait(timeout)
+        return gone.wait(wait_seconds)
 
     def instance(self, vm_name: str) -> Optional[InstanceRecord]:
         scale_set = self._scale_set()
@@ -254,15 +254,15 @@ class Sandbox:
         """ARM's deleter: each instance gets a Terminate event with its own model's timeout (or none)."""
         for instance in instances:
             with self.state.lock:
-                timeout = notification_timeout(instance.applied_profile)
+                notice_s = notification_timeout(instance.applied_profile)
                 latest = instance.latest_model_applied
             if not latest:
                 self.timeline.record(
                     "sandbox", "stale_model", instance.name,
                     "runs an older model than the scale set (not upgraded): "
-                    + ("no terminate notification" if timeout is None else f"its timeout is {timeout / 60:.0f} min"),
+                    + ("no terminate notification" if notice_s is None else f"its timeout is {notice_s / 60:.0f} min"),
                 )
-            self.scheduler.request(scale_set.resource_id.lower(), instance.instance_id, instance.name, timeout)
+            self.scheduler.request(scale_set.resource_id.lower(), instance.instance_id, instance.name, notice_s)
 
     def _complete_deletion(self, deletion: Deletion) -> None:
         self.state.remove_instances(self._scale_set(), [deletion.instance_id])
@@ -291,8 +291,8 @@ class Sandbox:
         elif kind == "model_changed" and scale_set is self.scale_set:
             with self.state.lock:
                 profile = scale_set.scheduled_events_profile
-            timeout = notification_timeout(profile)
-            what = "no terminate notification" if timeout is None else f"terminate notification {timeout / 60:.0f} min"
+            notice_s = notification_timeout(profile)
+            what = "no terminate notification" if notice_s is None else f"terminate notification {notice_s / 60:.0f} min"
             self.timeline.record("sandbox", "model_changed", "", f"scale set model changed: {what}")
 
     def _serve_imds(self, instance: InstanceRecord) -> None:

@@ -303,14 +303,14 @@ class DeletionScheduler:
                 return d
         return None
 
-    def wait_for(self, predicate: Callable[[List[Deletion]], bool], timeout: float) -> bool:
-        """Block until `predicate(deletions)` holds or `timeout` real seconds pass."""
-        return wait_until(self._changed, lambda: predicate(list(self._deletions)), timeout)
+    def wait_for(self, predicate: Callable[[List[Deletion]], bool], wait_seconds: float) -> bool:
+        """Block until `predicate(deletions)` holds or `wait_seconds` real seconds pass."""
+        return wait_until(self._changed, lambda: predicate(list(self._deletions)), wait_seconds)
 
-    def wait_deleted(self, vm_names: Sequence[str], timeout: float) -> bool:
+    def wait_deleted(self, vm_names: Sequence[str], wait_seconds: float) -> bool:
         wanted = set(vm_names)
         return self.wait_for(
-            lambda ds: wanted <= {d.vm_name for d in ds if d.deleted_at is not None}, timeout
+            lambda ds: wanted <= {d.vm_name for d in ds if d.deleted_at is not None}, wait_seconds
         )
 
     # -- thread ------------------------------------------------------------------------------

@@ -75,9 +75,9 @@ class Timeline:
             items = list(self._entries)
         return [e for e in items if (kind is None or e.kind == kind) and (vm is None or e.vm == vm)]
 
-    def wait_for(self, predicate: Callable[[List[Entry]], bool], timeout: float) -> bool:
-        """Block until `predicate(entries)` holds or `timeout` real seconds pass."""
-        return wait_until(self._changed, lambda: predicate(list(self._entries)), timeout)
+    def wait_for(self, predicate: Callable[[List[Entry]], bool], wait_seconds: float) -> bool:
+        """Block until `predicate(entries)` holds or `wait_seconds` real seconds pass."""
+        return wait_until(self._changed, lambda: predicate(list(self._entries)), wait_seconds)
 
 
 def format_entry(entry: Entry) -> str:

@@ -93,7 +93,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar, Union
 from urllib.parse import quote, urlencode
 
 from vmss_terminate.clock import Clock
-from vmss_terminate.emulator.arm import quota, render, resourcegraph
+from vmss_terminate.emulator.arm import quota, resourcegraph, shapes
 from vmss_terminate.emulator.arm.inventory import (
     UPGRADE_POLICIES,
     ArmState,
@@ -148,7 +148,7 @@ class _Refusal(Exception):
 
 
 def _refuse(status: int, code: str, message: str, target: Optional[str] = None) -> _Refusal:
-    return _Refusal(render.error(status, code, message, target))
+    return _Refusal(shapes.error(status, code, message, target))
 
 
 class ArmEmulator:
@@ -199,11 +199,11 @@ class ArmEmulator:
             if not api_version:
                 raise _refuse(400, "MissingApiVersionParameter",
                               "The api-version query parameter (?api-version=) is required for all requests.")
-            if not render.valid_api_version(api_version):
+            if not shapes.valid_api_version(api_version):
                 raise _refuse(400, "InvalidApiVersionParameter",
                               f"The api-version '{api_version}' is invalid. An api-version looks like "
                               f"YYYY-MM-DD or YYYY-MM-DD-preview (scheduledEventsProfile needs "
-                              f"{render.SCHEDULED_EVENTS_MIN_API} or later).")
+                              f"{shapes.SCHEDULED_EVENTS_MIN_API} or later).")
             self.state.tick()
             throttled, quota_headers = self._quota(request)
             if throttled is not None:
@@ -215,7 +215,7 @@ class ArmEmulator:
         except _Refusal as refusal:
             return refusal.response
         except ArmStateError as exc:
-            return render.error(exc.status, exc.code, exc.message, exc.target)
+            return shapes.error(exc.status, exc.code, exc.message, exc.target)
 
     def _quota(self, request: Request) -> Tuple[Optional[Response], Dict[str, str]]:
         """Spend a token of the subscription's read/write quota (when one is configured): a 429 when
@@ -233,7 +233,7 @@ class ArmEmulator:
         message = (f"Number of '{kind[:-1]}' requests for subscription '{found.group(1)}' actor "
                    f"'emulated-principal' exceeded. Please try again after '{retry_after}' seconds "
                    f"after additional tokens are available. Refer to https://aka.ms/arm-throttling")
-        return render.error(429, "SubscriptionRequestsThrottled", message,
+        return shapes.error(429, "SubscriptionRequestsThrottled", message,
                             headers=dict(headers, **{"Retry-After": str(retry_after)})), {}
 
     # ------------------------------------------------------------ Resource Graph
@@ -262,7 +262,7 @@ class ArmEmulator:
         challenge = {"WWW-Authenticate": 'Bearer authorization_uri="https://login.microsoftonline.com/common", '
                                          'error="invalid_token", error_description="The access token is invalid."'}
         if scheme.lower() != "bearer" or not token.strip():
-            raise _Refusal(render.error(401, "AuthenticationFailed",
+            raise _Refusal(shapes.error(401, "AuthenticationFailed",
                                         "Authentication failed. The 'Authorization' header is missing.",
                                         headers=challenge))
         problem = self.tokens.check(token.strip(), self.audiences)
@@ -273,7 +273,7 @@ class ArmEmulator:
                 "InvalidAuthenticationTokenAudience": "The access token has been obtained for wrong audience "
                                                       "or resource.",
             }
-            raise _Refusal(render.error(401, problem, messages[problem], headers=challenge))
+            raise _Refusal(shapes.error(401, problem, messages[problem], headers=challenge))
 
     # ------------------------------------------------------------ lookups
 
@@ -311,35 +311,35 @@ class ArmEmulator:
 
     def _cloud_metadata_get(self, request: Request, api_version: Optional[str]) -> Response:
         base = self._base(request)
-        return Response.json(200, render.cloud_metadata(base, self.login_endpoint or base, self.audiences))
+        return Response.json(200, shapes.cloud_metadata(base, self.login_endpoint or base, self.audiences))
 
     def _subscriptions_get(self, request: Request, api_version: str) -> Response:
-        return self._page(request, api_version, self.state.subscriptions, render.subscription)
+        return self._page(request, api_version, self.state.subscriptions, shapes.subscription)
 
     def _subscription_get(self, request: Request, api_version: str, sub: str) -> Response:
         record = self.state.subscription(sub)
         if record is None:
             raise _refuse(404, "SubscriptionNotFound", f"The subscription '{sub}' could not be found.")
         with self.state.lock:
-            return Response.json(200, render.subscription(record))
+            return Response.json(200, shapes.subscription(record))
 
     # ------------------------------------------------------------ scale sets
 
     def _scale_set_get(self, request: Request, api_version: str, sub: str, rg: str, name: str) -> Response:
         ss = self._scale_set(sub, rg, name)
         with self.state.lock:
-            return Response.json(200, render.scale_set(ss, api_version))
+            return Response.json(200, shapes.scale_set(ss, api_version))
 
     def _rg_scale_sets_get(self, request: Request, api_version: str, sub: str, rg: str) -> Response:
         if not self.state.has_resource_group(sub, rg):
             raise _refuse(404, "ResourceGroupNotFound", f"Resource group '{rg}' could not be found.")
         with self.state.lock:
-            return Response.json(200, {"value": [render.scale_set(ss, api_version)
+            return Response.json(200, {"value": [shapes.scale_set(ss, api_version)
                                                  for ss in self.state.scale_sets(sub, rg)]})
 
     def _sub_scale_sets_get(self, request: Request, api_version: str, sub: str) -> Response:
         with self.state.lock:
-            return Response.json(200, {"value": [render.scale_set(ss, api_version)
+            return Response.json(200, {"value": [shapes.scale_set(ss, api_version)
                                                  for ss in self.state.scale_sets(sub)]})
 
     def _scale_set_patch(self, request: Request, api_version: str, sub: str, rg: str, name: str) -> Response:
@@ -356,7 +356,7 @@ class ArmEmulator:
         self.state.apply_model(ss, new_profile, capacity=capacity, upgrade_policy=mode, tags=tags)
         op = self.state.begin_operation("update", ss)
         with self.state.lock:
-            payload = render.scale_set(ss, api_version)
+            payload = shapes.scale_set(ss, api_version)
         return Response.json(200, payload, self._lro_headers(request, op, api_version, location=False))
 
     def _scale_set_put(self, request: Request, api_version: str, sub: str, rg: str, name: str) -> Response:
@@ -391,7 +391,7 @@ class ArmEmulator:
             self.state.apply_model(ss, new_profile, capacity=capacity, upgrade_policy=mode, tags=tags)
             status, op = 200, self.state.begin_operation("update", ss)
         with self.state.lock:
-            payload = render.scale_set(ss, api_version)
+            payload = shapes.scale_set(ss, api_version)
         return Response.json(status, payload, self._lro_headers(request, op, api_version, location=False))
 
     # ------------------------------------------------------------ instances
@@ -403,7 +403,7 @@ class ArmEmulator:
                           f"Operation 'VirtualMachineScaleSetVMs.List.GET' is not allowed on Virtual Machine "
                           f"Scale Set '{ss.name}' since it uses orchestration mode 'Flexible'. List the "
                           f"virtual machines of the resource group instead.")
-        return self._page(request, api_version, lambda: list(ss.instances.values()), render.scale_set_vm)
+        return self._page(request, api_version, lambda: list(ss.instances.values()), shapes.scale_set_vm)
 
     def _standalone_vms_get(self, request: Request, api_version: str, sub: str, rg: str) -> Response:
         if not self.state.has_resource_group(sub, rg):
@@ -413,7 +413,7 @@ class ArmEmulator:
             return [inst for ss in self.state.scale_sets(sub, rg) if ss.orchestration == "Flexible"
                     for inst in ss.instances.values()]
 
-        return self._page(request, api_version, members, render.standalone_vm)
+        return self._page(request, api_version, members, shapes.standalone_vm)
 
     def _page(self, request: Request, api_version: str, items: Callable[[], List[_Item]],
               shape: Callable[[_Item], Dict[str, Any]]) -> Response:
@@ -443,7 +443,7 @@ class ArmEmulator:
                           f"Operation 'VirtualMachineScaleSetVMs.GET' is not allowed on Virtual Machine Scale "
                           f"Set '{ss.name}' since it uses orchestration mode 'Flexible'.")
         with self.state.lock:
-            return Response.json(200, render.scale_set_vm(self._instance(ss, iid)))
+            return Response.json(200, shapes.scale_set_vm(self._instance(ss, iid)))
 
     def _vm_delete(self, request: Request, api_version: str, sub: str, rg: str, name: str, iid: str) -> Response:
         ss = self._scale_set(sub, rg, name, parent=True)
@@ -463,7 +463,7 @@ class ArmEmulator:
 
     def _standalone_vm_get(self, request: Request, api_version: str, sub: str, rg: str, vm: str) -> Response:
         with self.state.lock:
-            return Response.json(200, render.standalone_vm(self._standalone_member(sub, rg, vm)))
+            return Response.json(200, shapes.standalone_vm(self._standalone_member(sub, rg, vm)))
 
     def _standalone_vm_delete(self, request: Request, api_version: str, sub: str, rg: str, vm: str) -> Response:
         inst = self._standalone_member(sub, rg, vm)
@@ -487,7 +487,7 @@ class ArmEmulator:
         if operation is None or operation.scale_set.subscription.lower() != sub.lower():
             raise _refuse(404, "NotFound", f"The operation '{op}' was not found.")
         with self.state.lock:
-            body = operation.body(render.iso_time)
+            body = operation.body(shapes.iso_time)
             status = operation.status
         if (request.param("monitor") or "").lower() == "true":  # Location-header semantics
             if status == "InProgress":
@@ -559,9 +559,9 @@ def _check_scheduled_events(vm_profile: Dict[str, Any], api_version: str) -> Non
     """The 2019-03-01 minimum, the notBeforeTimeout range and the enable type (absent: true)."""
     if "scheduledEventsProfile" not in vm_profile:
         return
-    if not render.supports_scheduled_events(api_version):
+    if not shapes.supports_scheduled_events(api_version):
         raise _refuse(400, "BadRequest",
-                      f"{render.MEMBER_NOT_FOUND}. Path 'properties.virtualMachineProfile.scheduledEventsProfile'.")
+                      f"{shapes.MEMBER_NOT_FOUND}. Path 'properties.virtualMachineProfile.scheduledEventsProfile'.")
     sep = vm_profile["scheduledEventsProfile"]
     if sep is None:
         return

@@ -42,7 +42,7 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
-from vmss_terminate.emulator.arm import render
+from vmss_terminate.emulator.arm import shapes
 from vmss_terminate.emulator.arm.inventory import ArmState, ScaleSetRecord
 from vmss_terminate.emulator.server import Response
 
@@ -205,7 +205,7 @@ def _where(p: _Parser, query: Query) -> None:
 
 def row(ss: ScaleSetRecord) -> Dict[str, Any]:
     """A scale set as a Resource Graph row (the projected ARM fields)."""
-    arm = render.scale_set(ss, ROW_API_VERSION)
+    arm = shapes.scale_set(ss, ROW_API_VERSION)
     return {
         "id": arm["id"],
         "name": arm["name"],
@@ -223,7 +223,7 @@ def error(status: int, message: str, details: List[Dict[str, Any]]) -> Response:
     """Resource Graph's error body: a BadRequest with the real problem in `details`."""
     return Response.json(status, {"error": {
         "code": "BadRequest",
-        "message": f"Please provide below info when asking for support: timestamp = {render.iso_time(time.time())}, "
+        "message": f"Please provide below info when asking for support: timestamp = {shapes.iso_time(time.time())}, "
                    f"correlationId = {uuid.uuid4()}. {message}",
         "details": details,
     }})

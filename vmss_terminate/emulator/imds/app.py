@@ -81,8 +81,8 @@ from vmss_terminate.emulator.imds.instance import (
     make_identity,
     select,
 )
+from vmss_terminate.emulator.imds.ratelimit import FirstCallGate, SlidingWindowLimiter
 from vmss_terminate.emulator.imds.replies import error_reply, no_route
-from vmss_terminate.emulator.imds.throttle import FirstCallGate, SlidingWindowLimiter
 from vmss_terminate.emulator.imds.versions import (
     INSTANCE_VERSIONS,
     SCHEDULED_EVENTS_VERSIONS,
