@@ -35,9 +35,7 @@ def main() -> int:
     batch = BatchSize.parse(args.batch_size)
     state = ArmState()
     state.add_scale_set(SUB, "bench", "big", capacity=args.instances, upgrade_policy="Manual")
-    with start_arm(state) as servers:
-        servers.arm_server.latency = args.latency
-        servers.token_server.latency = args.latency
+    with start_arm(state, latency=args.latency) as servers:  # what `emulator arm --latency MS` sets
         os.environ.update(servers.env)
         connection = Connection(subscription_id=SUB, arm_endpoint=servers.arm_url)
         started = time.perf_counter()

@@ -46,8 +46,7 @@ def _estate(args: argparse.Namespace) -> ArmState:
     state = ArmState()
     state.load_seed({"generate": {"scaleSets": args.sets, "subscriptions": args.subscriptions,
                                   "capacity": args.instances}})
-    kind, limit = parse_spec(args.write_quota)
-    state.quotas.configure({kind: limit})
+    state.quotas.configure([parse_spec(args.write_quota)])
     return state
 
 
@@ -63,8 +62,7 @@ class Seen:
 
 def _serve(args: argparse.Namespace, pipe: Pipe) -> None:
     """The emulator in its own process (ARM is not in the client's process either: no GIL shared)."""
-    servers = start_arm(_estate(args))
-    servers.arm_server.latency = servers.token_server.latency = args.latency
+    servers = start_arm(_estate(args), latency=args.latency)  # what `emulator arm --latency MS` sets
     pipe.send((servers.arm_url, servers.env))
     while True:
         command = pipe.recv()
@@ -182,7 +180,7 @@ def main() -> int:
     parser.add_argument("--batch-size", default="20%")
     parser.add_argument("--serial-sample", type=int, default=10, help="sets timed with a serial enable loop")
     args = parser.parse_args()
-    _, limit = parse_spec(args.write_quota)
+    limit = parse_spec(args.write_quota)
     ok = True
 
     emulator = Emulator(args)

@@ -45,9 +45,12 @@ def _load_state(seed: Optional[Path], page_size: Optional[int], generate: Option
             # json.JSONDecodeError is a ValueError; a missing "name" is a KeyError
             raise UsageError(f"invalid seed {str(seed)!r}: {exc}") from None
     if generate is not None:
-        state.load_seed({"generate": _generate(generate)})
+        try:
+            state.load_seed({"generate": _generate(generate)})
+        except ValueError as exc:
+            raise UsageError(f"invalid --generate {generate!r}: {str(exc).removeprefix('generate: ')}") from None
     try:
-        state.quotas.configure(dict(parse_spec(spec) for spec in quotas))
+        state.quotas.configure([parse_spec(spec) for spec in quotas])
     except ValueError as exc:
         raise UsageError(f"invalid --quota: {exc}") from None
     if page_size is not None:
@@ -89,13 +92,18 @@ def _tls_context(cert: Optional[Path], key: Optional[Path]) -> Optional[ssl.SSLC
 @click.option("--generate", metavar="SETS/SUBS[xN]",
               help="Also serve a generated estate: SETS scale sets across SUBS subscriptions (N instances each), "
                    "e.g. 200/5x20 (mix: vmss_terminate/emulator/arm/fleetgen.py).")
-@click.option("--quota", "quotas", multiple=True, metavar="KIND=BUCKET/PERSECOND",
-              help="Per-subscription ARM quota (repeatable), e.g. writes=40/20: a bucket of 40 refilled at 20/s; "
-                   "answers 429 + Retry-After when empty. Off by default.")
+@click.option("--quota", "quotas", multiple=True, metavar="KIND=BUCKET/PERSECOND[,subscription=ID][,compute=POLICY]",
+              help="Per-subscription quota (repeatable), e.g. writes=40/20: a bucket of 40 refilled at 20/s; "
+                   "answers 429 + Retry-After when empty. subscription=ID limits only that subscription; "
+                   "compute=POLICY makes it a Compute policy (requests under Microsoft.Compute, header "
+                   "x-ms-ratelimit-remaining-resource). Off by default.")
+@click.option("--latency", type=int_range("latency", 0, 60000), default=0, metavar="MS",
+              help="Milliseconds added before every answer (ARM, Resource Graph and the token endpoint): "
+                   "a realistic round trip for benchmarks. Default 0.")
 @fault_option
 def arm_command(host: str, port: int, token_port: int, seed: Optional[Path], page_size: Optional[int],
                 tls_cert: Optional[Path], tls_key: Optional[Path], lro_retry_after: Optional[int],
-                generate: Optional[str], quotas: Tuple[str, ...],
+                generate: Optional[str], quotas: Tuple[str, ...], latency: int,
                 faults: Tuple[Fault, ...]) -> None:
     """Serve a local Azure Resource Manager for scale sets, plus a token endpoint for
     DefaultAzureCredential (App Service managed identity). Stop with Ctrl+C."""
@@ -106,7 +114,7 @@ def arm_command(host: str, port: int, token_port: int, seed: Optional[Path], pag
     with Foreground() as foreground:  # before start: a SIGTERM during start-up still stops the servers
         try:
             servers = start_arm(state, host=host, port=port, token_port=token_port, ssl_context=context,
-                                lro_retry_after=lro_retry_after)
+                                lro_retry_after=lro_retry_after, latency=latency / 1000.0)
         except OSError as exc:
             raise UsageError(f"cannot listen on {host}: {exc}") from None
         for fault in faults:

@@ -8,17 +8,27 @@ parser serves both, so a fault means the same thing everywhere.
 
 from __future__ import annotations
 
+import re
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional
 
-FAULT_FIELDS = ("status", "times", "delay", "garbage", "drip", "pad", "reset", "method", "path", "retry-after")
+# Answer faults: the app answers, but what it says is wrong in a way a client must survive. Only
+# the ARM emulator acts on them (they name ARM's links, operations and Resource Graph pages).
+ANSWER_FIELDS = ("foreign-link", "link-loop", "stuck", "short-rows", "duplicate-rows", "repeat-skiptoken")
+FAULT_FIELDS = ("status", "times", "delay", "garbage", "drip", "pad", "reset", "method", "path",
+                "retry-after") + ANSWER_FIELDS
 FAULT_SPEC_HELP = (
     "comma list of status=CODE, delay=SECONDS, garbage (200 with a non-JSON body), drip=SECONDS (send the "
     "answer one byte per SECONDS), pad=BYTES (pad the JSON answer with whitespace to BYTES), reset (reset "
     "the connection instead of answering), retry-after=SECONDS, method=GET|POST|..., path=SUBSTRING, "
-    "times=N|all (default 1); e.g. status=429,retry-after=2,times=3"
+    "times=N|all (default 1); ARM only: foreign-link=ORIGIN (nextLink, Azure-AsyncOperation and Location "
+    "point at ORIGIN), link-loop (nextLink points at the request itself), stuck (an operation stays "
+    "InProgress), short-rows=N (a Resource Graph page keeps N rows, drops $skipToken, keeps totalRecords), "
+    "duplicate-rows=N (N rows of the page again, ids in upper case), repeat-skiptoken (the next-page "
+    "$skipToken is the one the request sent); e.g. status=429,retry-after=2,times=3"
 )
+_ORIGIN = re.compile(r"^https?://[^/?#\s]+$", re.IGNORECASE)
 
 
 class FaultSpecError(ValueError):
@@ -48,6 +58,19 @@ class Fault:
     method: Optional[str] = None
     path_contains: Optional[str] = None
     times: Optional[int] = 1  # None: every matching request, until `FaultInjector.clear()`
+    # answer faults (ARM): the app's answer, falsified
+    foreign_link: Optional[str] = None  # an origin: links in the answer point there instead
+    link_loop: bool = False
+    stuck: bool = False
+    short_rows: Optional[int] = None
+    duplicate_rows: int = 0
+    repeat_skip_token: bool = False
+
+    @property
+    def edits_answer(self) -> bool:
+        """An answer fault: the app must answer (and falsify its answer) rather than be skipped."""
+        return bool(self.foreign_link or self.link_loop or self.stuck or self.short_rows is not None
+                    or self.duplicate_rows or self.repeat_skip_token)
 
     def matches(self, request: Any) -> bool:
         if self.method and self.method.upper() != request.method:
@@ -120,8 +143,10 @@ def fault_from_fields(fields: Mapping[str, Any]) -> Fault:
     drip = _number(fields, "drip", float, 0.0, 60.0) or 0.0
     pad = _number(fields, "pad", int, 0, 1 << 30) or 0
     reset = _flag(fields.get("reset", False))
-    if status is None and not delay and not garbage and not drip and not pad and not reset:
-        raise FaultSpecError("a fault needs status, delay, garbage, drip, pad or reset")
+    answer = _answer_fields(fields)
+    if status is None and not delay and not garbage and not drip and not pad and not reset and not answer:
+        raise FaultSpecError("a fault needs status, delay, garbage, drip, pad, reset or an answer fault ("
+                             + ", ".join(ANSWER_FIELDS) + ")")
     headers: Dict[str, str] = {}
     retry_after = _number(fields, "retry-after", int, 0, 86400)
     if retry_after is not None:
@@ -135,7 +160,28 @@ def fault_from_fields(fields: Mapping[str, Any]) -> Fault:
     path = fields.get("path")
     return Fault(status=status, headers=headers, delay=delay, garbage=garbage, drip=drip, pad=pad, reset=reset,
                  method=str(method).upper() if method else None, path_contains=str(path) if path else None,
-                 times=times)
+                 times=times, **answer)
+
+
+def _answer_fields(fields: Mapping[str, Any]) -> Dict[str, Any]:
+    """The answer-fault fields given, as Fault keyword arguments."""
+    out: Dict[str, Any] = {}
+    origin = fields.get("foreign-link")
+    if origin is not None:
+        if origin is True or not _ORIGIN.match(str(origin).strip()):
+            raise FaultSpecError(f"invalid fault foreign-link {origin!r}: expected an origin like "
+                                 "http://127.0.0.2:8080")
+        out["foreign_link"] = str(origin).strip().rstrip("/")
+    for name, key in (("link-loop", "link_loop"), ("stuck", "stuck"), ("repeat-skiptoken", "repeat_skip_token")):
+        if _flag(fields.get(name, False)):
+            out[key] = True
+    short = _number(fields, "short-rows", int, 0, 1000)
+    if short is not None:
+        out["short_rows"] = short
+    duplicates = _number(fields, "duplicate-rows", int, 1, 1000)
+    if duplicates:
+        out["duplicate_rows"] = duplicates
+    return out
 
 
 def parse_fault_spec(text: str) -> Fault:
@@ -154,7 +200,10 @@ def fault_json(fault: Fault) -> Dict[str, Any]:
     return {"status": fault.status, "delay": fault.delay, "garbage": fault.garbage, "drip": fault.drip,
             "pad": fault.pad, "reset": fault.reset, "method": fault.method,
             "path": fault.path_contains, "retry-after": fault.headers.get("Retry-After"),
-            "times": "all" if fault.times is None else fault.times}
+            "times": "all" if fault.times is None else fault.times,
+            "foreign-link": fault.foreign_link, "link-loop": fault.link_loop, "stuck": fault.stuck,
+            "short-rows": fault.short_rows, "duplicate-rows": fault.duplicate_rows,
+            "repeat-skiptoken": fault.repeat_skip_token}
 
 
 def _number(fields: Mapping[str, Any], name: str, kind: type, low: float, high: float) -> Any:

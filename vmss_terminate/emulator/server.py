@@ -42,6 +42,7 @@ class Request:
     headers: Message
     body: bytes
     client: str = ""
+    fault: Optional[Fault] = None  # the fault this request drew (apps act on answer faults)
 
     def param(self, name: str) -> Optional[str]:
         """The single value of a query parameter (case-insensitive name), or None."""
@@ -65,6 +66,8 @@ class Response:
     headers: Dict[str, str] = field(default_factory=dict)
     drip: float = 0.0     # fault: seconds between the body's bytes
     reset: bool = False   # fault: reset the connection instead of answering
+    # headers sent once per value (Compute sends one x-ms-ratelimit-remaining-resource per policy)
+    repeated: List["tuple[str, str]"] = field(default_factory=list)
 
     @classmethod
     def json(cls, status: int, payload: JsonValue, headers: Optional[Dict[str, str]] = None) -> "Response":
@@ -186,7 +189,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._reset_connection()
             return
         self.send_response(response.status)
-        for name, value in response.headers.items():
+        for name, value in [*response.headers.items(), *response.repeated]:
             self.send_header(name, value)
         self.send_header("Content-Length", str(len(response.body)))
         self.end_headers()
@@ -244,7 +247,7 @@ class EmulatorServer:
     ) -> None:
         self.app = app
         self.faults = FaultInjector()
-        self.latency = 0.0  # seconds added before every answer (benchmarks: a realistic round trip)
+        self.latency = 0.0  # seconds added before every answer (`--latency`: a realistic round trip)
         self.log = RequestLog()
         self._httpd = _HTTPServer((host, port), _Handler)
         self._httpd.host = self
@@ -274,7 +277,7 @@ class EmulatorServer:
             return self._faults_route(request)
         if self.latency:
             time.sleep(self.latency)  # simulated network/service latency (benchmarks), not synchronisation
-        fault = self.faults.take(request)
+        fault = request.fault = self.faults.take(request)
         if fault is not None:
             if fault.delay:
                 self.faults.delay(fault.delay)

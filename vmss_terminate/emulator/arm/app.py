@@ -93,7 +93,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar, Union
 from urllib.parse import quote, urlencode
 
 from vmss_terminate.clock import Clock
-from vmss_terminate.emulator.arm import quota, resourcegraph, shapes
+from vmss_terminate.emulator.arm import answer_faults, quota, resourcegraph, shapes
 from vmss_terminate.emulator.arm.inventory import (
     UPGRADE_POLICIES,
     ArmState,
@@ -205,36 +205,32 @@ class ArmEmulator:
                               f"YYYY-MM-DD or YYYY-MM-DD-preview (scheduledEventsProfile needs "
                               f"{shapes.SCHEDULED_EVENTS_MIN_API} or later).")
             self.state.tick()
-            throttled, quota_headers = self._quota(request)
+            throttled, quota_headers, repeated = self._quota(request)
             if throttled is not None:
                 return throttled
             route, match = self._route(request)
             response = route.handler(request, api_version, **path_params(match))
             response.headers.update(quota_headers)
-            return response
+            response.repeated.extend(repeated)
+            return answer_faults.apply(request, response, self._base(request))
         except _Refusal as refusal:
             return refusal.response
         except ArmStateError as exc:
             return shapes.error(exc.status, exc.code, exc.message, exc.target)
 
-    def _quota(self, request: Request) -> Tuple[Optional[Response], Dict[str, str]]:
-        """Spend a token of the subscription's read/write quota (when one is configured): a 429 when
-        the bucket is empty, else the remaining-header to add to the answer."""
+    def _quota(self, request: Request) -> Tuple[Optional[Response], Dict[str, str], List[Tuple[str, str]]]:
+        """Spend a token of every quota that applies (the subscription's ARM quota, Compute
+        policies): a 429 when one is empty, else the remaining headers to add to the answer."""
         found = _SUBSCRIPTION_PATH.match(request.path)
         if not found:
-            return None, {}
-        kind = quota.kind_of(request.method)
-        allowed, remaining, retry_after = self.state.quotas.take(found.group(1), kind)
-        if remaining < 0:
-            return None, {}
-        headers = {quota.header(kind): str(remaining)}
-        if allowed:
-            return None, headers
-        message = (f"Number of '{kind[:-1]}' requests for subscription '{found.group(1)}' actor "
-                   f"'emulated-principal' exceeded. Please try again after '{retry_after}' seconds "
-                   f"after additional tokens are available. Refer to https://aka.ms/arm-throttling")
-        return shapes.error(429, "SubscriptionRequestsThrottled", message,
-                            headers=dict(headers, **{"Retry-After": str(retry_after)})), {}
+            return None, {}, []
+        decision = self.state.quotas.decide(found.group(1), quota.kind_of(request.method), request.path)
+        if decision.allowed or decision.refused_by is None:
+            return None, decision.headers, decision.repeated
+        body = quota.throttled_body(decision.refused_by, found.group(1), decision.retry_after)
+        refused = Response.json(429, body, dict(decision.headers, **{"Retry-After": str(decision.retry_after)}))
+        refused.repeated = decision.repeated
+        return refused, {}, []
 
     # ------------------------------------------------------------ Resource Graph
 
@@ -403,7 +399,9 @@ class ArmEmulator:
                           f"Operation 'VirtualMachineScaleSetVMs.List.GET' is not allowed on Virtual Machine "
                           f"Scale Set '{ss.name}' since it uses orchestration mode 'Flexible'. List the "
                           f"virtual machines of the resource group instead.")
-        return self._page(request, api_version, lambda: list(ss.instances.values()), shapes.scale_set_vm)
+        keep = _vm_list_filter(request.param("$filter"))
+        return self._page(request, api_version, lambda: [i for i in ss.instances.values() if keep(i)],
+                          shapes.scale_set_vm, carry=("$filter",))
 
     def _standalone_vms_get(self, request: Request, api_version: str, sub: str, rg: str) -> Response:
         if not self.state.has_resource_group(sub, rg):
@@ -416,8 +414,9 @@ class ArmEmulator:
         return self._page(request, api_version, members, shapes.standalone_vm)
 
     def _page(self, request: Request, api_version: str, items: Callable[[], List[_Item]],
-              shape: Callable[[_Item], Dict[str, Any]]) -> Response:
-        """A list answer of `state.page_size` items with ARM's nextLink ($skiptoken) paging."""
+              shape: Callable[[_Item], Dict[str, Any]], carry: Tuple[str, ...] = ()) -> Response:
+        """A list answer of `state.page_size` items with ARM's nextLink ($skiptoken) paging; the
+        query parameters named in `carry` (a `$filter`) are repeated in the nextLink."""
         token = request.param("$skiptoken") or "0"
         if not token.isdigit():
             raise _refuse(400, "InvalidParameter", f"The skip token '{token}' is invalid.", "$skiptoken")
@@ -426,7 +425,10 @@ class ArmEmulator:
             everything = items()
             payload: Dict[str, Any] = {"value": [shape(i) for i in everything[start:start + size]]}
             if start + size < len(everything):
-                query = urlencode({"api-version": api_version, "$skiptoken": str(start + size)})
+                params = {"api-version": api_version}
+                params.update({name: value for name in carry for value in [request.param(name)] if value})
+                params["$skiptoken"] = str(start + size)
+                query = urlencode(params)
                 payload["nextLink"] = f"{self._base(request)}{request.path}?{query}"
         return Response.json(200, payload)
 
@@ -483,12 +485,16 @@ class ArmEmulator:
     # ------------------------------------------------------------ LRO status
 
     def _operation_get(self, request: Request, api_version: str, sub: str, loc: str, op: str) -> Response:
-        operation = self.state.poll(op)
+        stuck = request.fault is not None and request.fault.stuck  # fault: the operation does not advance
+        operation = self.state.operation(op) if stuck else self.state.poll(op)
         if operation is None or operation.scale_set.subscription.lower() != sub.lower():
             raise _refuse(404, "NotFound", f"The operation '{op}' was not found.")
         with self.state.lock:
             body = operation.body(shapes.iso_time)
             status = operation.status
+            if stuck:
+                body = {"startTime": body["startTime"], "status": "InProgress", "name": body["name"]}
+                status = "InProgress"
         if (request.param("monitor") or "").lower() == "true":  # Location-header semantics
             if status == "InProgress":
                 return Response(202, b"", self._lro_headers(request, operation, api_version, location=True))
@@ -499,7 +505,30 @@ class ArmEmulator:
         return Response.json(200, body, headers)
 
 
-# ---------------------------------------------------------------- request body rules
+# ---------------------------------------------------------------- request rules
+
+# VirtualMachineScaleSetVMs_List's documented $filter values (swagger 2024-11-01), whitespace and
+# case aside; any other filter is refused rather than ignored (a client would count wrong rows).
+_VM_FILTERS: Dict[str, Callable[[InstanceRecord], bool]] = {
+    "properties/latestmodelapplied eq true": lambda inst: inst.latest_model_applied,
+    "properties/latestmodelapplied eq false": lambda inst: not inst.latest_model_applied,
+    "startswith(instanceview/statuses/code, 'powerstate') eq true": lambda inst: True,
+}
+
+
+def _vm_list_filter(text: Optional[str]) -> Callable[[InstanceRecord], bool]:
+    if text is None or not text.strip():
+        return lambda inst: True
+    keep = _VM_FILTERS.get(" ".join(text.split()).lower().replace("( ", "(").replace(" )", ")"))
+    if keep is None:
+        raise _refuse(400, "InvalidParameter",
+                      f"The value '{text}' of $filter is not supported. Allowed values are "
+                      f"'startswith(instanceView/statuses/code, 'PowerState') eq true', "
+                      f"'properties/latestModelApplied eq true', 'properties/latestModelApplied eq false'.",
+                      "$filter")
+    return keep
+
+
 
 
 def _json_object(request: Request) -> Dict[str, Any]:
@@ -678,11 +707,13 @@ def start_arm(
     page_size: Optional[int] = None,
     lro_polls: Optional[int] = None,
     lro_retry_after: Optional[int] = None,
-    quotas: Optional[Dict[str, Any]] = None,
+    quotas: Union[None, Dict[str, Any], List[Any]] = None,
+    latency: float = 0.0,
 ) -> ArmServers:
     """Start the ARM emulator (HTTPS when `ssl_context` is given) and the token endpoint (always
     http, like App Service's local endpoint) in background threads; returns them running.
-    `lro_retry_after`: seconds sent as Retry-After on LRO answers (None: no header)."""
+    `lro_retry_after`: seconds sent as Retry-After on LRO answers (None: no header). `latency`:
+    seconds added before every answer of both servers (a realistic round trip; `--latency MS`)."""
     if state is None:
         state = ArmState(clock=clock) if clock is not None else ArmState()
     if seed is not None:
@@ -703,5 +734,6 @@ def start_arm(
     except BaseException:
         token_server.stop()
         raise
+    arm_server.latency = token_server.latency = max(0.0, latency)
     return ArmServers(state, arm, tokens, arm_server, token_server)
 

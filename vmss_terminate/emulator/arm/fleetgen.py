@@ -13,6 +13,9 @@ older model (cycling within each subscription). With `special` (default), every 
 subscription is Spot, every 20th (offset 5) carries an
 `aks-managed-poolName` tag, every 20th (offset 10) has scaleInPolicy.forceDeletion and every 20th
 (offset 15) automaticRepairsPolicy.enabled.
+
+Bounded: at most MAX_SCALE_SETS sets, MAX_SUBSCRIPTIONS subscriptions and MAX_INSTANCES instances
+in all (ValueError past them; the CLI exits 2), since the estate lives in memory.
 """
 
 from __future__ import annotations
@@ -22,6 +25,11 @@ from typing import Any, Dict, List, Mapping
 ENABLED_10 = {"terminateNotificationProfile": {"enable": True, "notBeforeTimeout": "PT10M"}}
 ENABLED_5 = {"terminateNotificationProfile": {"enable": True, "notBeforeTimeout": "PT5M"}}
 STATES = ("absent", "disabled", "enabled-current", "enabled-5m", "enabled-stale")
+# Upper bounds: a generated estate lives in the emulator's memory (~2 KB per instance); the fleet
+# benchmark's largest estate is 10,000 sets x 4 instances.
+MAX_SCALE_SETS = 20000
+MAX_SUBSCRIPTIONS = 1000
+MAX_INSTANCES = 200000
 
 
 def subscription_id(index: int) -> str:
@@ -37,6 +45,10 @@ def generate(config: Mapping[str, Any]) -> Dict[str, Any]:
     special = bool(config.get("special", True))
     if count < 0 or subs < 1 or capacity < 0:
         raise ValueError("generate: scaleSets >= 0, subscriptions >= 1 and capacity >= 0 are required")
+    if count > MAX_SCALE_SETS or subs > MAX_SUBSCRIPTIONS or count * capacity > MAX_INSTANCES:
+        raise ValueError(f"generate: at most {MAX_SCALE_SETS:,} scale sets, {MAX_SUBSCRIPTIONS:,} subscriptions and "
+                         f"{MAX_INSTANCES:,} instances in all (asked: {count:,} sets, {subs:,} subscriptions, "
+                         f"{count * capacity:,} instances): the emulator holds the estate in memory")
     subscriptions = [{"subscriptionId": subscription_id(s), "displayName": f"Fleet subscription {s + 1:02d}"}
                      for s in range(subs)]
     scale_sets: List[Dict[str, Any]] = []

@@ -48,7 +48,9 @@ Seed format (JSON file or dict; see examples/seed.json)::
       "resourceGraphPageSize": 1000,         # optional: rows per Resource Graph page (max 1000)
       "resourceGraphTruncated": false,       # optional: true = a result over one page is cut off
                                              # (resultTruncated "true", no $skipToken)
-      "quotas": {"writes": {"bucket": 40, "refillPerSecond": 20}},  # optional: see quota.py
+      "quotas": {"writes": {"bucket": 40, "refillPerSecond": 20}},  # optional: see quota.py (also
+                                             #   per subscription and Compute policies)
+      "computeHeaders": "separate",          # optional: or "joined" (Compute policies in one header)
       "generate": {"scaleSets": 200, "subscriptions": 5, "capacity": 20}  # optional: see fleetgen.py
     }
 """
@@ -417,6 +419,10 @@ class ArmState:
             self.rg_truncated = seed["resourceGraphTruncated"] is True
         if "quotas" in seed:
             self.quotas.configure(parse_limits(seed["quotas"]))
+        if "computeHeaders" in seed:
+            if seed["computeHeaders"] not in ("separate", "joined"):
+                raise ValueError('computeHeaders must be "separate" (one header per policy) or "joined"')
+            self.quotas.joined = seed["computeHeaders"] == "joined"
 
     def add_management_group(self, group: str, subscriptions: List[str]) -> None:
         with self.lock:
