@@ -22,7 +22,7 @@ import sys
 import tempfile
 import threading
 import time
-from typing import List
+from typing import Any, Dict, List
 
 import psutil
 
@@ -38,7 +38,7 @@ def agent_command(url: str, state: str, *extra: str) -> List[str]:
     return base + ["agent", "run", "--imds-url", url, "--state-file", state, "--poll-interval", "1", *extra]
 
 
-def start(cmd: List[str]) -> subprocess.Popen:
+def start(cmd: List[str]) -> subprocess.Popen[bytes]:
     env = {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}
     return subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
@@ -70,10 +70,10 @@ def measure_latency(events: int, poll: float = 1.0) -> List[float]:
 
 
 def rss_of(proc: psutil.Process) -> int:
-    return proc.memory_info().rss
+    return int(proc.memory_info().rss)
 
 
-def measure_idle(seconds: float) -> dict:
+def measure_idle(seconds: float) -> Dict[str, Any]:
     group = PlacementGroup()
     with EmulatorServer(ImdsEmulator(group, vm_name=VM, rate_limit=5.0)) as server, \
             tempfile.TemporaryDirectory() as tmp:

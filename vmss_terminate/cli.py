@@ -64,7 +64,7 @@ COMMANDS = {
 
 
 class _Root(LazyGroup):
-    def main(self, args: Optional[Sequence[str]] = None, prog_name: Optional[str] = None,  # type: ignore[override]
+    def main(self, args: Optional[Sequence[str]] = None, prog_name: Optional[str] = None,
              complete_var: Optional[str] = None, standalone_mode: bool = True, **extra: Any) -> Any:
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)

@@ -15,15 +15,9 @@ from vmss_terminate.agent.config import AgentConfig
 from vmss_terminate.agent.decisions import Decision
 from vmss_terminate.agent.events import EVENT_TYPES, Event, EventsDocument, owns, parse_types
 from vmss_terminate.agent.hooks import HookContext
-from vmss_terminate.agent.imds import (
-    DEFAULT_API_VERSION,
-    DEFAULT_IMDS_URL,
-    ForeignEventError,
-    ImdsClient,
-    ImdsError,
-    check_imds_api_version,
-)
+from vmss_terminate.agent.imds import DEFAULT_IMDS_URL, ForeignEventError, ImdsClient, ImdsError, check_imds_api_version
 from vmss_terminate.agent.journal import MEMORY, StateStore, default_state_file
+from vmss_terminate.scheduled_events import DEFAULT_API_VERSION
 
 __all__ = [
     "Agent", "AgentConfig", "Decision", "Event", "EventsDocument", "EVENT_TYPES", "HookContext",

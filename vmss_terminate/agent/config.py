@@ -9,10 +9,10 @@ from typing import Any, Collection, FrozenSet, Optional, Sequence, Tuple
 
 from vmss_terminate.agent.events import parse_types, same_name
 from vmss_terminate.agent.hooks import redact_url
-from vmss_terminate.agent.imds import DEFAULT_API_VERSION, check_imds_api_version, resolve_imds_url
+from vmss_terminate.agent.imds import check_imds_api_version, resolve_imds_url
 from vmss_terminate.agent.process import check_program, split_command
 from vmss_terminate.errors import UsageError
-from vmss_terminate.scheduled_events import MAX_TERMINATE_NOTICE
+from vmss_terminate.scheduled_events import DEFAULT_API_VERSION, MAX_TERMINATE_NOTICE
 
 ON_HOOK_FAILURE = ("approve", "wait")
 MAX_NOTICE = MAX_TERMINATE_NOTICE  # NotBefore is never further away than this

@@ -179,7 +179,7 @@ class Backoff:
         self._rng = rng or random.Random()
 
     def next(self, at_least: float = 0.0) -> float:
-        delay = min(self.cap, self.base * (2 ** min(self.attempt, 30)))
+        delay = min(self.cap, self.base * (2.0 ** min(self.attempt, 30)))
         self.attempt += 1
         return max(at_least, delay * self._rng.uniform(0.5, 1.0))
 
@@ -314,8 +314,9 @@ class ImdsClient:
                 raise MalformedDocument("instance metadata has no compute.name")
             return name
 
-        return self._call("GET", INSTANCE_PATH, {"api-version": INSTANCE_API_VERSION}, None,
-                          self.read_timeout, retry_for, stop, on_retry, parse=parse)
+        name: str = self._call("GET", INSTANCE_PATH, {"api-version": INSTANCE_API_VERSION}, None,
+                               self.read_timeout, retry_for, stop, on_retry, parse=parse)
+        return name
 
     def approve(self, event_id: str, vm_name: str, allow_foreign: bool = False,
                 retry_for: Optional[float] = GONE_RETRY_SECONDS,

@@ -19,7 +19,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, Optional
+from typing import Any, Callable, Dict, Iterable, List, Optional
 
 from vmss_terminate.errors import UsageError
 
@@ -120,7 +120,7 @@ class StateStore:
         with self._lock:
             return dict(self._events.get(event_id, {}))
 
-    def event_ids(self) -> list:
+    def event_ids(self) -> List[str]:
         with self._lock:
             return list(self._events)
 
@@ -138,7 +138,7 @@ class StateStore:
             self._save()
             return dict(record)
 
-    def prune(self, keep: Iterable[str]) -> list:
+    def prune(self, keep: Iterable[str]) -> List[str]:
         """Drop records of events not in `keep` (they left the document); returns the dropped ids."""
         keep = set(keep)
         with self._lock:
@@ -180,7 +180,7 @@ class StateStore:
             events = data.get("events") if isinstance(data, dict) else None
             if not isinstance(events, dict):
                 raise ValueError("not a state file (no events object)")
-            dropped: list = []
+            dropped: List[str] = []
             self._events = {str(k): _clean_record(v, dropped) for k, v in events.items() if isinstance(v, dict)}
             if dropped:
                 log.error("state file %s: ignored field(s) of the wrong type: %s", self.path,
@@ -248,7 +248,7 @@ _FIELD_CHECKS: Dict[str, Callable[[Any], bool]] = {
 }
 
 
-def _clean_record(record: Dict[str, Any], dropped: list) -> Dict[str, Any]:
+def _clean_record(record: Dict[str, Any], dropped: List[str]) -> Dict[str, Any]:
     clean = {}
     for key, value in record.items():
         check = _FIELD_CHECKS.get(key)

@@ -6,8 +6,9 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Optional
 
 from vmss_terminate.agent.events import Event, EventsDocument
-from vmss_terminate.agent.imds import DEFAULT_API_VERSION, ForeignEventError, ImdsClient
+from vmss_terminate.agent.imds import ForeignEventError, ImdsClient
 from vmss_terminate.errors import UsageError
+from vmss_terminate.scheduled_events import DEFAULT_API_VERSION
 
 
 @dataclass(frozen=True)

@@ -53,20 +53,20 @@ def check_program(argv: Union[List[str], str]) -> None:
         raise UsageError(f"--hook program {program!r} is not on PATH")
 
 
-def start(command: str, env: Dict[str, str], stdin: bytes) -> subprocess.Popen:
+def start(command: str, env: Dict[str, str], stdin: bytes) -> subprocess.Popen[bytes]:
     """Start `command` (no shell) with `env`, feeding `stdin` from a helper thread (never blocks us)."""
     kwargs: Dict[str, object] = {}
     if IS_WINDOWS:
         kwargs["creationflags"] = getattr(subprocess, "CREATE_NEW_PROCESS_GROUP", 0x200)
     else:
         kwargs["start_new_session"] = True
-    proc = subprocess.Popen(split_command(command), stdin=subprocess.PIPE, env=env, shell=False,
-                            close_fds=True, **kwargs)  # type: ignore[call-overload]
+    proc: subprocess.Popen[bytes] = subprocess.Popen(  # type: ignore[call-overload]
+        split_command(command), stdin=subprocess.PIPE, env=env, shell=False, close_fds=True, **kwargs)
     threading.Thread(target=_feed, args=(proc, stdin), name=f"hook-stdin:{proc.pid}", daemon=True).start()
     return proc
 
 
-def _feed(proc: subprocess.Popen, data: bytes) -> None:
+def _feed(proc: subprocess.Popen[bytes], data: bytes) -> None:
     try:
         assert proc.stdin is not None
         proc.stdin.write(data)
@@ -75,7 +75,7 @@ def _feed(proc: subprocess.Popen, data: bytes) -> None:
         pass  # the hook does not read stdin: fine
 
 
-def stop_tree(proc: subprocess.Popen, grace: float = 5.0) -> None:
+def stop_tree(proc: subprocess.Popen[bytes], grace: float = 5.0) -> None:
     """Ask the hook's process tree to stop, wait `grace` real seconds, then kill what is left."""
     if IS_WINDOWS:
         _stop_tree_windows(proc, grace)
@@ -85,13 +85,13 @@ def stop_tree(proc: subprocess.Popen, grace: float = 5.0) -> None:
 
 def _signal_group(pgid: int, sig: int) -> bool:
     try:
-        os.killpg(pgid, sig)  # type: ignore[attr-defined]
+        os.killpg(pgid, sig)
         return True
     except (ProcessLookupError, PermissionError, OSError):
         return False
 
 
-def _stop_tree_posix(proc: subprocess.Popen, grace: float) -> None:
+def _stop_tree_posix(proc: subprocess.Popen[bytes], grace: float) -> None:
     pgid = proc.pid  # start_new_session: the hook leads its own group
     _signal_group(pgid, signal.SIGTERM)
     try:
@@ -102,7 +102,7 @@ def _stop_tree_posix(proc: subprocess.Popen, grace: float) -> None:
     _reap(proc)
 
 
-def _stop_tree_windows(proc: subprocess.Popen, grace: float) -> None:
+def _stop_tree_windows(proc: subprocess.Popen[bytes], grace: float) -> None:
     try:
         proc.send_signal(getattr(signal, "CTRL_BREAK_EVENT"))  # noqa: B009 (Windows only; mypy on POSIX)
         proc.wait(timeout=grace)
@@ -120,7 +120,7 @@ def _stop_tree_windows(proc: subprocess.Popen, grace: float) -> None:
     _reap(proc)
 
 
-def _reap(proc: subprocess.Popen) -> None:
+def _reap(proc: subprocess.Popen[bytes]) -> None:
     try:
         proc.wait(timeout=5)
     except subprocess.TimeoutExpired:

@@ -6,7 +6,7 @@ import json
 import re
 import ssl
 from pathlib import Path
-from typing import Dict, Optional, Tuple
+from typing import TYPE_CHECKING, Dict, Optional, Tuple
 
 import click
 
@@ -14,6 +14,9 @@ from vmss_terminate.commands.foreground import Foreground
 from vmss_terminate.commands.options import fault_option, int_range
 from vmss_terminate.emulator.faults import Fault
 from vmss_terminate.errors import UsageError
+
+if TYPE_CHECKING:
+    from vmss_terminate.emulator.arm.app import ArmState
 
 BANNER_SETS = 10  # scale sets listed in the start-up banner
 
@@ -33,7 +36,7 @@ def _generate(text: str) -> Dict[str, int]:
 
 
 def _load_state(seed: Optional[Path], page_size: Optional[int], generate: Optional[str] = None,
-                quotas: Tuple[str, ...] = ()):  # -> ArmState
+                quotas: Tuple[str, ...] = ()) -> ArmState:
     from vmss_terminate.emulator.arm.app import ArmState
     from vmss_terminate.emulator.arm.quota import parse_spec
 

@@ -15,9 +15,11 @@ an ARM error's `code` and `http_status`). Stdout holds results only, never an er
 from __future__ import annotations
 
 import json
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, TypeVar
 
 import click
+
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 FORMATS = ("table", "json", "tsv")
 ALIASES = {"text": "table"}  # the agent/demo/sandbox spelling before one vocabulary
@@ -36,7 +38,7 @@ class OutputFormat(click.Choice):
 
 
 def output_option(help: str = "table: for people; json: one JSON document; tsv: tab-separated values.",
-                  extra: Sequence[str] = ()) -> Any:
+                  extra: Sequence[str] = ()) -> Callable[[_F], _F]:
     """The `-o/--output` option every command that prints a result takes."""
     return click.option("-o", "--output", type=OutputFormat(extra), default="table", show_default=True, help=help)
 

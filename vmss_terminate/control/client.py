@@ -371,7 +371,7 @@ def allow_loopback_http_policy() -> Any:
     """A per-call pipeline policy that lifts azure-core's https-only bearer rule for loopback URLs only."""
     from azure.core.pipeline.policies import SansIOHTTPPolicy  # noqa: PLC0415
 
-    class AllowLoopbackHttp(SansIOHTTPPolicy):  # type: ignore[misc, type-arg]
+    class AllowLoopbackHttp(SansIOHTTPPolicy[Any, Any]):
         def on_request(self, request: Any) -> None:
             if is_loopback_http(request.http_request.url):
                 request.context["enforce_https"] = False

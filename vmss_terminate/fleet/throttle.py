@@ -119,7 +119,7 @@ class SubscriptionThrottle:
 
         throttle = self
 
-        class SubscriptionThrottlePolicy(HTTPPolicy):  # type: ignore[misc, type-arg]
+        class SubscriptionThrottlePolicy(HTTPPolicy[Any, Any]):
             def send(self, request: Any) -> Any:
                 http = request.http_request
                 found = _SUBSCRIPTION.search(http.url.split("?")[0])
@@ -156,7 +156,7 @@ class SubscriptionThrottle:
 def _header(headers: Any, name: str) -> Optional[str]:
     if headers is None:
         return None
-    value = headers.get(name)
+    value: Optional[str] = headers.get(name)
     if value is None:
         for key in headers:
             if key.lower() == name.lower():

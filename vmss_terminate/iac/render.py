@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
-from typing import Any, Callable, Dict, Optional, Union
+from typing import Any, Callable, Dict, List, Optional, Union
 
 from vmss_terminate.control import body
 from vmss_terminate.errors import UsageError
@@ -58,7 +58,8 @@ def render(
 def scheduled_events_profile(enable: bool, minutes: Optional[int]) -> Dict[str, Any]:
     """`scheduledEventsProfile` exactly as it sits inside the control plane's PATCH body."""
     patch = body.patch_body(enable, minutes)
-    return patch["properties"]["virtualMachineProfile"]["scheduledEventsProfile"]
+    profile: Dict[str, Any] = patch["properties"]["virtualMachineProfile"]["scheduledEventsProfile"]
+    return profile
 
 
 def _rest(enable: bool, minutes: Optional[int], _rg: Optional[str], _name: Optional[str]) -> str:
@@ -115,7 +116,7 @@ def _policy(enable: bool, minutes: Optional[int], _rg: Optional[str], _name: Opt
     return azure_policy.render_definition(minutes)
 
 
-def _bicep_entries(mapping: Dict[str, Any], depth: int) -> list:
+def _bicep_entries(mapping: Dict[str, Any], depth: int) -> List[str]:
     pad = "  " * depth
     lines = []
     for key, value in mapping.items():

@@ -63,18 +63,10 @@ import re
 from typing import Any, Dict, List, Optional
 
 from vmss_terminate.emulator.imds.admin import handle_admin
-from vmss_terminate.emulator.imds.events import (
-    EVENT_TYPES,
-    MINIMUM_NOTICE,
-    Approval,
-    EmulatedEvent,
-    PlacementGroup,
-    format_not_before,
-)
+from vmss_terminate.emulator.imds.events import Approval, EmulatedEvent, PlacementGroup
 from vmss_terminate.emulator.imds.instance import (
     DEFAULT_LOCATION,
     DEFAULT_RESOURCE_GROUP,
-    DEFAULT_SUBSCRIPTION,
     NotFound,
     as_text,
     is_leaf,
@@ -92,6 +84,7 @@ from vmss_terminate.emulator.imds.versions import (
 )
 from vmss_terminate.emulator.routes import Route, match_route, path_params, path_pattern
 from vmss_terminate.emulator.server import Request, Response
+from vmss_terminate.scheduled_events import DEFAULT_SUBSCRIPTION, EVENT_TYPES, MINIMUM_NOTICE, format_not_before
 
 __all__ = [
     "Approval", "EVENT_TYPES", "EmulatedEvent", "ImdsEmulator", "MINIMUM_NOTICE", "PlacementGroup",
