@@ -32,7 +32,7 @@ from multiprocessing.connection import Connection as Pipe
 from typing import Any, Dict, List, Tuple
 
 from vmss_terminate.control import Connection, UpgradeOptions, enable
-from vmss_terminate.control.client import LOOPBACK_POLL_SECONDS
+from vmss_terminate.control.connection import LOOPBACK_POLL_SECONDS
 from vmss_terminate.control.upgrade import BatchSize
 from vmss_terminate.emulator.arm.app import ArmState, start_arm
 from vmss_terminate.emulator.arm.quota import parse_spec

@@ -10,7 +10,7 @@ import pytest
 from vmss_terminate.commands import control as commands
 from vmss_terminate.commands.progress import terminal_progress
 from vmss_terminate.control import UpgradeIncomplete, body
-from vmss_terminate.control.client import sdk_default_api_version
+from vmss_terminate.control.connection import sdk_default_api_version
 from vmss_terminate.control.upgrade import UpgradeResult
 from vmss_terminate.emulator.arm.app import ArmServers, ArmState
 

@@ -1,4 +1,4 @@
-"""Transport rules of control/client.py: https everywhere, plain http only to loopback."""
+"""Transport rules of control/pipeline.py: https everywhere, plain http only to loopback."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from vmss_terminate.control import Connection, status
-from vmss_terminate.control.client import allow_loopback_http_policy
+from vmss_terminate.control.pipeline import allow_loopback_http_policy
 from vmss_terminate.emulator.arm.app import ArmState, start_arm
 
 from .conftest import RG, SUB

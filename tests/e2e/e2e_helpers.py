@@ -8,7 +8,7 @@ from typing import Any, Dict, Iterator, List
 
 import requests
 
-from vmss_terminate.control.client import build_compute_client, build_credential
+from vmss_terminate.control.pipeline import build_compute_client, build_credential
 from vmss_terminate.sandbox import Sandbox, SandboxConfig
 
 NO_PROXY = {"http": None, "https": None}

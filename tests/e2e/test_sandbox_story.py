@@ -14,7 +14,7 @@ from helpers import invoke_cli
 
 from vmss_terminate.cli import main
 from vmss_terminate.control import UpgradeOptions, disable, enable, status
-from vmss_terminate.control.client import ScaleSetClient
+from vmss_terminate.control.scaleset import ScaleSetClient
 from vmss_terminate.sandbox import DemoOptions, Sandbox, SandboxAgents, demo_hook_command, run_demo
 
 pytestmark = pytest.mark.timeout(60)

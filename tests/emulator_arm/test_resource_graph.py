@@ -11,7 +11,7 @@ import pytest
 import requests
 
 from vmss_terminate.clock import ManualClock
-from vmss_terminate.control.client import allow_loopback_http_policy
+from vmss_terminate.control.pipeline import allow_loopback_http_policy
 from vmss_terminate.emulator.arm import fleetgen
 from vmss_terminate.emulator.arm.app import ArmServers, ArmState
 from vmss_terminate.emulator.arm.resourcegraph import QueryError, parse_query

@@ -3,7 +3,7 @@
 How the SDK must be configured (also in vmss_terminate/emulator/arm.py's docstring): the token
 endpoint env (IDENTITY_ENDPOINT/IDENTITY_HEADER), base_url=<emulator>, polling_interval=0, and a
 per-call policy that lets bearer tokens go over http to loopback only (the product's own,
-`control.client.allow_loopback_http_policy`, built on `vmss_terminate.net.is_loopback_http`).
+`control.pipeline.allow_loopback_http_policy`, built on `vmss_terminate.net.is_loopback_http`).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Iterator
 
 import pytest
 
-from vmss_terminate.control.client import allow_loopback_http_policy
+from vmss_terminate.control.pipeline import allow_loopback_http_policy
 from vmss_terminate.emulator.arm.app import ArmServers, ArmState
 
 from .conftest import SUB

@@ -15,7 +15,7 @@ from vmss_terminate import control
 from vmss_terminate.commands.options import BATCH_SIZE, TIMEOUT, ParsedType
 from vmss_terminate.commands.output import emit, output_option
 from vmss_terminate.commands.progress import ProgressBar, terminal_progress
-from vmss_terminate.control.client import CLOUDS, DEFAULT_CLOUD, Connection, check_subscription
+from vmss_terminate.control.connection import CLOUDS, DEFAULT_CLOUD, Connection, check_subscription
 from vmss_terminate.control.names import check_resource_group, check_scale_set_name
 from vmss_terminate.control.upgrade import BatchSize, Progress, UpgradeIncomplete, UpgradeOptions
 from vmss_terminate.errors import VmssTerminateError

@@ -21,7 +21,7 @@ from vmss_terminate.commands.control import ENDPOINT_OPTIONS, DetailedExitComman
 from vmss_terminate.commands.options import BATCH_SIZE, TIMEOUT, int_range
 from vmss_terminate.commands.output import echo_json, output_option, tsv_lines
 from vmss_terminate.commands.progress import ProgressBar, terminal_progress
-from vmss_terminate.control.client import Connection
+from vmss_terminate.control.connection import Connection
 from vmss_terminate.errors import StopSignal, interrupt_exit_code, interrupt_name
 
 

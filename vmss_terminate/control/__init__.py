@@ -12,7 +12,7 @@ The public API (documented in docs/control-plane.md):
 from __future__ import annotations
 
 from vmss_terminate.control.api import disable, enable, plan, retime, status, upgrade
-from vmss_terminate.control.client import CLOUDS, Connection
+from vmss_terminate.control.connection import CLOUDS, Connection
 from vmss_terminate.control.results import ChangeResult, Plan, StatusResult
 from vmss_terminate.control.upgrade import BatchSize, UpgradeIncomplete, UpgradeOptions, UpgradeResult
 

@@ -21,7 +21,8 @@ from typing import List, NamedTuple, Optional, Sequence, Tuple, Union
 
 from vmss_terminate.clock import SYSTEM_CLOCK, Clock
 from vmss_terminate.control import body
-from vmss_terminate.control.client import ArmRequestError, Connection, PatchUnconfirmed, ScaleSetClient
+from vmss_terminate.control.arm_errors import ArmRequestError
+from vmss_terminate.control.connection import Connection
 from vmss_terminate.control.profile import (
     InstanceState,
     ProfileState,
@@ -31,6 +32,7 @@ from vmss_terminate.control.profile import (
     parse_scale_set,
 )
 from vmss_terminate.control.results import ChangeResult, Plan, StatusResult
+from vmss_terminate.control.scaleset import ComputeClient, PatchUnconfirmed, ScaleSetClient
 from vmss_terminate.control.upgrade import (
     MANUAL,
     PLATFORM,
@@ -48,12 +50,17 @@ from vmss_terminate.control.upgrade import (
 from vmss_terminate.errors import AzureError, Interrupted, UsageError, VmssTerminateError, interrupt_name
 from vmss_terminate.timeout import parse_timeout
 
+Target = Union[Connection, ComputeClient]
+"""Where a function reaches ARM: a `Connection` (resolved once for the call), or a subscription's
+`ComputeClient`, which a caller working through many scale sets reuses (one SDK client and
+connection pool per subscription, as `fleet` does)."""
+
 ENABLE, DISABLE, RETIME = "enable", "disable", "retime"
 ACTIONS = (ENABLE, DISABLE, RETIME)
 DEFAULT_OPTIONS = UpgradeOptions()  # frozen: safe as a shared default
 
 
-def status(resource_group: str, name: str, *, connection: Connection) -> StatusResult:
+def status(resource_group: str, name: str, *, connection: Target) -> StatusResult:
     """Orchestration mode, upgrade policy, the terminate-notification profile and, per instance,
     whether it runs the latest model (Flexible: when the API offers it, else a note)."""
     with ScaleSetClient(connection, resource_group, name) as client:
@@ -78,7 +85,7 @@ def plan(
     timeout: Optional[Union[int, str]] = None,
     *,
     action: str = ENABLE,
-    connection: Connection,
+    connection: Target,
     options: UpgradeOptions = DEFAULT_OPTIONS,
 ) -> Plan:
     """What `action` (enable by default) would change now — profile and instances — without writing."""
@@ -87,7 +94,7 @@ def plan(
         return _prepare(client, action, minutes, options)[0]
 
 
-def enable(resource_group: str, name: str, timeout: Union[int, str], *, connection: Connection,
+def enable(resource_group: str, name: str, timeout: Union[int, str], *, connection: Target,
            options: UpgradeOptions = DEFAULT_OPTIONS, dry_run: bool = False, progress: Optional[Progress] = None,
            clock: Clock = SYSTEM_CLOCK, no_wait: bool = False) -> ChangeResult:
     """Enable terminate notifications with `timeout` (5..15 minutes) and upgrade instances."""
@@ -95,14 +102,14 @@ def enable(resource_group: str, name: str, timeout: Union[int, str], *, connecti
                    no_wait)
 
 
-def disable(resource_group: str, name: str, *, connection: Connection, options: UpgradeOptions = DEFAULT_OPTIONS,
+def disable(resource_group: str, name: str, *, connection: Target, options: UpgradeOptions = DEFAULT_OPTIONS,
             dry_run: bool = False, progress: Optional[Progress] = None, clock: Clock = SYSTEM_CLOCK,
             no_wait: bool = False) -> ChangeResult:
     """Disable terminate notifications (`"enable": false`) and upgrade instances."""
     return _change(DISABLE, resource_group, name, None, connection, options, dry_run, progress, clock, no_wait)
 
 
-def retime(resource_group: str, name: str, timeout: Union[int, str], *, connection: Connection,
+def retime(resource_group: str, name: str, timeout: Union[int, str], *, connection: Target,
            options: UpgradeOptions = DEFAULT_OPTIONS, dry_run: bool = False, progress: Optional[Progress] = None,
            clock: Clock = SYSTEM_CLOCK, no_wait: bool = False) -> ChangeResult:
     """Change the timeout of an enabled scale set (refused when notifications are not enabled)."""
@@ -114,7 +121,7 @@ def upgrade(
     resource_group: str,
     name: str,
     *,
-    connection: Connection,
+    connection: Target,
     options: UpgradeOptions = DEFAULT_OPTIONS,
     progress: Optional[Progress] = None,
     clock: Clock = SYSTEM_CLOCK,
@@ -197,7 +204,7 @@ def _change(
     resource_group: str,
     name: str,
     timeout: Optional[Union[int, str]],
-    connection: Connection,
+    connection: Target,
     options: UpgradeOptions,
     dry_run: bool,
     progress: Optional[Progress],

@@ -16,8 +16,10 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Union
 
 from vmss_terminate.clock import SYSTEM_CLOCK, Clock
-from vmss_terminate.control.client import ArmRequestError, Connection, ScaleSetClient, match_subscription
+from vmss_terminate.control.arm_errors import ArmRequestError
+from vmss_terminate.control.connection import Connection
 from vmss_terminate.control.profile import parse_instance
+from vmss_terminate.control.subscriptions import match_subscription
 from vmss_terminate.errors import UsageError
 from vmss_terminate.fleet.records import ScaleSetAudit, parse_row
 from vmss_terminate.fleet.scope import Scope, is_subscription_id
@@ -140,7 +142,7 @@ def _read_instances(session: FleetSession, records: List[ScaleSetAudit], concurr
 
 
 def _stale(session: FleetSession, record: ScaleSetAudit) -> None:
-    with ScaleSetClient(session.connection(record.subscription_id), record.resource_group, record.name) as client:
+    with session.compute(record.subscription_id).scale_set(record.resource_group, record.name) as client:
         try:
             instances = [parse_instance(vm) for vm in client.list_instances()]
         except ArmRequestError as exc:

@@ -22,7 +22,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Set, Union
 
 from vmss_terminate import control
 from vmss_terminate.clock import SYSTEM_CLOCK, Clock
-from vmss_terminate.control.client import Connection
+from vmss_terminate.control.connection import Connection
 from vmss_terminate.control.upgrade import DEFAULT_BATCH, BatchSize, UpgradeIncomplete, UpgradeOptions, UpgradeResult
 from vmss_terminate.errors import UsageError, VmssTerminateError
 from vmss_terminate.fleet import findings as codes
@@ -324,7 +324,7 @@ def _one(planned: PlannedSet, minutes: int, session: FleetSession, options: Upgr
         if stop.is_set() and done < total:
             raise _Stopped()
 
-    connection = session.connection(record.subscription_id)
+    connection = session.compute(record.subscription_id)
     upgrade: Optional[UpgradeResult]
     try:
         if planned.action == UPGRADE and record.stale_unknown:

@@ -8,18 +8,15 @@ a token per set, and separate throttles could not slow a whole subscription down
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+import threading
+from typing import Any, Dict, Iterator, List, Optional
 
 from vmss_terminate.clock import SYSTEM_CLOCK, Clock
-from vmss_terminate.control.client import (
-    Connection,
-    arm_errors,
-    build_credential,
-    list_subscriptions,
-    quiet_sdk_logging,
-    require_sdk,
-    sdk_client_kwargs,
-)
+from vmss_terminate.control.arm_errors import arm_errors
+from vmss_terminate.control.connection import Connection
+from vmss_terminate.control.pipeline import build_credential, quiet_sdk_logging, require_sdk, sdk_client_kwargs
+from vmss_terminate.control.scaleset import ComputeClient
+from vmss_terminate.control.subscriptions import list_subscriptions
 from vmss_terminate.errors import AzureError
 from vmss_terminate.fleet.throttle import SubscriptionThrottle
 
@@ -34,36 +31,46 @@ class FleetSession:
         self.throttle = throttle or SubscriptionThrottle(clock)
         self.clock = clock
         self._owns_credential = connection.credential is None
-        self._base = connection
-        self.resolved = connection.resolve(require_subscription=False)  # validates endpoint/api-version early
+        self._base = dataclasses.replace(
+            connection, policy_factories=tuple(connection.policy_factories) + (self.throttle.policy,))
+        # resolved once for the run (validates endpoint/api-version early); each subscription's
+        # connection is derived from it, never re-read from the environment
+        self.resolved = self._base.resolve(require_subscription=False)
         self._graph: Any = None
+        self._computes: Dict[str, ComputeClient] = {}
+        self._lock = threading.Lock()
 
     @property
     def credential(self) -> Any:
-        if self._base.credential is None:
-            quiet_sdk_logging()
-            self._base = dataclasses.replace(self._base, credential=build_credential(self._base.cloud))
-        return self._base.credential
+        with self._lock:
+            if self._base.credential is None:
+                quiet_sdk_logging()
+                self._base = dataclasses.replace(self._base, credential=build_credential(self._base.cloud))
+            return self._base.credential
 
-    def connection(self, subscription_id: str) -> Connection:
-        """The control-plane Connection for one subscription: shared credential and throttle."""
-        return dataclasses.replace(self._base, subscription_id=subscription_id, credential=self.credential,
-                                   policy_factories=self._factories())
-
-    def _factories(self) -> Tuple[Callable[[], Any], ...]:
-        return tuple(self._base.policy_factories) + (self.throttle.policy,)
+    def compute(self, subscription_id: str) -> ComputeClient:
+        """The subscription's one compute client (one SDK client and connection pool), shared by every
+        scale set and thread of the run: shared credential and throttle. Closed with the session."""
+        key = subscription_id.lower()
+        credential = self.credential
+        with self._lock:
+            client = self._computes.get(key)
+            if client is None:
+                client = ComputeClient(self.resolved.for_subscription(subscription_id), credential=credential)
+                self._computes[key] = client
+            return client
 
     def graph(self) -> Any:
         """The ResourceGraphClient (also used for the tenant-level subscription list)."""
-        if self._graph is None:
-            from azure.mgmt.resourcegraph import ResourceGraphClient  # noqa: PLC0415
+        credential = self.credential
+        with self._lock:
+            if self._graph is None:
+                from azure.mgmt.resourcegraph import ResourceGraphClient  # noqa: PLC0415
 
-            resolved = dataclasses.replace(self._base, policy_factories=self._factories()).resolve(
-                require_subscription=False)
-            kwargs = sdk_client_kwargs(resolved)
-            kwargs.pop("polling_interval", None)
-            self._graph = ResourceGraphClient(self.credential, **kwargs)
-        return self._graph
+                kwargs = sdk_client_kwargs(self.resolved)
+                kwargs.pop("polling_interval", None)
+                self._graph = ResourceGraphClient(credential, **kwargs)
+            return self._graph
 
     def list_subscriptions(self) -> List[Dict[str, Any]]:
         """`GET /subscriptions` (every page): what the credential can see, with display names."""
@@ -96,6 +103,9 @@ class FleetSession:
                 return
 
     def close(self) -> None:
+        for client in self._computes.values():
+            client.close()
+        self._computes.clear()
         if self._graph is not None:
             self._graph.close()
             self._graph = None

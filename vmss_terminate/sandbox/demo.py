@@ -148,7 +148,7 @@ def run_demo(options: DemoOptions = DemoOptions(), on_entry: Optional[Callable[[
 
 def _story(sandbox: Sandbox, options: DemoOptions, deadline: float):  # type: ignore[no-untyped-def]
     from vmss_terminate.control import enable
-    from vmss_terminate.control.client import ScaleSetClient
+    from vmss_terminate.control.scaleset import ScaleSetClient
 
     cfg = sandbox.config
     record = sandbox.timeline.record

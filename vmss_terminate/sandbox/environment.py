@@ -24,7 +24,7 @@ from typing import Any, Dict, Iterator, List, Optional
 
 from vmss_terminate.clock import Clock, ScaledClock
 from vmss_terminate.control import body
-from vmss_terminate.control.client import Connection
+from vmss_terminate.control.connection import Connection
 from vmss_terminate.control.profile import parse_scheduled_events_profile
 from vmss_terminate.emulator.arm.app import ArmServers, ArmState, InstanceRecord, ScaleSetRecord, start_arm
 from vmss_terminate.emulator.imds.app import ImdsEmulator, PlacementGroup

@@ -16,7 +16,7 @@ Pointing the real SDK at it (azure-mgmt-compute 39, azure-core 1.41, azure-ident
     to every operation call (it is also forwarded to LRO polling), or add a tiny per-call policy --
     `per_call_policies=[p]` on the client constructor, prepended before authentication -- whose
     `on_request` sets `request.context["enforce_https"] = False` only when the URL is http on a
-    loopback host (`vmss_terminate.control.client.allow_loopback_http_policy()`, which asks
+    loopback host (`vmss_terminate.control.pipeline.allow_loopback_http_policy()`, which asks
     `vmss_terminate.net.is_loopback_http`). Or serve ARM over HTTPS (`start_arm(ssl_context=...)`,
     e.g. a `trustme` CA) and pass `connection_verify=CA_PATH` to the client.
   * `polling_interval=0` (client or call) so LROs poll without the 30 s default wait.

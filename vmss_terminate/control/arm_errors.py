@@ -1,0 +1,186 @@
+"""ARM failures as one-line project errors: what Azure answered, never a Python exception name.
+
+`arm_errors(action, resource)` wraps every call into the Azure SDK: a rejected credential, a 404
+(naming the first missing level: subscription, resource group or scale set), any other error answer
+(`ArmRequestError`, keeping ARM's code and HTTP status for callers), a transport failure (named from
+its root cause) and an answer that is not the JSON the SDK expected each become one line.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from contextlib import contextmanager
+from typing import Any, Dict, Iterator, Optional, Tuple
+
+from vmss_terminate.errors import AzureError, VmssTerminateError
+
+CREDENTIAL_HELP = (
+    "configure an Azure credential: run `az login`, or set AZURE_CLIENT_ID, AZURE_CLIENT_SECRET and "
+    "AZURE_TENANT_ID (service principal), or run where a managed identity is available"
+)
+
+
+class ArmRequestError(AzureError):
+    """ARM answered with an error; `code` (e.g. ResourceNotFound) and `status` kept for callers."""
+
+    def __init__(self, message: str, code: Optional[str] = None, status: Optional[int] = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.status = status
+
+
+def arm_error_code(exc: BaseException) -> Tuple[Optional[str], Optional[str]]:
+    """(code, message) of an azure-core HttpResponseError, LRO failures included."""
+    code = message = None
+    error = getattr(exc, "error", None)
+    if error is not None and getattr(error, "code", None):
+        code, message = error.code, getattr(error, "message", None)
+    response = getattr(exc, "response", None)
+    if code is None and response is not None:
+        code, message = _error_from_body(response)
+    return code, message
+
+
+def describe_arm_error(exc: BaseException) -> str:
+    """One line `Code: message (HTTP n)` from an azure-core HttpResponseError."""
+    code, message = arm_error_code(exc)
+    status = getattr(exc, "status_code", None)
+    if code is None:
+        message = message or getattr(exc, "message", None) or str(exc)
+    text = f"{code}: {message}" if code else str(message)
+    lro_status = _lro_status(getattr(exc, "response", None))
+    if lro_status:
+        text += f" (long-running operation {lro_status})"  # the poll itself answered 200
+    elif status:
+        text += f" (HTTP {status})"
+    return one_line(text)
+
+
+def _lro_status(response: Any) -> Optional[str]:
+    body = _json_body(response)
+    status = body.get("status") if isinstance(body, dict) else None
+    return status if status in ("Failed", "Canceled") else None
+
+
+def _json_body(response: Any) -> Any:
+    if response is None:
+        return None
+    try:
+        return json.loads(response.text())
+    except Exception:
+        return None
+
+
+def _error_from_body(response: Any) -> Tuple[Optional[str], Optional[str]]:
+    body = _json_body(response)
+    if not isinstance(body, dict):
+        return None, None
+    error = body.get("error") if isinstance(body.get("error"), dict) else None
+    if error is None and body.get("status") in ("Failed", "Canceled"):
+        return body.get("status"), "the long-running operation ended " + str(body.get("status"))
+    if error is None:
+        return None, None
+    return error.get("code"), error.get("message")
+
+
+def one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def _not_found(code: Optional[str], resource: str, subscription: Optional[str]) -> str:
+    """Which part of `resource` ("RG/NAME") is missing: a 404 names the first missing level."""
+    if code == "SubscriptionNotFound":
+        return f"subscription {subscription or '?'} not found (or not visible to this credential)"
+    if code == "ResourceGroupNotFound":
+        where = f" in subscription {subscription}" if subscription else ""
+        return f"resource group {resource.split('/')[0]} not found{where}"
+    return f"scale set {resource} not found"
+
+
+@contextmanager
+def arm_errors(action: str, resource: str, subscription: Optional[str] = None) -> Iterator[None]:
+    """Turn Azure SDK failures during `action` on `resource` into one-line project errors."""
+    from azure.core.exceptions import (  # noqa: PLC0415
+        ClientAuthenticationError,
+        HttpResponseError,
+        ResourceNotFoundError,
+        ServiceRequestError,
+        ServiceResponseError,
+    )
+
+    try:
+        yield
+    except ClientAuthenticationError as exc:
+        # CredentialUnavailableError is a subclass; its text lists every credential tried (multi-line).
+        if getattr(exc, "status_code", None) in (401, 403):
+            raise AzureError(f"{action}: ARM rejected the credential: {describe_arm_error(exc)}; {CREDENTIAL_HELP}") from None
+        tried = credentials_tried(str(exc))
+        raise AzureError(f"{action}: authentication failed, no usable Azure credential"
+                         f"{f' (tried: {tried})' if tried else ''}; {CREDENTIAL_HELP}") from None
+    except ResourceNotFoundError as exc:
+        code = arm_error_code(exc)[0]
+        raise ArmRequestError(
+            f"{action}: {_not_found(code, resource, subscription)} ({describe_arm_error(exc)})", code, 404
+        ) from None
+    except HttpResponseError as exc:
+        status = getattr(exc, "status_code", None)
+        hint = (
+            "; the identity lacks permission: grant it a role allowing Microsoft.Compute/virtualMachineScaleSets "
+            "read/write and manualupgrade (e.g. Virtual Machine Contributor) on the scale set"
+            if status == 403
+            else ""
+        )
+        raise ArmRequestError(f"{action}: {describe_arm_error(exc)}{hint}", arm_error_code(exc)[0], status) from None
+    except ServiceRequestError as exc:
+        if "non-TLS" in str(exc):
+            raise AzureError(f"{action}: refusing to send a bearer token over plain http (non-loopback URL)") from None
+        raise AzureError(f"{action}: {transport_failure(exc, 'cannot reach ARM')}") from None
+    except ServiceResponseError as exc:
+        raise AzureError(f"{action}: {transport_failure(exc, 'ARM connection failed')}") from None
+    except VmssTerminateError:
+        raise
+    except OSError as exc:  # e.g. REQUESTS_CA_BUNDLE names a missing file: requests raises a bare OSError
+        raise AzureError(f"{action}: {one_line(str(exc))[:300]}") from None
+    except Exception as exc:  # noqa: BLE001 - an SDK/transport surprise (odd body, deserializer) is one line
+        raise AzureError(f"{action}: unexpected answer ({type(exc).__name__}: {one_line(str(exc))[:200]})") from None
+
+
+def credentials_tried(message: str) -> str:
+    """The credential names azure-identity lists in a chain failure ("\tEnvironmentCredential: ...")."""
+    return ", ".join(re.findall(r"^\s+(\w+Credential):", message, re.MULTILINE))
+
+
+def transport_failure(exc: BaseException, fallback: str) -> str:
+    """What went wrong on the wire, named from the root cause (azure-core's class alone conflates a
+    reset of an open connection with a refused one)."""
+    seen = set()
+    stack = [exc]
+    while stack:
+        current = stack.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        if isinstance(current, ConnectionResetError) or "Connection reset" in str(current):
+            return "the connection to ARM was reset while the request was in progress"
+        if isinstance(current, ConnectionRefusedError):
+            return f"cannot connect to ARM: connection refused ({one_line(str(exc))[:200]})"
+        if isinstance(current, TimeoutError) or "timed out" in str(current).lower():
+            return f"ARM did not answer in time ({one_line(str(current))[:200]})"
+        stack.extend(item for item in (current.__cause__, current.__context__,
+                                       getattr(current, "inner_exception", None), *getattr(current, "args", ()))
+                     if isinstance(item, BaseException))
+    return f"{fallback}: {one_line(str(exc))[:300]}"
+
+
+def json_object(text: str, what: str) -> Dict[str, Any]:
+    """A JSON object body, or AzureError: ARM bodies that are empty, not JSON or not an object
+    (a string, a list, a number) are one-line failures, never a traceback."""
+    try:
+        data = json.loads(text) if text and text.strip() else None
+    except ValueError:
+        data = None
+    if not isinstance(data, dict):
+        shown = one_line(text or "")[:80] or "an empty body"
+        raise AzureError(f"{what} with {shown!r}, not a JSON object")
+    return data

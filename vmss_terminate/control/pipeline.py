@@ -1,0 +1,137 @@
+"""The Azure SDK pipeline every ARM client of the control plane and the fleet is built with.
+
+* bearer tokens go over https only, except to a loopback address (the local emulator), which a
+  per-call policy allows for loopback URLs alone, so a redirected poll elsewhere stays refused;
+* endpoint, token scope, retries, LRO polling interval and the connection's extra per-retry
+  policies (the fleet's per-subscription throttle) come from one `ResolvedConnection`
+  (`sdk_client_kwargs`);
+* the credential is DefaultAzureCredential for the cloud's authority, over a transport that sends
+  requests for local endpoints (managed identity) without a proxy.
+
+Azure packages are imported inside functions so that importing this module stays cheap.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Dict
+from urllib.parse import urlsplit
+
+from vmss_terminate import extras
+from vmss_terminate.control.connection import CLOUDS, DEFAULT_CLOUD, ResolvedConnection
+from vmss_terminate.net import is_local_host, is_loopback_http
+
+
+def allow_loopback_http_policy() -> Any:
+    """A per-call pipeline policy that lifts azure-core's https-only bearer rule for loopback URLs only."""
+    from azure.core.pipeline.policies import SansIOHTTPPolicy  # noqa: PLC0415
+
+    class AllowLoopbackHttp(SansIOHTTPPolicy[Any, Any]):
+        def on_request(self, request: Any) -> None:
+            if is_loopback_http(request.http_request.url):
+                request.context["enforce_https"] = False
+
+    return AllowLoopbackHttp()
+
+
+def require_sdk(what: str) -> None:
+    """MissingExtraError (exit 2, naming `pip install 'vmss-terminate[control]'`) when the Azure SDK
+    is not installed: called where a library entry point first needs it (the scale-set client, the
+    fleet session), so a Python caller on the lean install gets the CLI's message, not a raw
+    `ModuleNotFoundError: No module named 'azure'`."""
+    extras.require(extras.CONTROL, what)
+
+
+def quiet_sdk_logging() -> None:
+    """Keep the Azure SDK's own warnings off stderr unless the application configured logging.
+
+    Why: when no credential works, azure-identity logs the whole DefaultAzureCredential chain (a
+    dozen lines) as a WARNING, and with no logging configured Python's last-resort handler prints
+    it -- around our one-line error (`arm_errors` reports the same failure, with what to configure).
+    A NullHandler on the "azure" logger stops only that last-resort print: records still propagate
+    to any handler the application installed (e.g. `logging.basicConfig`).
+    """
+    logger = logging.getLogger("azure")
+    if not any(isinstance(handler, logging.NullHandler) for handler in logger.handlers):
+        logger.addHandler(logging.NullHandler())
+
+
+def build_credential(cloud: str = DEFAULT_CLOUD) -> Any:
+    """DefaultAzureCredential for the cloud's Entra authority (env, workload/managed identity, az CLI, ...),
+    over a transport that never sends a request for a local endpoint through a proxy.
+
+    Why: the managed-identity endpoints are local (IMDS at 169.254.169.254, App Service/Arc on
+    loopback). Through HTTP_PROXY, the chain's one-second IMDS probe reached the proxy, whose error
+    page made azure-identity believe IMDS answered and retry the token request with backoff (7
+    requests, ~25 s) before "no credential". Direct, the probe fails in a second off Azure.
+    Entra (login.microsoftonline.com) still goes through the configured proxy.
+    """
+    from azure.identity import DefaultAzureCredential  # noqa: PLC0415
+
+    authority = CLOUDS.get(cloud or DEFAULT_CLOUD, CLOUDS[DEFAULT_CLOUD])[2]
+    return DefaultAzureCredential(authority=authority, transport=local_endpoints_bypass_proxies())
+
+
+def local_endpoints_bypass_proxies() -> Any:
+    """An azure-core requests transport that sends loopback and link-local requests without a proxy
+    (`proxies={"http": None, "https": None}` is what stops requests from reading HTTP_PROXY)."""
+    from azure.core.pipeline.transport import RequestsTransport  # noqa: PLC0415
+
+    class LocalEndpointsBypassProxies(RequestsTransport):  # type: ignore[misc]
+        def send(self, request: Any, **kwargs: Any) -> Any:
+            if is_local_host(urlsplit(request.url).hostname):
+                kwargs["proxies"] = {"http": None, "https": None}
+            return super().send(request, **kwargs)
+
+    return LocalEndpointsBypassProxies()
+
+
+def sdk_client_kwargs(resolved: ResolvedConnection) -> Dict[str, Any]:
+    """Keyword arguments every management client we build shares: endpoint, scope, retry, polling,
+    the loopback policy and the connection's extra policies."""
+    source = resolved.source
+    kwargs: Dict[str, Any] = {
+        "base_url": resolved.base_url,
+        "credential_scopes": [resolved.scope],
+        "per_call_policies": [allow_loopback_http_policy()],
+        "transport": pooled_transport(),
+    }
+    if source.policy_factories:
+        kwargs["per_retry_policies"] = [make() for make in source.policy_factories]
+    if resolved.polling_interval is not None:
+        kwargs["polling_interval"] = resolved.polling_interval
+    if source.retry_total is not None:
+        kwargs["retry_total"] = source.retry_total
+    if source.retry_backoff_factor is not None:
+        kwargs["retry_backoff_factor"] = source.retry_backoff_factor
+    return kwargs
+
+
+POOL_SIZE = 256
+"""Connections kept open per host by one client: a fleet shares one client per subscription between
+up to 256 worker threads (its concurrency bound), and requests' default of 10 would discard and
+re-open connections beyond the tenth (with a warning on stderr)."""
+
+
+def pooled_transport() -> Any:
+    """azure-core's requests transport with a `POOL_SIZE` connection pool, opened now: the SDK
+    opens its transport lazily on first send, which two threads sharing a client could race."""
+    from azure.core.pipeline.transport import RequestsTransport  # noqa: PLC0415
+
+    class PooledTransport(RequestsTransport):  # type: ignore[misc]
+        def _init_session(self, session: Any) -> None:
+            super()._init_session(session)
+            for prefix in ("http://", "https://"):
+                adapter = session.get_adapter(prefix)
+                adapter.init_poolmanager(POOL_SIZE, POOL_SIZE)
+
+    transport = PooledTransport()
+    transport.open()
+    return transport
+
+
+def build_compute_client(resolved: ResolvedConnection, credential: Any) -> Any:
+    """The ComputeManagementClient, configured by `sdk_client_kwargs`."""
+    from azure.mgmt.compute import ComputeManagementClient  # noqa: PLC0415
+
+    return ComputeManagementClient(credential, resolved.subscription_id, **sdk_client_kwargs(resolved))

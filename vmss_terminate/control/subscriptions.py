@@ -1,0 +1,57 @@
+"""Subscriptions: `GET /subscriptions` (every page) and the one resolver of `--subscription NAME`.
+
+Read through the pipeline of a client the command already has (compute or Resource Graph), so
+the lookup uses the same credential, retries and transport rules as everything else.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional
+
+from vmss_terminate.control.arm_errors import arm_errors, json_object
+from vmss_terminate.errors import InvalidValue
+
+SUBSCRIPTIONS_API_VERSION = "2022-12-01"
+
+
+def lookup_subscription(compute: Any, name: str) -> str:
+    """The id of the one subscription whose display name is `name`, read from `GET /subscriptions`
+    through the compute client's own pipeline (same credential, retry and loopback rules)."""
+    with arm_errors(f"looking up subscription {name!r}", name):
+        seen = list_subscriptions(compute)
+    return match_subscription(seen, name)
+
+
+def match_subscription(visible: List[Dict[str, Any]], name: str) -> str:
+    """The id of the one subscription in `visible` (a `GET /subscriptions` list) whose display name
+    is `name` (case-insensitive). The one resolver of `--subscription NAME` for every command: none
+    or several matches are bad input (exit 2) that list what the credential can see."""
+    matches = [s for s in visible if str(s.get("displayName", "")).lower() == name.lower()]
+    if len(matches) == 1 and matches[0].get("subscriptionId"):
+        return str(matches[0]["subscriptionId"])
+    if matches:
+        ids = ", ".join(str(s.get("subscriptionId")) for s in matches)
+        raise InvalidValue("subscription_id", name, f"{len(matches)} subscriptions have this name ({ids}): "
+                           "pass the id", option="--subscription")
+    shown = ", ".join(f"{s.get('displayName')} ({s.get('subscriptionId')})" for s in visible[:10]) or "none"
+    raise InvalidValue("subscription_id", name, f"no subscription named {name!r} is visible to this credential "
+                       f"(visible: {shown})", option="--subscription")
+
+
+def list_subscriptions(client: Any) -> List[Dict[str, Any]]:
+    """Every subscription the credential sees (`GET /subscriptions`, all pages), through `client`'s
+    own pipeline (any management client: same credential, retry and loopback rules). Call inside
+    `arm_errors`."""
+    from azure.core.rest import HttpRequest  # noqa: PLC0415
+
+    # ComputeManagementClient has only send_request, ResourceGraphClient only _send_request
+    send = getattr(client, "send_request", None) or client._send_request
+    seen: List[Dict[str, Any]] = []
+    url: Optional[str] = f"/subscriptions?api-version={SUBSCRIPTIONS_API_VERSION}"
+    while url and len(seen) < 10000:
+        response = send(HttpRequest("GET", url))
+        response.raise_for_status()
+        page = json_object(response.text(), f"GET /subscriptions answered {response.status_code}")
+        seen.extend(item for item in page.get("value") or [] if isinstance(item, dict))
+        url = page.get("nextLink")
+    return seen
