@@ -76,6 +76,9 @@ class Agent:
         self._lock = threading.Lock()
         self._approve_lock = threading.Lock()  # approvals come from the loop and from job threads
         self.jobs = JobRunner(self.config, clock, self.state, self._decide, self._latest, lambda: self.vm_name or "")
+        self.drain: Any = None  # --kubernetes: the node drain step (agent/kubernetes/drain.py)
+        if self.config.kubernetes:
+            self.drain = self._node_drain()
         self._stop = threading.Event()   # the caller's: stop polling (then the stop grace runs)
         self._abort = threading.Event()  # ours: end every IMDS request and hook now (grace over)
         self.outage = Outage(clock, self._decide)
@@ -220,6 +223,9 @@ class Agent:
         for eid, last in vanished.items():
             self._decide(D.EVENT_GONE, eid, f"event {eid} left the document (completed or cancelled)")
             self._end_drain(last)
+            self.jobs.wake(eid)  # a running node drain stops and undoes its cordon itself
+        if self.drain is not None:
+            self._undo_node_drains(present | running, vanished)
         self.state.prune(present | running)  # writes the file only when something was dropped
 
     def _handle_event(self, event: Event) -> None:
@@ -288,7 +294,8 @@ class Agent:
         pid, token = record.get("hook_pid"), record.get("hook_token")
         if pid and stop_orphan(int(pid), token, grace=self.config.kill_grace):
             log.warning("stopped hook process %s left running by the previous agent", pid)
-        plan = policy.resume_after_restart(record, [s.name for s in steps], self.config.rerun_interrupted)
+        plan = policy.resume_after_restart(record, [s.name for s in steps], self.config.rerun_interrupted,
+                                           resumable=[self.drain.name] if self.drain is not None else [])
         if plan.changed:
             self._decide(D.HOOKS_CHANGED, eid, plan.changed, previous=record.get("hooks"),
                          current=[s.name for s in steps])
@@ -311,6 +318,8 @@ class Agent:
                 steps.append(Step(f"{hook.name}#{i}", hook))
         if self._webhook is not None and commands:
             steps.append(Step(self._webhook.name, self._webhook))
+        if self.drain is not None and commands:  # last, and even after a failed hook
+            steps.append(Step(self.drain.name, self.drain, always=True))
         return steps
 
     def _latest(self, event_id: str) -> Optional[Event]:
@@ -387,6 +396,41 @@ class Agent:
         if policy.drain_ends_when_gone(event.event_type, event.started or bool(record.get("approved"))):
             self._decide(D.DRAIN_ENDED, event.event_id, f"{event.event_type} {event.event_id} left the document "
                                                         f"without taking this VM: /readyz answers 200 again")
+
+    # -- --kubernetes ------------------------------------------------------------------------------
+
+    def _node_drain(self) -> Any:
+        """The node drain step; UsageError now (exit 2) when the cluster credentials are unusable."""
+        from vmss_terminate.agent.kubernetes.api import KubeApi  # noqa: PLC0415 - only --kubernetes loads it
+        from vmss_terminate.agent.kubernetes.credentials import load_access  # noqa: PLC0415
+        from vmss_terminate.agent.kubernetes.drain import NodeDrain  # noqa: PLC0415
+
+        access = load_access(self.config.kubeconfig)
+        log.info("--kubernetes: draining the node through %s (%s)", access.server, access.source)
+        return NodeDrain(KubeApi(access), self.state, self._decide, self._identity, self.clock,
+                         lambda: self.vm_name or "", node_name=self.config.node_name, taint=self.config.taint)
+
+    def _identity(self) -> Tuple[str, str]:
+        """(compute.resourceId, osProfile.computerName) from instance metadata: how the drain finds its node."""
+        compute = self.client.compute(retry_for=30.0, stop=self._abort, on_retry=self._on_retry)
+        profile = compute.get("osProfile")
+        profile = profile if isinstance(profile, dict) else {}
+        return str(compute.get("resourceId") or ""), str(profile.get("computerName") or "")
+
+    def _undo_node_drains(self, keep: Set[str], vanished: Dict[str, Event]) -> None:
+        """Events gone from the document whose node drain (by this agent, or one before a restart)
+        cordoned the node: uncordon it unless this VM is going away (`policy.drain_ends_when_gone`)."""
+        for eid in self.state.event_ids():
+            record = self.state.get(eid)
+            if eid in keep or not (record.get("kube_cordoned") or record.get("kube_tainted")):
+                continue
+            last = vanished.get(eid)
+            kind = last.event_type if last is not None else str(record.get("event_type") or "Terminate")
+            if not policy.drain_ends_when_gone(kind, bool(record.get("approved")) or bool(last and last.started)):
+                continue
+            why = f"{kind} {eid} left the document without taking this VM (scale-in cancelled?)"
+            threading.Thread(target=self.drain.undo, args=(eid, record, why), name=f"uncordon:{eid[:8]}",
+                             daemon=True).start()
 
     # -- helpers ----------------------------------------------------------------------------------
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import re
 from dataclasses import dataclass, replace
 from typing import Any, Collection, FrozenSet, Optional, Sequence, Tuple
@@ -10,6 +11,7 @@ from typing import Any, Collection, FrozenSet, Optional, Sequence, Tuple
 from vmss_terminate.agent.events import parse_types, same_name
 from vmss_terminate.agent.hooks import redact_url
 from vmss_terminate.agent.imds import check_imds_api_version, resolve_imds_url
+from vmss_terminate.agent.kubernetes.rules import DEFAULT_TAINT, parse_taint
 from vmss_terminate.agent.process import check_program, split_command
 from vmss_terminate.errors import UsageError
 from vmss_terminate.scheduled_events import DEFAULT_API_VERSION, MAX_TERMINATE_NOTICE
@@ -28,6 +30,7 @@ _DURATIONS = (
     ("drain_delay", None, MAX_NOTICE, " (the longest Terminate notice)"),
 )
 WEBHOOK_FORMATS = ("json", "slack", "teams")
+NODE_NAME_ENV = "NODE_NAME"  # what a DaemonSet sets from the downward API (spec.nodeName)
 
 
 @dataclass(frozen=True)
@@ -57,6 +60,11 @@ class AgentConfig:
                      NotBefore minus the safety margin; hooks run in parallel (0: no wait)
     webhook_format   json (a hook step: the event POSTed before approval) or slack / teams (chat
                      notifications of what the agent did; never hold the approval back)
+    kubernetes       drain the Kubernetes node this VM is before approving (after the hooks; see
+                     docs/kubernetes.md): cordon, taint, evict, wait for the pods to be gone
+    kubeconfig       the kubeconfig for --kubernetes (None: in-cluster service account, else $KUBECONFIG)
+    node_name        the node to drain (None: $NODE_NAME, else found by providerID / computer name)
+    taint            KEY[=VALUE]:EFFECT added to the node with the cordon
     """
 
     imds_url: Optional[str] = None
@@ -79,6 +87,10 @@ class AgentConfig:
     stop_grace: float = 45.0
     drain_delay: float = 0.0
     webhook_format: str = "json"
+    kubernetes: bool = False
+    kubeconfig: Optional[str] = None
+    node_name: Optional[str] = None
+    taint: str = DEFAULT_TAINT
 
     def validated(self) -> "AgentConfig":
         """A normalised copy; UsageError (exit 2) on any bad value, before any request."""
@@ -109,6 +121,18 @@ class AgentConfig:
             raise UsageError("empty --vm-name")
         if isinstance(self.state_file, str) and not self.state_file.strip():
             raise UsageError("empty --state-file: pass a file path (or :memory: to keep state in memory only)")
+        parse_taint(self.taint)
+        if (self.kubeconfig is not None or self.node_name is not None) and not self.kubernetes:
+            raise UsageError("--kubeconfig and --node-name apply to --kubernetes: add --kubernetes to drain the node")
+        node_name = self.node_name
+        if node_name is None and self.kubernetes:
+            node_name = os.environ.get(NODE_NAME_ENV, "").strip() or None
+        if node_name is not None and not re.fullmatch(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?", node_name.strip()):
+            raise UsageError(f"invalid --node-name {node_name!r}: expected a Kubernetes node name "
+                             f"(a lower-case DNS name)")
+        if self.kubeconfig is not None and not str(self.kubeconfig).strip():
+            raise UsageError("empty --kubeconfig: pass the kubeconfig file, or leave it out for the "
+                             "in-cluster service account")
         hooks: Tuple[str, ...] = tuple(self.hooks)
         for hook in hooks:
             check_program(split_command(hook))
@@ -120,6 +144,7 @@ class AgentConfig:
             approve_types=approved_types(self.approve_types),
             api_version=check_imds_api_version(self.api_version),
             vm_name=self.vm_name.strip() if self.vm_name else None,
+            node_name=node_name.strip() if node_name else None,
         )
 
 

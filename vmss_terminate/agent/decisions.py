@@ -35,8 +35,21 @@ STOPPING = "stopping"
 DRAIN_STARTED = "drain_started"          # an own event of a drain type: /readyz answers 503 from now
 DRAIN_ENDED = "drain_ended"              # that event left the document without taking the VM: 200 again
 API_VERSION = "api_version"              # `--api-version latest`: the version IMDS serves that was chosen
+# --kubernetes: the node drain (agent/kubernetes/drain.py)
+KUBE_NODE = "kube_node"                  # which Kubernetes node this VM is, and how that was found
+KUBE_NODE_NOT_FOUND = "kube_node_not_found"  # no node is this VM: nothing to drain
+KUBE_CORDONED = "kube_cordoned"          # the node is cordoned and tainted
+KUBE_PODS_SKIPPED = "kube_pods_skipped"  # DaemonSet and mirror pods, left alone
+KUBE_EVICTED = "kube_evicted"            # one pod's eviction was accepted
+KUBE_EVICTION_REFUSED = "kube_eviction_refused"  # 429 (a PodDisruptionBudget): retried with backoff
+KUBE_EVICTION_FAILED = "kube_eviction_failed"    # refused for good (403, 4xx): not retried
+KUBE_DRAINED = "kube_drained"            # every evicted pod is gone
+KUBE_NOT_DRAINED = "kube_not_drained"    # deadline or failures: pods named that stayed
+KUBE_UNCORDONED = "kube_uncordoned"      # the Terminate was cancelled: what this agent did is undone
+KUBE_ERROR = "kube_error"                # a Kubernetes API failure (retried, or the drain stopped)
 
-_WARNING_KINDS = {EVENT_UNREADABLE, HOOK_FAILED, HOOKS_CHANGED, APPROVAL_FAILED, SHARED_NOT_APPROVED, IMDS_ERROR}
+_WARNING_KINDS = {EVENT_UNREADABLE, HOOK_FAILED, HOOKS_CHANGED, APPROVAL_FAILED, SHARED_NOT_APPROVED, IMDS_ERROR,
+                  KUBE_NODE_NOT_FOUND, KUBE_EVICTION_FAILED, KUBE_NOT_DRAINED, KUBE_ERROR}
 
 
 @dataclass(frozen=True)

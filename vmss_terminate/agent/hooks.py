@@ -69,6 +69,7 @@ class Run:
     wake: threading.Event
     kill_grace: float = 5.0
     on_process: Optional[Callable[[int], object]] = None  # its result is ignored
+    gone: Callable[[], bool] = lambda: False  # the event left the document (e.g. a cancelled scale-in)
 
     def wait(self, finished: Callable[[], bool]) -> str:
         """Wait until `finished()`, the deadline or cancellation; returns ok|deadline|cancelled."""

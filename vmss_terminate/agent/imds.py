@@ -318,6 +318,21 @@ class ImdsClient:
                                self.read_timeout, retry_for, stop, on_retry, parse=parse)
         return name
 
+    def compute(self, retry_for: Optional[float] = GONE_RETRY_SECONDS,
+                stop: Optional[threading.Event] = None,
+                on_retry: Optional[Callable[[ImdsError, float], None]] = None) -> Dict[str, Any]:
+        """Instance metadata `compute` (resourceId, osProfile.computerName, ...: --kubernetes finds
+        its node by them)."""
+
+        def parse(data: Any) -> Dict[str, Any]:
+            compute = data.get("compute") if isinstance(data, dict) else None
+            if not isinstance(compute, dict):
+                raise MalformedDocument("instance metadata has no compute object")
+            return compute
+
+        return self._call("GET", INSTANCE_PATH, {"api-version": INSTANCE_API_VERSION}, None,
+                          self.read_timeout, retry_for, stop, on_retry, parse=parse)
+
     def approve(self, event_id: str, vm_name: str, allow_foreign: bool = False,
                 retry_for: Optional[float] = GONE_RETRY_SECONDS,
                 stop: Optional[threading.Event] = None,

@@ -37,6 +37,7 @@ class Step:
 
     name: str
     hook: Any
+    always: bool = False  # runs even after an earlier step failed (the node drain)
 
 
 @dataclass
@@ -67,6 +68,13 @@ class JobRunner:
         self._vm_name = vm_name
         self._jobs: Dict[str, Job] = {}
         self._lock = threading.Lock()
+
+    def wake(self, event_id: str) -> None:
+        """Have the job of `event_id` look again now (its event changed or left the document)."""
+        with self._lock:
+            job = self._jobs.get(event_id)
+        if job is not None:
+            job.wake.set()
 
     def running(self, event_id: str) -> bool:
         with self._lock:
@@ -140,6 +148,8 @@ class JobRunner:
         try:
             done = list(journal.get(eid).get("steps_done", []))
             for step in steps:
+                if failed is not None and not step.always:
+                    continue  # after a failure only the steps that always run (the node drain)
                 if step.name in done:
                     self._report(D.HOOK_SKIPPED, eid, f"hook {step.name} already finished before a restart; "
                                                       f"not rerun", hook=step.name)
@@ -150,7 +160,7 @@ class JobRunner:
                     self._report(D.HOOK_FAILED, eid, f"hook {step.name} for {event.event_type} {eid} not "
                                                       f"started: {failed.detail}",
                                  hook=step.name, outcome=failed.outcome)
-                    break
+                    break  # nor any later step: they would be too late as well
                 journal.update(eid, hooks_started=journal.get(eid).get("hooks_started") or self.clock.now(),
                                current_step=step.name, event_type=event.event_type,
                                hooks=[s.name for s in steps])
@@ -159,7 +169,8 @@ class JobRunner:
                 run = Run(latest, vm, self.clock, lambda: self._deadline(latest, began),  # noqa: B023 (used now)
                           job.cancelled, job.wake, kill_grace=self.config.kill_grace,
                           on_process=lambda pid: journal.update(eid, hook_pid=pid,
-                                                                hook_token=process_start_token(pid)))
+                                                                hook_token=process_start_token(pid)),
+                          gone=lambda: self._latest(eid) is None)
                 step_began = self.clock.now()
                 result = step.hook.run(run)
                 duration = round(self.clock.now() - step_began, 3)
@@ -176,7 +187,7 @@ class JobRunner:
                     self._report(D.HOOK_FAILED, eid, f"hook {step.name} failed: {result.detail}",
                                  hook=step.name, outcome=result.outcome, exit_code=result.exit_code,
                                  duration=duration)
-                    break
+                    continue
                 self._report(D.HOOK_FINISHED, eid, f"hook {step.name} finished: {result.detail}",
                              hook=step.name, exit_code=result.exit_code, duration=duration)
             journal.update(eid, hooks_finished=self.clock.now(), hooks_result="failed" if failed else "ok",

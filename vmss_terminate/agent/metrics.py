@@ -39,9 +39,9 @@ class AgentMetrics:
         self.stale_after = stale_after if stale_after is not None else max(60.0, 3 * agent.config.poll_interval)
         self._lock = threading.Lock()
         self._counters: Dict[str, Dict[Labels, float]] = {}
-        self._hook_buckets = [0] * len(HOOK_BUCKETS)  # cumulative counts per upper bound
-        self._hook_count = 0
-        self._hook_sum = 0.0
+        self._hooks = _Histogram()  # hook durations
+        self._drains = _Histogram()  # --kubernetes: node drain durations
+        self._cordoned: Dict[str, float] = {}  # node -> 1 while cordoned by this agent
         self._own_pending: Dict[str, Dict[str, Any]] = {}  # EventId -> type, not_before, duration
         self._draining: Dict[str, Tuple[str, float]] = {}  # EventId -> (type, since)
         self.last_poll: Optional[float] = None    # last successful Scheduled Events GET
@@ -82,7 +82,7 @@ class AgentMetrics:
                 if kind == D.HOOK_FAILED:
                     self._count("hooks_failed_total", (("outcome", str(data.get("outcome", "failed"))),))
                 if isinstance(data.get("duration"), (int, float)):
-                    self._observe_hook(float(data["duration"]))
+                    self._hooks.observe(float(data["duration"]))
             elif kind == D.APPROVAL_SENT:
                 self._count("approvals_sent_total", (("event_type", str(data.get("event_type", ""))),))
             elif kind == D.APPROVAL_FAILED:
@@ -95,13 +95,16 @@ class AgentMetrics:
                 self._draining.pop(eid, None)
             elif kind == D.IMDS_ERROR:
                 self.last_error = decision.message
-
-    def _observe_hook(self, seconds: float) -> None:
-        for i, bound in enumerate(HOOK_BUCKETS):
-            if seconds <= bound:
-                self._hook_buckets[i] += 1
-        self._hook_count += 1
-        self._hook_sum += seconds
+            elif kind == D.KUBE_EVICTED:
+                self._count("kubernetes_pods_evicted_total", ())
+            elif kind == D.KUBE_EVICTION_REFUSED:
+                self._count("kubernetes_evictions_refused_total", ())
+            elif kind == D.KUBE_CORDONED and data.get("by_us"):
+                self._cordoned[str(data.get("node", ""))] = 1.0
+            elif kind == D.KUBE_UNCORDONED:
+                self._cordoned[str(data.get("node", ""))] = 0.0
+            elif kind in (D.KUBE_DRAINED, D.KUBE_NOT_DRAINED) and isinstance(data.get("seconds"), (int, float)):
+                self._drains.observe(float(data["seconds"]))
 
     def _count(self, name: str, labels: Labels, by: float = 1.0) -> None:
         series = self._counters.setdefault(name, {})
@@ -156,8 +159,12 @@ class AgentMetrics:
                     [(info, 1.0)])
             for name, kind_help in _COUNTERS.items():
                 _family(out, name, "counter", kind_help, sorted(self._counters.get(name, {}).items()))
-            _histogram(out, "hook_duration_seconds", "Clock seconds each hook ran (finished or failed).",
-                       self._hook_buckets, self._hook_count, self._hook_sum)
+            _histogram(out, "hook_duration_seconds", "Clock seconds each hook ran (finished or failed).", self._hooks)
+            if self.agent.drain is not None:
+                _histogram(out, "kubernetes_drain_seconds", "Clock seconds from the node drain's start to its "
+                           "end (drained, or the deadline).", self._drains)
+                _family(out, "kubernetes_node_cordoned", "gauge", "1 while this agent has the node cordoned "
+                        "(0 after it uncordoned it).", sorted(((("node", n),), v) for n, v in self._cordoned.items()))
             _family(out, "last_successful_poll_timestamp_seconds", "gauge",
                     "Unix time of the last successful Scheduled Events GET (0: none yet).",
                     [((), self.last_poll or 0.0)])
@@ -184,6 +191,8 @@ _COUNTERS = {
     "approvals_sent_total": "Approvals (StartRequests) IMDS accepted, by event type.",
     "approvals_failed_total": "Approval POSTs that failed (retried on the next poll).",
     "imds_requests_total": "IMDS requests by method, endpoint and outcome.",
+    "kubernetes_pods_evicted_total": "--kubernetes: pod evictions the API server accepted.",
+    "kubernetes_evictions_refused_total": "--kubernetes: evictions refused with 429 (a PodDisruptionBudget), retried.",
 }
 
 
@@ -194,14 +203,30 @@ def _family(out: List[str], name: str, kind: str, help_text: str, samples: Seque
         out.append(f"{PREFIX}{name}{_labels(labels)} {_number(value)}")
 
 
-def _histogram(out: List[str], name: str, help_text: str, buckets: Sequence[int], count: int, total: float) -> None:
+class _Histogram:
+    """Cumulative counts per upper bound (HOOK_BUCKETS), count and sum of observed seconds."""
+
+    def __init__(self) -> None:
+        self.buckets = [0] * len(HOOK_BUCKETS)
+        self.count = 0
+        self.total = 0.0
+
+    def observe(self, seconds: float) -> None:
+        for i, bound in enumerate(HOOK_BUCKETS):
+            if seconds <= bound:
+                self.buckets[i] += 1
+        self.count += 1
+        self.total += seconds
+
+
+def _histogram(out: List[str], name: str, help_text: str, histogram: _Histogram) -> None:
     out.append(f"# HELP {PREFIX}{name} {help_text}")
     out.append(f"# TYPE {PREFIX}{name} histogram")
-    for bound, in_bucket in zip(HOOK_BUCKETS, buckets):
+    for bound, in_bucket in zip(HOOK_BUCKETS, histogram.buckets):
         out.append(f'{PREFIX}{name}_bucket{{le="{_number(bound)}"}} {in_bucket}')
-    out.append(f'{PREFIX}{name}_bucket{{le="+Inf"}} {count}')
-    out.append(f"{PREFIX}{name}_sum {_number(total)}")
-    out.append(f"{PREFIX}{name}_count {count}")
+    out.append(f'{PREFIX}{name}_bucket{{le="+Inf"}} {histogram.count}')
+    out.append(f"{PREFIX}{name}_sum {_number(histogram.total)}")
+    out.append(f"{PREFIX}{name}_count {histogram.count}")
 
 
 def _labels(labels: Labels) -> str:

@@ -157,11 +157,16 @@ class Resume:
     changed: str = ""  # non-empty: the hook list differs from the one the previous agent ran
 
 
-def resume_after_restart(record: Mapping[str, Any], current: Sequence[str], rerun_interrupted: bool) -> Resume:
+def resume_after_restart(record: Mapping[str, Any], current: Sequence[str], rerun_interrupted: bool,
+                         resumable: Sequence[str] = ()) -> Resume:
     """The documented rule: hooks are known by position and program (`hook#2:/usr/bin/drain`). After
     a restart the current list runs; a hook that finished and is still in it is not run again; the
-    interrupted one runs again if it is still in the list. A changed list is said, with both lists."""
+    interrupted one runs again if it is still in the list. A changed list is said, with both lists.
+    A step in `resumable` (the node drain, which continues where it was) is resumed even when
+    `rerun_interrupted` is off: an interrupted drain is never taken for a finished one."""
     step = str(record.get("current_step") or "?")
+    if step in resumable and step in current:
+        rerun_interrupted = True
     previous = record.get("hooks")
     done = [name for name in record.get("steps_done") or () if name in current]
     changed = ""

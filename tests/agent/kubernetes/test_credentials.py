@@ -1,0 +1,134 @@
+"""Cluster credentials for --kubernetes: in-cluster service account and kubeconfig files as the
+real `kubectl config` writes them (agent/kubernetes/credentials.py, yamlish.py)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any, Dict
+
+import pytest
+
+from vmss_terminate.agent.kubernetes import yamlish
+from vmss_terminate.agent.kubernetes.credentials import from_kubeconfig, in_cluster, load_access
+from vmss_terminate.errors import UsageError
+
+KUBECTL = shutil.which("kubectl")
+needs_kubectl = pytest.mark.skipif(KUBECTL is None, reason="kubectl not installed")
+
+
+def kubectl_config(path: Path, *args: str) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
+    subprocess.run([str(KUBECTL), "config", "--kubeconfig", str(path), *args], check=True,
+                   capture_output=True, env=env, timeout=30)
+
+
+@needs_kubectl
+def test_a_kubeconfig_written_by_kubectl_with_a_token(tmp_path: Path) -> None:
+    ca = tmp_path / "ca.crt"
+    ca.write_text("-----BEGIN CERTIFICATE-----\n")
+    config = tmp_path / "config"
+    kubectl_config(config, "set-cluster", "c1", "--server=https://10.0.0.1:6443", f"--certificate-authority={ca}")
+    kubectl_config(config, "set-credentials", "agent", "--token=abc:def#not-a-comment")
+    kubectl_config(config, "set-context", "ctx", "--cluster=c1", "--user=agent")
+    kubectl_config(config, "use-context", "ctx")
+    access = from_kubeconfig(str(config))
+    assert access.server == "https://10.0.0.1:6443"
+    assert access.token() == "abc:def#not-a-comment"
+    assert access.verify == str(ca) and access.cert is None
+
+
+@needs_kubectl
+def test_embedded_client_certificate_is_written_to_private_files_and_removed(tmp_path: Path) -> None:
+    trustme = pytest.importorskip("trustme")
+    authority = trustme.CA()
+    client = authority.issue_cert("agent")
+    ca, cert, key = tmp_path / "ca.pem", tmp_path / "cert.pem", tmp_path / "key.pem"
+    authority.cert_pem.write_to_path(str(ca))
+    client.cert_chain_pems[0].write_to_path(str(cert))
+    client.private_key_pem.write_to_path(str(key))
+    config = tmp_path / "config"
+    kubectl_config(config, "set-cluster", "c1", "--server=https://127.0.0.1:6443", f"--certificate-authority={ca}",
+                   "--embed-certs=true")
+    kubectl_config(config, "set-credentials", "agent", f"--client-certificate={cert}", f"--client-key={key}",
+                   "--embed-certs=true")
+    kubectl_config(config, "set-context", "ctx", "--cluster=c1", "--user=agent")
+    kubectl_config(config, "use-context", "ctx")
+    assert "client-key-data" in config.read_text()
+    access = from_kubeconfig(str(config))
+    assert access.cert is not None and isinstance(access.verify, str)
+    written = [Path(access.verify), *map(Path, access.cert)]
+    assert [p.read_bytes() for p in written] == [ca.read_bytes(), cert.read_bytes(), key.read_bytes()]
+    assert all(p.stat().st_mode & 0o077 == 0 for p in written)
+    access.close()
+    assert not any(p.exists() for p in written)
+
+
+def write_json_kubeconfig(path: Path, cluster: Dict[str, Any], user: Dict[str, Any]) -> None:
+    import json
+
+    path.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "k", "cluster": cluster}], "users": [{"name": "u", "user": user}],
+        "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}]}))
+
+
+def test_token_file_is_read_again_for_every_request(tmp_path: Path) -> None:
+    token = tmp_path / "token"
+    token.write_text("first\n")
+    config = tmp_path / "config.json"
+    write_json_kubeconfig(config, {"server": "http://127.0.0.1:8080"}, {"tokenFile": "token"})
+    access = from_kubeconfig(str(config))
+    assert access.token() == "first"
+    token.write_text("rotated")
+    assert access.token() == "rotated"
+
+
+@pytest.mark.parametrize("cluster, user, message", [
+    ({"server": "http://10.0.0.1:8080"}, {"token": "t"}, "plain http and not loopback"),
+    ({"server": "https://10.0.0.1", "insecure-skip-tls-verify": True}, {"token": "t"}, "insecure-skip-tls-verify"),
+    ({"server": "https://10.0.0.1"}, {"exec": {"command": "kubelogin"}}, "credential plugins"),
+    ({"server": "https://10.0.0.1"}, {"username": "a", "password": "b"}, "basic authentication"),
+    ({"server": "ftp://10.0.0.1"}, {"token": "t"}, "not an http"),
+    ({"server": "https://10.0.0.1", "certificate-authority": "missing.crt"}, {"token": "t"}, "does not exist"),
+])
+def test_unusable_kubeconfigs_are_bad_input_at_start(tmp_path: Path, cluster: Dict[str, Any],
+                                                     user: Dict[str, Any], message: str) -> None:
+    config = tmp_path / "config.json"
+    write_json_kubeconfig(config, cluster, user)
+    with pytest.raises(UsageError, match=message):
+        from_kubeconfig(str(config))
+
+
+def test_in_cluster_reads_the_service_account_directory_and_rereads_the_token(tmp_path: Path) -> None:
+    (tmp_path / "token").write_text("one")
+    (tmp_path / "ca.crt").write_text("ca")
+    access = in_cluster({"KUBERNETES_SERVICE_HOST": "fd00::1", "KUBERNETES_SERVICE_PORT": "443"}, str(tmp_path))
+    assert access.server == "https://[fd00::1]:443" and access.verify == str(tmp_path / "ca.crt")
+    (tmp_path / "token").write_text("two")
+    assert access.token() == "two"
+    with pytest.raises(UsageError, match="no service-account token"):
+        in_cluster({"KUBERNETES_SERVICE_HOST": "10.96.0.1"}, str(tmp_path / "nothing"))
+
+
+def test_no_credentials_at_all_is_bad_input() -> None:
+    with pytest.raises(UsageError, match="--kubernetes needs cluster credentials"):
+        load_access(None, environ={})
+
+
+def test_yaml_beyond_the_kubeconfig_subset_is_refused_with_the_way_out() -> None:
+    for text in ("a: &x 1\nb: *x\n", "a: |\n  text\n", "a: [1, 2]\n", "a: 1\n---\nb: 2\n"):
+        with pytest.raises(yamlish.YamlSubsetError):
+            yamlish.loads(text)
+    with pytest.raises(yamlish.YamlSubsetError, match="kubectl config view --flatten -o json"):
+        yamlish.loads("a: !!binary x\n")
+
+
+def test_the_yaml_subset_reads_what_yaml_reads() -> None:
+    yaml = pytest.importorskip("yaml")
+    text = ("apiVersion: v1\nclusters:\n  - name: \"a b\"   # comment\n    cluster:\n      server: 'https://x:1'\n"
+            "      port: 6443\n      flag: false\nusers:\n- name: u\n  user:\n    token: a#b\n    exec: {}\n"
+            "nested:\n-\n  - 1\n  - 'it''s'\nempty:\n")
+    assert yamlish.loads(text) == yaml.safe_load(text)

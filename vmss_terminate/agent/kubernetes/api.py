@@ -1,0 +1,131 @@
+"""The agent's Kubernetes HTTP helper: the few plain REST calls the node drain makes.
+
+Like `ImdsClient` for IMDS, every Kubernetes request goes through this one class, by these rules:
+- the credentials (`credentials.Access`) go only to the configured server's origin; redirects are
+  never followed (a 3xx is an error, so a token cannot be forwarded elsewhere);
+- the bearer token is read again for every request (the projected service-account token rotates);
+- TLS is verified against the cluster CA (or the system's); plain http only on loopback;
+- proxies as kubectl takes them: HTTPS_PROXY / NO_PROXY from the environment; never .netrc;
+- every request has a connect and a read timeout, and an answer is capped in size;
+- no retry here: the drain decides what to retry and until when (its deadline is NotBefore minus
+  the safety margin), so one answer -> `Answer`, one failure on the wire -> `KubeError`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any, Dict, Optional
+from urllib.parse import quote
+
+import requests
+import requests.utils
+
+from vmss_terminate import __version__
+from vmss_terminate.agent.kubernetes.credentials import Access
+from vmss_terminate.errors import VmssTerminateError
+
+log = logging.getLogger(__name__)
+
+MAX_BODY_BYTES = 32 << 20  # a pod list of a full node (110 pods) is a few MB
+JSON = "application/json"
+MERGE_PATCH = "application/merge-patch+json"
+
+
+class KubeError(VmssTerminateError):
+    """A request that got no usable answer (connection, timeout, redirect, unreadable body)."""
+
+
+@dataclass(frozen=True)
+class Answer:
+    """One HTTP answer: the status and the JSON body (None when empty or not JSON)."""
+
+    status: int
+    body: Any = None
+
+    @property
+    def ok(self) -> bool:
+        return 200 <= self.status < 300
+
+    def message(self) -> str:
+        """The Status object's message, for logs (never carries a credential)."""
+        if isinstance(self.body, dict) and isinstance(self.body.get("message"), str):
+            return f"{self.status} {self.body['message'][:300]}"
+        return str(self.status)
+
+
+def path(*segments: str) -> str:
+    """`/api/v1/...` from segments, each percent-encoded."""
+    return "/" + "/".join(quote(s, safe="") for s in segments)
+
+
+class KubeApi:
+    """Requests to one API server with one set of credentials."""
+
+    def __init__(self, access: Access, connect_timeout: float = 5.0, read_timeout: float = 15.0,
+                 session: Optional[requests.Session] = None) -> None:
+        self.access = access
+        self.connect_timeout = connect_timeout
+        self.read_timeout = read_timeout
+        self._session = session or requests.Session()
+        self._session.trust_env = False  # no .netrc: it could replace our Authorization header
+        self._session.headers.update({"User-Agent": f"vmss-terminate/{__version__}", "Accept": JSON})
+        found: Dict[str, Any] = dict(requests.utils.get_environ_proxies(access.server))
+        self._proxies: Any = found or {"http": None, "https": None}
+
+    @property
+    def server(self) -> str:
+        return self.access.server
+
+    def request(self, method: str, api_path: str, params: Optional[Dict[str, str]] = None,
+                body: Any = None, content_type: str = JSON) -> Answer:
+        """One request; `Answer` for any HTTP status, `KubeError` when none came."""
+        headers = {}
+        token = self.access.token()
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        data = None
+        if body is not None:
+            data = json.dumps(body).encode("utf-8")
+            headers["Content-Type"] = content_type
+        try:
+            with self._session.request(method, self.access.server + api_path, params=params, data=data,
+                                       headers=headers, timeout=(self.connect_timeout, self.read_timeout),
+                                       allow_redirects=False, verify=self.access.verify, cert=self.access.cert,
+                                       proxies=self._proxies, stream=True) as response:
+                status = response.status_code
+                content = _read_capped(response)
+        except requests.Timeout:
+            raise KubeError(f"{method} {api_path}: no answer from {self.server} in time") from None
+        except requests.exceptions.SSLError as exc:
+            raise KubeError(f"{method} {api_path}: TLS with {self.server} failed: {_reason(exc)}") from None
+        except requests.RequestException as exc:
+            raise KubeError(f"{method} {api_path}: cannot reach {self.server}: {_reason(exc)}") from None
+        if 300 <= status < 400:
+            raise KubeError(f"{method} {api_path}: {self.server} answered a {status} redirect; "
+                            f"redirects are never followed")
+        try:
+            parsed = json.loads(content) if content else None
+        except ValueError:
+            parsed = None
+        return Answer(status, parsed)
+
+    def close(self) -> None:
+        self._session.close()
+        self.access.close()
+
+
+def _read_capped(response: requests.Response) -> bytes:
+    chunks, size = [], 0
+    for chunk in response.iter_content(chunk_size=65536):
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            raise KubeError(f"answer larger than {MAX_BODY_BYTES} bytes")
+    return b"".join(chunks)
+
+
+def _reason(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return text[:200] or exc.__class__.__name__

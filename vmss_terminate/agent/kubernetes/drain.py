@@ -1,0 +1,397 @@
+"""`agent run --kubernetes`: drain the Kubernetes node this VM is, as a step before the approval.
+
+`NodeDrain` is a step like the hooks (`jobs.py` runs it, last, under the same deadline: NotBefore
+minus the safety margin), in the order `kubectl drain` works:
+1. find the node (`rules.match_node`); none -> the step fails (approval per --on-hook-failure);
+2. a Kubernetes Event `TerminateNotice` on the node (events.k8s.io/v1, with EventId and NotBefore);
+3. cordon (`spec.unschedulable`) and add the taint (`--taint`), remembering in the journal, before
+   the patch is sent, what this agent changed -- only that is undone if the Terminate is cancelled;
+4. evict every pod but DaemonSet and mirror pods through `policy/v1` Eviction, `concurrency` at
+   a time: 429 (a PodDisruptionBudget) is retried with backoff until the deadline, 404 is already
+   gone, 5xx and connection failures are retried, other refusals are given up and reported;
+5. wait until the evicted pods are gone, by UID (one pod list of the node every second);
+6. an Event `TerminateDrained` (or a Warning naming what stayed) and the step's result: ok when
+   every pod left, else failed / deadline naming the pods.
+Every evicted pod's UID is written to the journal, so an agent restarted mid-drain continues: the
+node stays cordoned by "us", evicted pods are waited for, the rest are evicted; the approval still
+comes only after the step (`policy.resume_after_restart` always resumes the drain).
+The Terminate leaving the document (scale-in cancelled) stops the drain and `undo()` uncordons
+and removes the taint -- only what the journal says this agent did.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
+
+from vmss_terminate.agent import decisions as D
+from vmss_terminate.agent.hooks import CANCELLED, DEADLINE, FAILED, OK, Run, StepResult
+from vmss_terminate.agent.imds import Backoff
+from vmss_terminate.agent.journal import StateStore
+from vmss_terminate.agent.kubernetes import rules
+from vmss_terminate.agent.kubernetes.api import MERGE_PATCH, Answer, KubeApi, KubeError, path
+from vmss_terminate.clock import Clock
+
+log = logging.getLogger(__name__)
+
+DRAIN_STEP = "kubernetes:drain"
+GONE = "gone"  # the step's outcome when the event left the document (scale-in cancelled)
+POLL_GONE_EVERY = 1.0  # clock seconds between pod lists while waiting for evicted pods (kubectl: 1 s)
+UNDO_FOR = 60.0  # clock seconds an uncordon is retried (the API may be briefly unavailable)
+
+Report = Callable[..., None]  # report(kind, event_id, message, **data)
+Identity = Callable[[], Tuple[str, str]]  # () -> (IMDS compute.resourceId, osProfile.computerName)
+
+
+class _Stop(Exception):
+    """The drain must end now: cancelled (agent stopping), gone (event left) or deadline."""
+
+    def __init__(self, outcome: str) -> None:
+        super().__init__(outcome)
+        self.outcome = outcome
+
+
+class NodeDrain:
+    """The `kubernetes:drain` step (see the module docstring). Thread-safe; one per agent."""
+
+    name = DRAIN_STEP
+
+    def __init__(self, api: KubeApi, journal: StateStore, report: Report, identity: Identity, clock: Clock,
+                 vm_name: Callable[[], str], node_name: Optional[str] = None,
+                 taint: str = rules.DEFAULT_TAINT, concurrency: int = 8, rng: Optional[random.Random] = None) -> None:
+        self.api = api
+        self.journal = journal
+        self.report = report
+        self.identity = identity
+        self.clock = clock
+        self.vm_name = vm_name
+        self.node_name = node_name
+        self.taint = rules.parse_taint(taint)
+        self.concurrency = max(1, int(concurrency))
+        self._rng = rng or random.Random()
+        self._lock = threading.Lock()  # journal read-modify-write and undo
+
+    # -- the step ------------------------------------------------------------------------------
+
+    def run(self, run: Run) -> StepResult:
+        eid = run.event.event_id
+        try:
+            return self._drain(run, eid)
+        except KubeError as exc:  # refused for good (403: RBAC, ...): said, and the step failed
+            self.report(D.KUBE_ERROR, eid, f"drain stopped: {exc}")
+            return StepResult(FAILED, str(exc))
+        except _Stop as stop:
+            if stop.outcome == GONE:
+                self.undo(eid, self.journal.get(eid), f"{run.event.event_type} {eid} left the document "
+                                                      f"(scale-in cancelled) during the drain")
+                return StepResult(GONE, "the event left the document: drain stopped")
+            if stop.outcome == CANCELLED:
+                return StepResult(CANCELLED, "agent stopping (the drain continues on restart)")
+            return StepResult(DEADLINE, "deadline (NotBefore minus safety margin) reached")
+
+    def _drain(self, run: Run, eid: str) -> StepResult:
+        record = self.journal.get(eid)
+        node_name = record.get("kube_node")
+        if not isinstance(node_name, str) or not node_name:
+            found = self._find_node(run)
+            if found is None:
+                return StepResult(FAILED, "no Kubernetes node is this VM (see the kube_node_not_found line)")
+            node_name, how = found
+            self.report(D.KUBE_NODE, eid, f"this VM is Kubernetes node {node_name} ({how})", node=node_name)
+        began = record.get("kube_drain_started")
+        began = float(began) if isinstance(began, (int, float)) else self.clock.now()
+        self.journal.update(eid, kube_node=node_name, kube_drain_started=began)
+        node = self._get_node(run, node_name)
+        if node is None:
+            self.report(D.KUBE_NODE_NOT_FOUND, eid, f"Kubernetes node {node_name} does not exist (any more); "
+                                                    f"nothing to drain", node=node_name)
+            return StepResult(FAILED, f"node {node_name} not found")
+        if not record.get("kube_event_started"):
+            self._event(node, "TerminateNotice", f"Terminate {eid} scheduled (NotBefore "
+                        f"{run.event.not_before_raw or '-'}): vmss-terminate cordons and drains this node "
+                        f"before approving the VM's deletion", eid)
+            self.journal.update(eid, kube_event_started=True)
+        self._cordon(run, eid, node)
+        evicted, not_evicted, refused = self._evict_all(run, eid, node_name)
+        left = self._wait_gone(run, node_name, evicted)
+        seconds = round(self.clock.now() - began, 3)
+        stuck = sorted(not_evicted) + sorted(left.values())
+        late = run.deadline() is not None and self.clock.now() >= (run.deadline() or 0)
+        data = {"node": node_name, "evicted": len(evicted), "not_evicted": sorted(not_evicted),
+                "still_terminating": sorted(left.values()), "refused": refused, "seconds": seconds}
+        if not stuck:
+            self.report(D.KUBE_DRAINED, eid, f"node {node_name} drained in {seconds:g} s: {len(evicted)} pod(s) "
+                                             f"evicted and gone", **data)
+            self._event(node, "TerminateDrained", f"Terminate {eid}: node drained ({len(evicted)} pod(s) evicted); "
+                                                  f"the VM's deletion is approved next", eid)
+            return StepResult(OK, f"{len(evicted)} pod(s) evicted and gone")
+        parts = []
+        if not_evicted:
+            parts.append(f"{len(not_evicted)} pod(s) not evicted: {rules.names(sorted(not_evicted))}")
+        if left:
+            parts.append(f"{len(left)} evicted pod(s) still terminating: {rules.names(sorted(left.values()))}")
+        detail = "; ".join(parts)
+        self.report(D.KUBE_NOT_DRAINED, eid, f"node {node_name} not fully drained after {seconds:g} s: {detail}",
+                    **data)
+        self._event(node, "TerminateDrainIncomplete", f"Terminate {eid}: {detail}", eid, warning=True)
+        return StepResult(DEADLINE if late else FAILED, detail)
+
+    # -- node --------------------------------------------------------------------------------------
+
+    def _find_node(self, run: Run) -> Optional[Tuple[str, str]]:
+        eid = run.event.event_id
+        if self.node_name:
+            node = self._get_node(run, self.node_name)
+            if node is None:
+                self.report(D.KUBE_NODE_NOT_FOUND, eid, f"no Kubernetes node named {self.node_name} "
+                                                        f"(--node-name / NODE_NAME); nothing to drain",
+                            node=self.node_name)
+                return None
+            return self.node_name, "--node-name"
+        try:
+            resource_id, computer_name = self.identity()
+        except Exception as exc:  # IMDS unavailable: the node cannot be known
+            self.report(D.KUBE_NODE_NOT_FOUND, eid, f"cannot tell which Kubernetes node this VM is: instance "
+                                                    f"metadata unavailable ({exc}); pass --node-name")
+            return None
+        answer = self._call(run, "GET", path("api", "v1", "nodes"))
+        items = answer.body.get("items") if answer.ok and isinstance(answer.body, dict) else None
+        if not isinstance(items, list):
+            self.report(D.KUBE_NODE_NOT_FOUND, eid, f"cannot list Kubernetes nodes: {answer.message()}")
+            return None
+        found = rules.match_node([n for n in items if isinstance(n, dict)], resource_id, computer_name)
+        if found is None:
+            self.report(D.KUBE_NODE_NOT_FOUND, eid, f"no Kubernetes node is this VM: none of {len(items)} node(s) "
+                                                    f"has spec.providerID azure://{resource_id} or the name "
+                                                    f"{computer_name.lower()!r}; pass --node-name if it is one")
+        return found
+
+    def _get_node(self, run: Run, name: str) -> Optional[Dict[str, Any]]:
+        answer = self._call(run, "GET", path("api", "v1", "nodes", name))
+        if answer.status == 404:
+            return None
+        if not answer.ok or not isinstance(answer.body, dict):
+            raise KubeError(f"GET node {name}: {answer.message()}")
+        return answer.body
+
+    def _cordon(self, run: Run, eid: str, node: Dict[str, Any]) -> None:
+        name = str(node["metadata"]["name"])
+        for _ in range(10):  # 409: someone changed the node meanwhile; read it again and redo
+            patch, cordons, taints = rules.cordon_patch(node, self.taint)
+            if patch is None:
+                break
+            with self._lock:  # said before it is done: a restart must know the cordon is ours
+                record = self.journal.get(eid)
+                self.journal.update(eid, kube_cordoned=bool(record.get("kube_cordoned") or cordons) or None,
+                                    kube_tainted=bool(record.get("kube_tainted") or taints) or None)
+            answer = self._call(run, "PATCH", path("api", "v1", "nodes", name), body=patch, content_type=MERGE_PATCH)
+            if answer.ok:
+                break
+            if answer.status != 409:
+                raise KubeError(f"cordon {name}: {answer.message()}")
+            node = self._get_node(run, name) or node
+        record = self.journal.get(eid)
+        self.report(D.KUBE_CORDONED, eid, f"node {name} cordoned and tainted {self.taint}"
+                    + ("" if record.get("kube_cordoned") else " (it was cordoned already: not uncordoned later)"),
+                    node=name, by_us=bool(record.get("kube_cordoned") or record.get("kube_tainted")))
+
+    # -- pods --------------------------------------------------------------------------------------
+
+    def _pods(self, run: Run, node_name: str) -> List[Dict[str, Any]]:
+        answer = self._call(run, "GET", path("api", "v1", "pods"), params={"fieldSelector": f"spec.nodeName={node_name}"})
+        items = answer.body.get("items") if answer.ok and isinstance(answer.body, dict) else None
+        if not isinstance(items, list):
+            raise KubeError(f"list pods of {node_name}: {answer.message()}")
+        return [p for p in items if isinstance(p, dict)]
+
+    def _evict_all(self, run: Run, eid: str, node_name: str) -> Tuple[Dict[str, str], Dict[str, str], int]:
+        """Evict what `rules.plan_pods` says; returns (uid -> pod evicted or terminating, pod -> why
+        not evicted, refusals)."""
+        before = self.journal.get(eid).get("kube_evicted")
+        evicted: Dict[str, str] = dict(before) if isinstance(before, dict) else {}
+        plan = rules.plan_pods(self._pods(run, node_name), evicted)
+        if plan.skipped:
+            self.report(D.KUBE_PODS_SKIPPED, eid, f"not evicting {len(plan.skipped)} pod(s) of node {node_name}: "
+                        f"{rules.names([f'{k} ({why})' for k, why in sorted(plan.skipped.items())])}",
+                        skipped=plan.skipped)
+        waiting = dict(plan.wait)
+        failed: Dict[str, str] = {}
+        refused = [0]
+        if plan.evict:
+            with ThreadPoolExecutor(max_workers=min(self.concurrency, len(plan.evict)),
+                                    thread_name_prefix=f"evict:{eid[:8]}") as pool:
+                results = list(pool.map(lambda pod: self._evict_one(run, eid, pod, refused), plan.evict))
+            stops = [r[1] for r in results if r[0] == "stop"]
+            for pod, (what, detail) in zip(plan.evict, results):
+                if what == "evicted":
+                    waiting[rules.pod_uid(pod)] = rules.pod_key(pod)
+                elif what in ("failed", "stop"):
+                    failed[rules.pod_key(pod)] = detail
+            for outcome in (CANCELLED, GONE):
+                if outcome in stops:
+                    raise _Stop(outcome)
+        return waiting, failed, refused[0]
+
+    def _evict_one(self, run: Run, eid: str, pod: Mapping[str, Any], refused: List[int]) -> Tuple[str, str]:
+        """("evicted" | "gone" | "failed" | "stop", detail) for one pod."""
+        meta = pod.get("metadata") or {}
+        key = rules.pod_key(pod)
+        url = path("api", "v1", "namespaces", str(meta.get("namespace")), "pods", str(meta.get("name")), "eviction")
+        backoff = Backoff(base=1.0, cap=10.0, rng=self._rng)
+        said_error = ""
+        while True:
+            why = self._stop_reason(run)
+            if why is not None:
+                return "stop", why
+            try:
+                answer: Optional[Answer] = self.api.request("POST", url, body=rules.eviction(pod))
+                problem = ""
+            except KubeError as exc:
+                answer, problem = None, str(exc)
+            if answer is not None:
+                if answer.ok:
+                    with self._lock:
+                        record = self.journal.get(eid).get("kube_evicted")
+                        known = dict(record) if isinstance(record, dict) else {}
+                        known[rules.pod_uid(pod)] = key
+                        self.journal.update(eid, kube_evicted=known)
+                    self.report(D.KUBE_EVICTED, eid, f"evicted pod {key}", pod=key)
+                    return "evicted", ""
+                if answer.status == 404:
+                    return "gone", ""
+                problem = answer.message()
+                if answer.status == 429:
+                    refused[0] += 1
+                elif answer.status < 500 and answer.status != 401:  # 401: a rotated token; read it again
+                    self.report(D.KUBE_EVICTION_FAILED, eid, f"eviction of pod {key} refused: {problem}; "
+                                                              f"not retried", pod=key, status=answer.status)
+                    return "failed", problem
+            delay = backoff.next()
+            if answer is not None and answer.status == 429:
+                self.report(D.KUBE_EVICTION_REFUSED, eid, f"eviction of pod {key} refused ({problem}); "
+                                                          f"retrying in {delay:.1f} s", pod=key)
+            elif problem != said_error:  # said when it changes, not on every retry
+                said_error = problem
+                self.report(D.KUBE_ERROR, eid, f"eviction of pod {key} failed ({problem}); retrying until the "
+                                               f"deadline", pod=key)
+            why = self._sleep(run, delay)
+            if why is not None:
+                return "stop", why if why != DEADLINE else f"deadline reached ({problem})"
+
+    def _wait_gone(self, run: Run, node_name: str, waiting: Dict[str, str]) -> Dict[str, str]:
+        """Wait until none of `waiting` (uid -> pod) is on the node any more, or the deadline; what is left."""
+        while waiting:
+            why = self._stop_reason(run)
+            if why in (CANCELLED, GONE):
+                raise _Stop(why)
+            if why == DEADLINE:
+                return waiting
+            try:
+                waiting = rules.still_there(waiting, self._pods(run, node_name))
+            except KubeError as exc:
+                log.warning("waiting for evicted pods: %s", exc)
+            if waiting:
+                self._sleep(run, POLL_GONE_EVERY)
+        return waiting
+
+    # -- undo ---------------------------------------------------------------------------------------
+
+    def undo(self, eid: str, record: Mapping[str, Any], why: str) -> bool:
+        """Uncordon and untaint the node if (and as far as) the journal `record` says this agent
+        cordoned or tainted it; True when nothing is left to undo."""
+        node_name = record.get("kube_node")
+        cordoned, tainted = bool(record.get("kube_cordoned")), bool(record.get("kube_tainted"))
+        if not isinstance(node_name, str) or not (cordoned or tainted):
+            return True
+        with self._lock:
+            until = self.clock.now() + UNDO_FOR
+            last = ""
+            while self.clock.now() < until:
+                try:
+                    answer = self.api.request("GET", path("api", "v1", "nodes", node_name))
+                    if answer.status == 404:
+                        return True
+                    if answer.ok and isinstance(answer.body, dict):
+                        patch = rules.uncordon_patch(answer.body, self.taint, cordoned, tainted)
+                        result = Answer(200) if patch is None else self.api.request(
+                            "PATCH", path("api", "v1", "nodes", node_name), body=patch, content_type=MERGE_PATCH)
+                        if result.ok:
+                            self.journal.update(eid, kube_cordoned=None, kube_tainted=None)
+                            self.report(D.KUBE_UNCORDONED, eid, f"{why}: node {node_name} uncordoned and its "
+                                                                f"taint {self.taint} removed", node=node_name)
+                            self._event(answer.body, "TerminateCancelled", f"{why}: vmss-terminate uncordoned "
+                                                                           f"the node", eid)
+                            return True
+                        last = result.message()
+                    else:
+                        last = answer.message()
+                except KubeError as exc:
+                    last = str(exc)
+                self.clock.sleep(2.0)
+            self.report(D.KUBE_ERROR, eid, f"{why}, but node {node_name} could not be uncordoned ({last}): run "
+                                           f"kubectl uncordon {node_name} && kubectl taint node {node_name} "
+                                           f"{self.taint.key}:{self.taint.effect}-", node=node_name)
+            return False
+
+    # -- helpers ------------------------------------------------------------------------------------
+
+    def _event(self, node: Mapping[str, Any], reason: str, note: str, eid: str, warning: bool = False) -> None:
+        """Post a Kubernetes Event about the node; a failure is logged, never stops the drain."""
+        body = rules.node_event(node, reason, note, self.clock.now(), self.vm_name(), warning=warning)
+        try:
+            answer = self.api.request("POST", path("apis", "events.k8s.io", "v1", "namespaces", "default", "events"),
+                                      body=body)
+            problem = "" if answer.ok else answer.message()
+        except KubeError as exc:
+            problem = str(exc)
+        if problem:
+            self.report(D.KUBE_ERROR, eid, f"could not post the Kubernetes Event {reason}: {problem}")
+
+    def _call(self, run: Run, method: str, api_path: str, params: Optional[Dict[str, str]] = None,
+              body: Any = None, content_type: str = "application/json") -> Answer:
+        """A request retried (connection failures, 5xx, 429 throttling, 401 with a rotating token)
+        until it is answered or the drain must stop."""
+        backoff = Backoff(base=0.5, cap=5.0, rng=self._rng)
+        said = ""
+        while True:
+            why = self._stop_reason(run)
+            if why is not None:
+                raise _Stop(why)
+            try:
+                answer = self.api.request(method, api_path, params=params, body=body, content_type=content_type)
+                if answer.status < 500 and answer.status not in (401, 429):
+                    return answer
+                problem = answer.message()
+            except KubeError as exc:
+                problem = str(exc)
+            if problem != said:
+                said = problem
+                self.report(D.KUBE_ERROR, run.event.event_id, f"Kubernetes API: {problem}; retrying")
+            why = self._sleep(run, backoff.next())
+            if why is not None:
+                raise _Stop(why)
+
+    def _stop_reason(self, run: Run) -> Optional[str]:
+        if run.cancelled.is_set():
+            return CANCELLED
+        if run.gone():
+            return GONE
+        deadline = run.deadline()
+        if deadline is not None and self.clock.now() >= deadline:
+            return DEADLINE
+        return None
+
+    def _sleep(self, run: Run, seconds: float) -> Optional[str]:
+        """Wait `seconds` of clock time in steps of at most one second; a reason to stop ends it early."""
+        until = self.clock.now() + seconds
+        while True:
+            why = self._stop_reason(run)
+            if why is not None:
+                return why
+            left = until - self.clock.now()
+            if left <= 0:
+                return None
+            self.clock.wait(run.cancelled, min(left, 1.0))

@@ -1,0 +1,166 @@
+"""Read a kubeconfig file without a YAML library: JSON, or the block-style YAML subset that
+`kubectl config`, kubeadm, k3s and RKE2 write.
+
+The agent's lean install has no YAML parser (docs/kubernetes.md, "Footprint"), and a kubeconfig is
+small and regular: nested block mappings, block sequences of mappings, and scalars (plain, single-
+or double-quoted, `{}` / `[]`). That is what this reads. Anything else YAML can say -- anchors and
+aliases, tags, block scalars (`|`, `>`), flow collections with content, several documents -- is
+refused with `YamlSubsetError`, whose message says how to get a file this reader takes
+(`kubectl config view --flatten -o json`), rather than read wrongly.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Dict, List, Optional, Tuple
+
+_Line = Tuple[int, str, int]  # (indent, content without comment, line number)
+
+HINT = "write it as JSON with: kubectl config view --flatten -o json > FILE"
+
+
+class YamlSubsetError(ValueError):
+    """The text is not JSON or the YAML subset this module reads."""
+
+
+def loads(text: str) -> Any:
+    """The document in `text` (JSON, or block YAML as kubeconfig files are written)."""
+    stripped = text.lstrip("\ufeff").strip()
+    if stripped.startswith("{"):
+        try:
+            return json.loads(stripped)
+        except ValueError as exc:
+            raise YamlSubsetError(f"not valid JSON: {exc}") from None
+    lines = _lines(stripped)
+    if not lines:
+        return None
+    value, end = _block(lines, 0, lines[0][0])
+    if end != len(lines):
+        raise YamlSubsetError(f"line {lines[end][2]}: unexpected indentation")
+    return value
+
+
+def _lines(text: str) -> List[_Line]:
+    out: List[_Line] = []
+    for number, raw in enumerate(text.splitlines(), 1):
+        if "\t" in raw[: len(raw) - len(raw.lstrip())]:
+            raise YamlSubsetError(f"line {number}: tab in indentation")
+        content = _strip_comment(raw).rstrip()
+        if not content.strip():
+            continue
+        if content.strip() == "---":
+            if out:
+                raise YamlSubsetError(f"line {number}: more than one document")
+            continue
+        if content.strip() == "...":
+            break
+        out.append((len(content) - len(content.lstrip(" ")), content.strip(), number))
+    return out
+
+
+def _strip_comment(line: str) -> str:
+    """The line without its comment: `#` at the start or after a space, outside quotes."""
+    quote: Optional[str] = None
+    for i, ch in enumerate(line):
+        if quote:
+            if ch == quote:
+                quote = None
+        elif ch in "'\"" and (i == 0 or line[i - 1] in " :-[{,"):
+            quote = ch
+        elif ch == "#" and (i == 0 or line[i - 1] in " \t"):
+            return line[:i]
+    return line
+
+
+def _is_item(content: str) -> bool:
+    return content == "-" or content.startswith("- ")
+
+
+def _block(lines: List[_Line], i: int, indent: int) -> Tuple[Any, int]:
+    if _is_item(lines[i][1]):
+        return _sequence(lines, i, indent)
+    return _mapping(lines, i, indent)
+
+
+def _sequence(lines: List[_Line], i: int, indent: int) -> Tuple[List[Any], int]:
+    items: List[Any] = []
+    while i < len(lines) and lines[i][0] == indent and _is_item(lines[i][1]):
+        _, content, number = lines[i]
+        rest = content[1:].lstrip(" ")
+        if not rest:
+            if i + 1 < len(lines) and lines[i + 1][0] > indent:
+                value, i = _block(lines, i + 1, lines[i + 1][0])
+            else:
+                value, i = None, i + 1
+        elif _is_item(rest) or _split_key(rest) is not None:
+            # "- key: value" starts a block whose first line is `rest`, indented where `rest` begins
+            inner = indent + len(content) - len(rest)
+            lines[i] = (inner, rest, number)
+            value, i = _block(lines, i, inner)
+        else:
+            value, i = _scalar(rest, number), i + 1
+        items.append(value)
+    return items, i
+
+
+def _mapping(lines: List[_Line], i: int, indent: int) -> Tuple[Dict[str, Any], int]:
+    result: Dict[str, Any] = {}
+    while i < len(lines) and lines[i][0] == indent and not _is_item(lines[i][1]):
+        _, content, number = lines[i]
+        split = _split_key(content)
+        if split is None:
+            raise YamlSubsetError(f"line {number}: expected 'key: value'")
+        key, rest = split
+        if key in result:
+            raise YamlSubsetError(f"line {number}: key {key!r} given twice")
+        i += 1
+        if rest:
+            result[key] = _scalar(rest, number)
+        elif i < len(lines) and (lines[i][0] > indent or (lines[i][0] == indent and _is_item(lines[i][1]))):
+            result[key], i = _block(lines, i, lines[i][0])
+        else:
+            result[key] = None
+    return result, i
+
+
+_PLAIN_KEY = re.compile(r"^([^'\"\s:#\[\]{},&*!|>%@`][^:]*?|\"(?:[^\"\\]|\\.)*\"|'(?:[^']|'')*')\s*:(?:\s+(.*)|)$")
+
+
+def _split_key(content: str) -> Optional[Tuple[str, str]]:
+    match = _PLAIN_KEY.match(content)
+    if match is None:
+        return None
+    key = match.group(1).strip()
+    if key[:1] in "'\"":
+        key = str(_scalar(key, 0))
+    return key, (match.group(2) or "").strip()
+
+
+def _scalar(text: str, number: int) -> Any:
+    if text[0] in "&*!|>":
+        what = {"&": "anchors", "*": "aliases", "!": "tags", "|": "block scalars", ">": "block scalars"}[text[0]]
+        raise YamlSubsetError(f"line {number}: YAML {what} are not read here; {HINT}")
+    if text.startswith('"'):
+        try:
+            value = json.loads(text)
+        except ValueError:
+            raise YamlSubsetError(f"line {number}: unreadable double-quoted string; {HINT}") from None
+        return value
+    if text.startswith("'"):
+        if len(text) < 2 or not text.endswith("'") or "'" in text[1:-1].replace("''", ""):
+            raise YamlSubsetError(f"line {number}: unreadable single-quoted string")
+        return text[1:-1].replace("''", "'")
+    if text in ("{}", "[]"):
+        return {} if text == "{}" else []
+    if text[0] in "[{":
+        raise YamlSubsetError(f"line {number}: flow collections are not read here; {HINT}")
+    if text in ("null", "Null", "NULL", "~"):
+        return None
+    if text in ("true", "True", "TRUE"):
+        return True
+    if text in ("false", "False", "FALSE"):
+        return False
+    if re.match(r"^[-+]?\d+$", text):
+        return int(text)
+    return text
