@@ -330,8 +330,9 @@ class ImdsClient:
                 raise MalformedDocument("instance metadata has no compute object")
             return compute
 
-        return self._call("GET", INSTANCE_PATH, {"api-version": INSTANCE_API_VERSION}, None,
-                          self.read_timeout, retry_for, stop, on_retry, parse=parse)
+        compute: Dict[str, Any] = self._call("GET", INSTANCE_PATH, {"api-version": INSTANCE_API_VERSION}, None,
+                                             self.read_timeout, retry_for, stop, on_retry, parse=parse)
+        return compute
 
     def approve(self, event_id: str, vm_name: str, allow_foreign: bool = False,
                 retry_for: Optional[float] = GONE_RETRY_SECONDS,
