@@ -23,6 +23,7 @@ from vmss_terminate.commands.output import echo_json, output_option, tsv_lines
 from vmss_terminate.commands.progress import ProgressBar, terminal_progress
 from vmss_terminate.control.connection import Connection
 from vmss_terminate.errors import StopSignal, interrupt_exit_code, interrupt_name
+from vmss_terminate.fleet.findings import IGNORABLE
 
 
 def fleet_options(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -63,13 +64,18 @@ def _connection(kw: Dict[str, Any]) -> Connection:
 @output_option("table: for people; json: a list of scale set objects; csv / tsv: one row per scale set.",
                extra=("csv",))
 @click.option("--detailed-exitcode", is_flag=True, help="Exit 0: all compliant, 1: error, 2: something non-compliant.")
+@click.option("--ignore-finding", "ignore_findings", multiple=True, metavar="CODE",
+              type=click.Choice(list(IGNORABLE)),
+              help="With --detailed-exitcode: accept this finding (repeatable), e.g. spot, aks-managed or "
+                   "stale-unknown: a set with an ignored spot/aks-managed finding does not count, and an ignored "
+                   "finding no longer makes a set fail the gate. 'unreadable' cannot be ignored (exit 1).")
 def audit_command(**kw: Any) -> None:
     """Inventory scale sets through Azure Resource Graph: terminate notification, timeout, stale
     instances and findings (disabled, timeout-differs, stale-model, stale-unknown, spot, aks-managed,
     force-deletion, automatic-repairs)."""
     from vmss_terminate.fleet import audit
 
-    output, detailed = kw.pop("output"), kw.pop("detailed_exitcode")
+    output, detailed, ignore = kw.pop("output"), kw.pop("detailed_exitcode"), kw.pop("ignore_findings")
     scope = _scope(kw)
     report = audit(scope, timeout=kw.pop("timeout"), connection=_connection(kw), concurrency=kw.pop("concurrency"))
     records = report.scale_sets
@@ -83,7 +89,14 @@ def audit_command(**kw: Any) -> None:
     else:
         for line in _audit_table(report):
             click.echo(line)
-    if detailed and report.non_compliant:
+    if report.unreadable:  # printed above with the others; an incomplete audit is never a pass
+        for record in report.unreadable:
+            click.echo(f"error: {record.resource_group}/{record.name}: instance list unreadable: {record.unreadable}",
+                       err=True)
+        click.echo(f"error: {len(report.unreadable)} scale set(s) could not be read: the audit is incomplete",
+                   err=True)
+        click.get_current_context().exit(1)
+    if detailed and report.failing(ignore):
         click.get_current_context().exit(2)
 
 

@@ -13,14 +13,15 @@ from __future__ import annotations
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Union
+from typing import Any, Dict, Iterable, List, Optional, Union
 
 from vmss_terminate.clock import SYSTEM_CLOCK, Clock
 from vmss_terminate.control.arm_errors import ArmRequestError
 from vmss_terminate.control.connection import Connection
 from vmss_terminate.control.profile import parse_instance
 from vmss_terminate.control.subscriptions import match_subscription
-from vmss_terminate.errors import UsageError
+from vmss_terminate.errors import AzureError, UsageError, VmssTerminateError
+from vmss_terminate.fleet import findings as codes
 from vmss_terminate.fleet.records import ScaleSetAudit, parse_row
 from vmss_terminate.fleet.scope import Scope, is_subscription_id
 from vmss_terminate.fleet.session import FleetSession
@@ -45,6 +46,18 @@ class AuditReport:
     @property
     def non_compliant(self) -> List[ScaleSetAudit]:
         return [s for s in self.scale_sets if not s.compliant]
+
+    @property
+    def unreadable(self) -> List[ScaleSetAudit]:
+        """Sets whose instance list could not be read (finding `unreadable`): the audit is
+        incomplete, and the CLI exits 1 after printing the others."""
+        return [s for s in self.scale_sets if s.unreadable is not None]
+
+    def failing(self, ignore: Iterable[str] = ()) -> List[ScaleSetAudit]:
+        """Sets that fail a compliance gate (`--detailed-exitcode`) when the findings in `ignore`
+        are accepted (`--ignore-finding`): see `findings.fails_gate`."""
+        ignored = codes.check_ignorable(ignore)
+        return [s for s in self.scale_sets if codes.fails_gate(s.findings, s.compliant, ignored)]
 
     def to_dict(self) -> Dict[str, Any]:
         return {"scope": self.scope.describe(), "timeout_minutes": self.timeout_minutes,
@@ -83,9 +96,10 @@ def audit(
         if scope.management_groups and not scope.subscriptions:
             chunks = [[]]
         for chunk in chunks:
-            for page in session.query_pages(scope.query(), chunk, list(scope.management_groups)):
-                calls["graph_pages"] += 1
-                records.extend(r for r in (parse_row(row, names) for row in page) if scope.selects_tags(r.tags))
+            result = session.query_rows(scope.query(), chunk, list(scope.management_groups))
+            calls["graph_pages"] += result.pages
+            calls["duplicate_rows"] = calls.get("duplicate_rows", 0) + result.duplicates
+            records.extend(r for r in (parse_row(row, names) for row in result.rows) if scope.selects_tags(r.tags))
         _read_instances(session, [r for r in records if r.enabled], concurrency, calls)
         for record in records:
             record.evaluate(wanted)
@@ -98,8 +112,6 @@ def audit(
 def _subscriptions(session: FleetSession, scope: Scope, calls: Dict[str, int]) -> "tuple[List[str], Dict[str, str]]":
     """Subscription ids to query and their display names (lower-case id -> name)."""
     given = list(scope.subscriptions)
-    if given and all(is_subscription_id(s) for s in given):
-        return _unique(given), {}
     if scope.management_groups and not given:
         return [], {}
     calls["subscription_lists"] += 1
@@ -114,6 +126,14 @@ def _subscriptions(session: FleetSession, scope: Scope, calls: Dict[str, int]) -
             resolved.append(wanted)
             continue
         resolved.append(match_subscription(visible, wanted))
+    unseen = [sub for sub in _unique(resolved) if sub.lower() not in names]
+    if unseen:
+        # Resource Graph answers an unknown subscription with no rows: a green "0 scale sets"
+        shown = ", ".join(f"{s.get('displayName')} ({s.get('subscriptionId')})" for s in visible[:10]) or "none"
+        named = ", ".join(unseen[:5]) + (f" and {len(unseen) - 5} more" if len(unseen) > 5 else "")
+        raise AzureError(f"subscription {named} is not visible to this credential (GET /subscriptions "
+                         f"lists {len(visible)}: {shown}): refusing to report it as having no scale sets; check "
+                         "the id and the credential's role assignments")
     return _unique(resolved), names
 
 
@@ -149,7 +169,11 @@ def _stale(session: FleetSession, record: ScaleSetAudit) -> None:
             if exc.status == 404:  # deleted since Resource Graph indexed it
                 record.instances_note = f"not found when listing instances: {exc}"
                 return
-            raise
+            record.unreadable = str(exc)  # this set only: the others are still audited
+            return
+        except VmssTerminateError as exc:
+            record.unreadable = str(exc)
+            return
     record.instances = len(instances)
     record.stale_ids = [i.instance_id for i in instances if i.latest_model_applied is False]
     record.stale_instances = len(record.stale_ids)

@@ -6,7 +6,9 @@ Codes are a contract (JSON output, `--include-skipped`, pipelines grep for them)
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Set
+
+from vmss_terminate.errors import UsageError
 
 DISABLED = "disabled"
 TIMEOUT_DIFFERS = "timeout-differs"
@@ -16,22 +18,54 @@ SPOT = "spot"
 AKS_MANAGED = "aks-managed"
 FORCE_DELETION = "force-deletion"
 AUTOMATIC_REPAIRS = "automatic-repairs"
+UNREADABLE = "unreadable"
 
 EXPLANATIONS: Dict[str, str] = {
     DISABLED: "terminate notification is not enabled: instances are deleted without a Terminate event",
     TIMEOUT_DIFFERS: "notBeforeTimeout differs from the --timeout wanted",
     STALE_MODEL: "instances run an older model and would get the old NotBefore (or no Terminate event)",
-    STALE_UNKNOWN: "which instances run the latest model is unknown (Flexible orchestration, or the instance list "
-                   "could not be read): not known to be compliant; rollout upgrades every member",
+    STALE_UNKNOWN: "which instances run the latest model is unknown (Flexible orchestration, or the set was deleted "
+                   "while it was read): not known to be compliant; rollout upgrades every member",
     SPOT: "Spot priority: terminate notification is not supported for Spot instances",
     AKS_MANAGED: "AKS-managed node pool (aks-managed-* tag): AKS reverts direct changes; configure it through AKS",
     FORCE_DELETION: "scaleInPolicy.forceDeletion: force-deleted instances may not wait for the Terminate event",
     AUTOMATIC_REPAIRS: "automatic repairs honour the delay but create the replacement instance at once",
+    UNREADABLE: "the instance list could not be read (the error is in the record): the audit is incomplete and "
+                "exits 1",
 }
 FINDINGS = tuple(EXPLANATIONS)
 
 # Skipped by a rollout unless --include-skipped names them: changing these sets is wrong or futile.
 SKIPPED_BY_DEFAULT = (SPOT, AKS_MANAGED)
+# Findings that make a set non-compliant (the others are advice).
+NON_COMPLIANT = (DISABLED, TIMEOUT_DIFFERS, STALE_MODEL, STALE_UNKNOWN, UNREADABLE)
+# What `--ignore-finding` accepts: everything but `unreadable` (an incomplete audit is an error, exit 1,
+# never a gate to pass).
+IGNORABLE = tuple(code for code in FINDINGS if code != UNREADABLE)
+
+
+def check_ignorable(codes: Iterable[str]) -> Set[str]:
+    """The `--ignore-finding` codes, validated (UsageError, exit 2, for anything else)."""
+    out = set()
+    for code in codes:
+        if code not in IGNORABLE:
+            raise UsageError(f"invalid --ignore-finding {code!r}: one of {', '.join(IGNORABLE)}")
+        out.add(code)
+    return out
+
+
+def fails_gate(found: Iterable[str], compliant: bool, ignored: Set[str]) -> bool:
+    """Whether a set fails `--detailed-exitcode` when the `ignored` findings are accepted.
+
+    A set carrying an ignored skip finding (spot, aks-managed) is out of the gate altogether: a
+    Spot set is also `disabled`, and ignoring `spot` must excuse it. Otherwise the set fails while
+    a non-compliance finding (NON_COMPLIANT) that is not ignored remains."""
+    if compliant:
+        return False
+    found = set(found)
+    if found & ignored & set(SKIPPED_BY_DEFAULT):
+        return False
+    return bool((found & set(NON_COMPLIANT)) - ignored)
 
 
 def _dict(value: Any) -> Dict[str, Any]:

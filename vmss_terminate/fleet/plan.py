@@ -111,7 +111,7 @@ def make_plan(records: Iterable[ScaleSetAudit], timeout_minutes: int, batch_size
             planned.append(PlannedSet(record, NONE, timeout_minutes, done_earlier=record.id.lower() in done))
         elif reasons:
             planned.append(PlannedSet(record, SKIP, timeout_minutes, reasons))
-        elif record.stale_unknown and not profile_change and record.id.lower() in done:
+        elif record.stale_unknown and record.unreadable is None and not profile_change and record.id.lower() in done:
             planned.append(PlannedSet(record, NONE, timeout_minutes, done_earlier=True, note=(
                 "every member was upgraded by an earlier run of this journal; Azure does not report which "
                 "members run the latest model, so it is not upgraded again")))

@@ -34,6 +34,7 @@ class ScaleSetAudit:
     stale_instances: Optional[int] = None  # None: not read (disabled sets), not reported (Flexible) or unreadable
     stale_ids: List[str] = field(default_factory=list)
     instances_note: Optional[str] = None
+    unreadable: Optional[str] = None  # why the instance list could not be read (finding `unreadable`)
     findings: List[str] = field(default_factory=list)
     compliant: bool = False
 
@@ -60,8 +61,11 @@ class ScaleSetAudit:
 
     def evaluate(self, wanted_minutes: Optional[int]) -> None:
         """Findings and compliance for the `--timeout` wanted (None: any timeout is compliant)."""
-        self.findings = codes.order(self.config_findings + codes.profile_findings(
-            self.enabled, self.profile.effective_minutes, wanted_minutes, self.stale_instances))
+        found = self.config_findings + codes.profile_findings(
+            self.enabled, self.profile.effective_minutes, wanted_minutes, self.stale_instances)
+        if self.unreadable is not None:  # the cause, not its consequence (an unknown stale count)
+            found = [codes.UNREADABLE if code == codes.STALE_UNKNOWN else code for code in found]
+        self.findings = codes.order(found)
         # an unknown stale count (None) is not compliant: unknown must never read as green
         self.compliant = (self.enabled and (wanted_minutes is None or self.profile.effective_minutes == wanted_minutes)
                           and self.stale_instances == 0)
@@ -81,6 +85,7 @@ class ScaleSetAudit:
             "instances": self.instances,
             "stale_instances": self.stale_instances,
             "instances_note": self.instances_note,
+            "error": self.unreadable,
             "findings": list(self.findings),
             "compliant": self.compliant,
             "tags": dict(self.tags),

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Dict, List, Optional, Set
 
 from vmss_terminate.clock import SYSTEM_CLOCK, Clock
 from vmss_terminate.control.arm_errors import arm_errors
@@ -19,6 +19,23 @@ from vmss_terminate.control.scaleset import ComputeClient
 from vmss_terminate.control.subscriptions import list_subscriptions
 from vmss_terminate.errors import AzureError
 from vmss_terminate.fleet.throttle import SubscriptionThrottle
+
+MAX_GRAPH_PAGES = 1000
+"""Pages one Resource Graph query may take (1,000 rows each: a million scale sets); past it the
+query fails instead of paging on."""
+
+
+@dataclasses.dataclass
+class GraphResult:
+    """The distinct rows of one Resource Graph query and what reading them took."""
+
+    rows: List[Dict[str, Any]] = dataclasses.field(default_factory=list)
+    pages: int = 0
+    duplicates: int = 0  # rows answered again (same id, any case), dropped
+
+
+def _short(token: str) -> str:
+    return repr(token if len(token) <= 24 else token[:20] + "...")
 
 
 class FleetSession:
@@ -77,12 +94,25 @@ class FleetSession:
         with arm_errors("listing subscriptions", "subscriptions"):
             return list_subscriptions(self.graph())
 
-    def query_pages(self, query: str, subscriptions: List[str], management_groups: List[str]) -> Iterator[List[Dict[str, Any]]]:
-        """Resource Graph pages of `query` (objectArray rows), following `$skipToken` to the end."""
+    def query_rows(self, query: str, subscriptions: List[str], management_groups: List[str]) -> "GraphResult":
+        """Every row of `query` (objectArray), following `$skipToken` to the end, or AzureError:
+        an answer that is incomplete (fewer distinct rows than its `totalRecords`, a truncated
+        page with no `$skipToken`) or pages in a loop (a `$skipToken` answered twice, more than
+        MAX_GRAPH_PAGES pages) never passes for the estate. Rows are de-duplicated by resource id,
+        case-insensitively as ARM compares ids (Resource Graph repeats rows when the estate
+        changes between pages)."""
         from azure.mgmt.resourcegraph.models import QueryRequest, QueryRequestOptions  # noqa: PLC0415
 
+        result = GraphResult()
+        seen_ids: Set[str] = set()
+        seen_tokens: Set[str] = set()
         skip_token: Optional[str] = None
+        total: Optional[int] = None
         while True:
+            if result.pages >= MAX_GRAPH_PAGES:
+                raise AzureError(f"Azure Resource Graph paging did not end after {MAX_GRAPH_PAGES} pages "
+                                 f"({len(result.rows)} rows): refusing an incomplete audit. Narrow the scope "
+                                 "(--subscription, -g, --name) and re-run")
             request = QueryRequest(
                 query=query,
                 subscriptions=subscriptions or None,
@@ -91,16 +121,40 @@ class FleetSession:
             )
             with arm_errors("querying Azure Resource Graph", "resources"):
                 response = self.graph().resources(request)
+            result.pages += 1
             data = response.data if isinstance(response.data, list) else []
+            for row in data:
+                if not isinstance(row, dict):
+                    continue
+                key = str(row.get("id") or "").lower()
+                if key and key in seen_ids:
+                    result.duplicates += 1
+                    continue
+                seen_ids.add(key)
+                result.rows.append(row)
+            if isinstance(response.total_records, int):
+                total = response.total_records
             skip_token = response.skip_token
-            if not skip_token and str(getattr(response, "result_truncated", "") or "").lower() == "true":
-                raise AzureError(
-                    f"Azure Resource Graph truncated the result ({len(data)} of {response.total_records} rows) and "
-                    "gave no $skipToken to read the rest: refusing an incomplete audit. Narrow the scope "
-                    "(--subscription, -g, --name) and re-run")
-            yield [row for row in data if isinstance(row, dict)]
+            if skip_token and skip_token in seen_tokens:
+                raise AzureError(f"Azure Resource Graph paging loop: $skipToken {_short(skip_token)} was answered "
+                                 f"again on page {result.pages} ({len(result.rows)} rows read): refusing an "
+                                 "incomplete audit")
             if not skip_token:
-                return
+                break
+            seen_tokens.add(skip_token)
+        truncated = str(getattr(response, "result_truncated", "") or "").lower() == "true"
+        missing = total - len(result.rows) if total is not None and len(result.rows) < total else 0
+        if truncated:
+            raise AzureError(
+                f"Azure Resource Graph truncated the result ({len(result.rows)} of {total if total is not None else '?'} "
+                "rows) and gave no $skipToken to read the rest: refusing an incomplete audit. Narrow the scope "
+                "(--subscription, -g, --name) and re-run")
+        if missing:
+            raise AzureError(
+                f"Azure Resource Graph answered {len(result.rows)} of {total} rows (totalRecords {total}) with no "
+                f"$skipToken to read the other {missing}: refusing an incomplete audit; re-run (Resource Graph may "
+                "have been updating), or narrow the scope (--subscription, -g, --name)")
+        return result
 
     def close(self) -> None:
         for client in self._computes.values():
