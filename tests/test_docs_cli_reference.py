@@ -1,7 +1,7 @@
 """docs/cli-reference.md and the click commands must agree, both ways.
 
 If this fails after you changed a command, regenerate the reference:
-    python -m vmss_terminate.commands.docgen > docs/cli-reference.md
+    python -m vmss_terminate.cli > docs/cli-reference.md
 """
 
 from __future__ import annotations
@@ -77,6 +77,6 @@ def test_generator_covers_every_command() -> None:
 
 def test_exit_codes_name_the_agent_run_clean_stop_exception() -> None:
     # `agent run` exits 0 on a clean stop (docs/agent.md), not the 130/143 the other commands use
-    intro = " ".join(render().split("\n## ", 1)[0].split())
+    intro = " ".join(render(main).split("\n## ", 1)[0].split())
     assert "(`agent run`, `emulator ...`, `sandbox`) treat Ctrl-C and SIGTERM as their normal stop: " \
            "they shut down cleanly and exit 0" in intro

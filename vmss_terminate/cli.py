@@ -138,3 +138,9 @@ def _raise_on_sigterm() -> Any:
 def main() -> None:
     """Graceful scale-in for Azure VM Scale Sets."""
 
+
+
+if __name__ == "__main__":  # python -m vmss_terminate.cli [--check PATH]: docs/cli-reference.md of this tree
+    from vmss_terminate.commands.docgen import main as reference
+
+    raise SystemExit(reference(main))

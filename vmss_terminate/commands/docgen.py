@@ -1,6 +1,9 @@
 """Generate docs/cli-reference.md from the click command tree, so the reference cannot drift.
 
-    python -m vmss_terminate.commands.docgen > docs/cli-reference.md
+    python -m vmss_terminate.cli > docs/cli-reference.md
+
+The tree's root is a parameter (`render(root)`): this module sits below `cli.py` and never imports
+it; `cli.py` hands it `main` when run as a module.
 
 `tests/test_docs_cli_reference.py` walks the same tree (`walk()`) and checks the file both ways:
 every command and option is documented, and nothing documented is missing from the CLI.
@@ -19,7 +22,7 @@ PROG = "vmss-terminate"
 HEADER = """# CLI reference
 
 Every `vmss-terminate` command and option. Generated from the command definitions with
-`python -m vmss_terminate.commands.docgen > docs/cli-reference.md`; `tests/test_docs_cli_reference.py`
+`python -m vmss_terminate.cli > docs/cli-reference.md`; `tests/test_docs_cli_reference.py`
 fails when this file and the CLI disagree.
 
 Exit codes (all commands): `0` done (including "no change"), `1` Azure or runtime failure,
@@ -71,11 +74,8 @@ def heading(path: Tuple[str, ...]) -> str:
     return "#" * min(len(path) + 1, 4) + f" `{' '.join(path)}`"
 
 
-def render(root: Optional[click.Command] = None) -> str:
-    if root is None:
-        from vmss_terminate.cli import main
-
-        root = main
+def render(root: click.Command) -> str:
+    """The reference of the command tree under `root` (the CLI root group)."""
     lines: List[str] = [HEADER]
     for path, command in walk(root):
         ctx = click.Context(command, info_name=path[-1])
@@ -151,22 +151,18 @@ def _has_value(default: object) -> bool:
         "UNSET" not in repr(default)
 
 
-def main(argv: Optional[List[str]] = None) -> int:
-    """No argument: print the reference. `--check PATH`: exit 1 if PATH differs from it."""
+def main(root: click.Command, argv: Optional[List[str]] = None) -> int:
+    """No argument: print the reference of `root`. `--check PATH`: exit 1 if PATH differs from it."""
     args = sys.argv[1:] if argv is None else argv
-    text = render()
+    text = render(root)
     if args[:1] == ["--check"] and len(args) == 2:
         with open(args[1], encoding="utf-8") as handle:
             if handle.read() == text:
                 return 0
-        sys.stderr.write(f"{args[1]} is out of date: python -m vmss_terminate.commands.docgen > {args[1]}\n")
+        sys.stderr.write(f"{args[1]} is out of date: python -m vmss_terminate.cli > {args[1]}\n")
         return 1
     if args:
-        sys.stderr.write("usage: python -m vmss_terminate.commands.docgen [--check PATH]\n")
+        sys.stderr.write("usage: python -m vmss_terminate.cli [--check PATH]\n")
         return 2
     sys.stdout.write(text)
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

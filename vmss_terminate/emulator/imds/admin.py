@@ -8,16 +8,26 @@ in `ADMIN_ROUTES` below, in `app.py`'s module docstring and at `GET /emulator`.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Dict
+from typing import Any, Dict, Protocol
 
-from vmss_terminate.emulator.imds.events import Approval, EmulatedEvent, event_fields_from_mapping
+from vmss_terminate.emulator.imds.events import Approval, EmulatedEvent, PlacementGroup, event_fields_from_mapping
 from vmss_terminate.emulator.imds.replies import error_reply, no_route
 from vmss_terminate.emulator.routes import Route, match_route, path_params, path_pattern
 from vmss_terminate.emulator.server import Request, Response
 from vmss_terminate.errors import UsageError
 
-if TYPE_CHECKING:
-    from vmss_terminate.emulator.imds.app import ImdsEmulator
+
+class AdminTarget(Protocol):
+    """What the admin routes need of the emulator serving them: the VM it is and the placement group
+    it shows (`ImdsEmulator` is one). Why a protocol: the app dispatches to these routes, so they
+    must not import the app back."""
+
+    @property
+    def vm_name(self) -> str: ...
+
+    @property
+    def group(self) -> PlacementGroup: ...
+
 
 ROUTES = [
     "GET /emulator/events",
@@ -43,7 +53,7 @@ def approval_json(approval: Approval) -> Dict[str, Any]:
             "Accepted": approval.accepted, "Foreign": approval.foreign}
 
 
-def handle_admin(app: "ImdsEmulator", request: Request, path: str) -> Response:
+def handle_admin(app: AdminTarget, request: Request, path: str) -> Response:
     """Answer one `/emulator/...` request (bad input 400, unknown event 404, wrong verb 405)."""
     path = "/" + "/".join(part for part in path.split("/") if part)
     found = match_route(ADMIN_ROUTES, request.method, path)
@@ -58,32 +68,32 @@ def handle_admin(app: "ImdsEmulator", request: Request, path: str) -> Response:
         return error_reply(400, str(exc))
 
 
-def _index(app: "ImdsEmulator", request: Request) -> Response:
+def _index(app: AdminTarget, request: Request) -> Response:
     return Response.json(200, {"vmName": app.vm_name, "routes": ROUTES})
 
 
-def _list_approvals(app: "ImdsEmulator", request: Request) -> Response:
+def _list_approvals(app: AdminTarget, request: Request) -> Response:
     return Response.json(200, {"Approvals": [approval_json(a) for a in app.group.approvals]})
 
 
-def _list_events(app: "ImdsEmulator", request: Request) -> Response:
+def _list_events(app: AdminTarget, request: Request) -> Response:
     incarnation, events = app.group.snapshot()
     return Response.json(200, {"DocumentIncarnation": incarnation, "Events": [event_json(e) for e in events]})
 
 
-def _add_event(app: "ImdsEmulator", request: Request) -> Response:
+def _add_event(app: AdminTarget, request: Request) -> Response:
     eid = app.group.add_event(**event_fields_from_mapping(_body(request), app.group.clock))
     return Response.json(201, {"EventId": eid})
 
 
-def _get_event(app: "ImdsEmulator", request: Request, event_id: str) -> Response:
+def _get_event(app: AdminTarget, request: Request, event_id: str) -> Response:
     event = app.group.get(event_id)
     if event is None:
         raise KeyError(event_id)
     return Response.json(200, event_json(event))
 
 
-def _change_event(app: "ImdsEmulator", request: Request, event_id: str) -> Response:
+def _change_event(app: AdminTarget, request: Request, event_id: str) -> Response:
     fields = event_fields_from_mapping(_body(request), app.group.clock, new=False)
     if "event_id" in fields:
         raise UsageError("EventId cannot be changed")
@@ -91,12 +101,12 @@ def _change_event(app: "ImdsEmulator", request: Request, event_id: str) -> Respo
     return _get_event(app, request, event_id)
 
 
-def _remove_event(app: "ImdsEmulator", request: Request, event_id: str) -> Response:
+def _remove_event(app: AdminTarget, request: Request, event_id: str) -> Response:
     app.group.remove_event(event_id)
     return Response(204)
 
 
-def _start_event(app: "ImdsEmulator", request: Request, event_id: str) -> Response:
+def _start_event(app: AdminTarget, request: Request, event_id: str) -> Response:
     app.group.start_event(event_id)
     return _get_event(app, request, event_id)
 
