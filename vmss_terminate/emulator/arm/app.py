@@ -23,8 +23,10 @@ Pointing the real SDK at it (azure-mgmt-compute 39, azure-core 1.41, azure-ident
   * `api_version="2019-03-01"` per operation call reaches the wire; the client default is 2026-04-01.
 
 What the emulator answers (ARM error bodies are always {"error": {"code", "message"}}):
-  * auth: `Authorization: Bearer <JWT signed by our TokenEndpoint for an ARM audience, not expired>`,
-    else 401 (AuthenticationFailed / InvalidAuthenticationToken / ExpiredAuthenticationToken /
+  * auth: `Authorization: Bearer <JWT signed by our TokenEndpoint, not expired>` for an audience
+    public ARM accepts (ARM_AUDIENCES, trailing slash and case ignored) or for the emulator's own
+    URL (`own_endpoints`: what `<resourceManager>.default` from the cloud metadata asks for), else
+    401 (AuthenticationFailed / InvalidAuthenticationToken / ExpiredAuthenticationToken /
     InvalidAuthenticationTokenAudience).
   * `api-version` is required (400 MissingApiVersionParameter / InvalidApiVersionParameter).
   * routes: `ArmEmulator.routes`, one explicit table (method + path pattern -> handler); a path
@@ -32,6 +34,9 @@ What the emulator answers (ARM error bodies are always {"error": {"code", "messa
   * GET /subscriptions (paged like VM lists) and GET /subscriptions/{id}: Microsoft.Resources'
     shape with the display name and tenant the seed gives (`state.add_subscription`); every
     subscription a scale set names is listed too.
+  * GET /subscriptions/{id}/resourcegroups (paged) and GET/HEAD .../resourcegroups/{rg}:
+    Microsoft.Resources' shape (id, name, type, location, tags when set, properties.provisioningState);
+    404 ResourceGroupNotFound for an unknown group (HEAD: 404 without a body).
   * GET /metadata/endpoints (no token, any api-version; `//` tolerated): the cloud metadata
     document `az cloud register --endpoint-resource-manager` reads, naming only the emulator's
     own endpoints (ARM; the token endpoint as loginEndpoint) and Azure's ARM audiences.
@@ -100,9 +105,16 @@ from vmss_terminate.emulator.arm.inventory import (
     ArmStateError,
     InstanceRecord,
     Operation,
+    ResourceGroupRecord,
     ScaleSetRecord,
 )
-from vmss_terminate.emulator.arm.token import ARM_AUDIENCES, TokenEndpoint, credential_env, identity_endpoint
+from vmss_terminate.emulator.arm.token import (
+    ARM_AUDIENCES,
+    TokenEndpoint,
+    credential_env,
+    endpoint_aliases,
+    identity_endpoint,
+)
 from vmss_terminate.emulator.routes import Route, match_route, path_params, path_pattern
 from vmss_terminate.emulator.server import EmulatorServer, Request, Response, stop_servers
 from vmss_terminate.timeout import MAX_MINUTES, MIN_MINUTES, iso_to_minutes_lenient
@@ -122,6 +134,8 @@ _VMSS = _RG + r"/virtualmachinescalesets/(?P<name>[^/]+)"
 CLOUD_METADATA = _path(r"/metadata/endpoints")
 SUBSCRIPTIONS = _path(r"/subscriptions")
 SUBSCRIPTION = _path(_SUB)
+RESOURCE_GROUPS = _path(_SUB + r"/resourcegroups")
+RESOURCE_GROUP = _path(_SUB + r"/resourcegroups/(?P<rg>[^/]+)")
 OPERATION = _path(_SUB + r"/providers/microsoft\.compute/locations/(?P<loc>[^/]+)/operations/(?P<op>[^/]+)")
 SUB_SCALE_SETS = _path(_SUB + r"/providers/microsoft\.compute/virtualmachinescalesets")
 RG_SCALE_SETS = _path(_RG + r"/virtualmachinescalesets")
@@ -162,6 +176,9 @@ class ArmEmulator:
         self.audiences = audiences
         self.retry_after = retry_after  # Retry-After on LRO answers; None: not sent (fast SDK polling)
         self.login_endpoint: Optional[str] = None  # the token endpoint's URL, for the cloud metadata
+        # The emulator's own URL(s): accepted as a token audience like ARM's own, because clients
+        # ask for `<resourceManager endpoint>/.default` taken from the cloud metadata.
+        self.own_endpoints: Tuple[str, ...] = ()
         # Served without a token or api-version check, like ARM's cloud metadata.
         self.public_routes: List[Route] = [Route("GET", CLOUD_METADATA, self._cloud_metadata_get)]
         # The route table: every operation the emulator serves, in one place; each handler is
@@ -169,6 +186,9 @@ class ArmEmulator:
         self.routes: List[Route] = [
             Route("GET", SUBSCRIPTIONS, self._subscriptions_get),
             Route("GET", SUBSCRIPTION, self._subscription_get),
+            Route("GET", RESOURCE_GROUPS, self._resource_groups_get),
+            Route("GET", RESOURCE_GROUP, self._resource_group_get),
+            Route("HEAD", RESOURCE_GROUP, self._resource_group_head),
             Route("GET", OPERATION, self._operation_get),
             Route("GET", SUB_SCALE_SETS, self._sub_scale_sets_get),
             Route("GET", RG_SCALE_SETS, self._rg_scale_sets_get),
@@ -261,7 +281,7 @@ class ArmEmulator:
             raise _Refusal(shapes.error(401, "AuthenticationFailed",
                                         "Authentication failed. The 'Authorization' header is missing.",
                                         headers=challenge))
-        problem = self.tokens.check(token.strip(), self.audiences)
+        problem = self.tokens.check(token.strip(), self.audiences + self.own_endpoints)
         if problem is not None:
             messages = {
                 "InvalidAuthenticationToken": "The access token is invalid.",
@@ -318,6 +338,31 @@ class ArmEmulator:
             raise _refuse(404, "SubscriptionNotFound", f"The subscription '{sub}' could not be found.")
         with self.state.lock:
             return Response.json(200, shapes.subscription(record))
+
+    # ------------------------------------------------------------ resource groups
+
+    def _resource_group_record(self, sub: str, rg: str) -> ResourceGroupRecord:
+        if not self.state.has_subscription(sub):
+            raise _refuse(404, "SubscriptionNotFound", f"The subscription '{sub}' could not be found.")
+        record = self.state.resource_group(sub, rg)
+        if record is None:
+            raise _refuse(404, "ResourceGroupNotFound", f"Resource group '{rg}' could not be found.")
+        return record
+
+    def _resource_groups_get(self, request: Request, api_version: str, sub: str) -> Response:
+        if not self.state.has_subscription(sub):
+            raise _refuse(404, "SubscriptionNotFound", f"The subscription '{sub}' could not be found.")
+        return self._page(request, api_version, lambda: self.state.resource_groups(sub), render.resource_group)
+
+    def _resource_group_get(self, request: Request, api_version: str, sub: str, rg: str) -> Response:
+        record = self._resource_group_record(sub, rg)
+        with self.state.lock:
+            return Response.json(200, render.resource_group(record))
+
+    def _resource_group_head(self, request: Request, api_version: str, sub: str, rg: str) -> Response:
+        """ResourceGroups_CheckExistence: 204 when the group exists, 404 (no body) when not."""
+        exists = self.state.has_subscription(sub) and self.state.has_resource_group(sub, rg)
+        return Response(204 if exists else 404, b"")
 
     # ------------------------------------------------------------ scale sets
 
@@ -735,5 +780,7 @@ def start_arm(
         token_server.stop()
         raise
     arm_server.latency = token_server.latency = max(0.0, latency)
+    arm.own_endpoints = endpoint_aliases(arm_server.url)
+    tokens.allow_resources(arm.own_endpoints)
     return ArmServers(state, arm, tokens, arm_server, token_server)
 

@@ -22,6 +22,10 @@ Seed format (JSON file or dict; see examples/seed.json)::
          "tenantId": "...",                  # optional
          "state": "Enabled"}                 # optional
       ],
+      "resourceGroups": [                    # optional: location and tags of resource groups; every
+        {"subscription": "...", "name": "rg",  #   group a scale set names exists anyway, in the
+         "location": "westus", "tags": {}}   #   location of its first scale set, without tags
+      ],
       "scaleSets": [
         {
           "subscription": "00000000-0000-0000-0000-000000000000",
@@ -122,6 +126,22 @@ class SubscriptionRecord:
 def default_display_name(subscription_id: str) -> str:
     """The display name of a subscription the seed names only through its scale sets."""
     return f"Emulated subscription {subscription_id[:8]}"
+
+
+@dataclass(eq=False)
+class ResourceGroupRecord:
+    """A resource group as Microsoft.Resources serves it. Why kept: SDK-based tools read the group
+    (location, tags) before they touch the scale sets in it."""
+
+    subscription: str
+    name: str
+    location: str
+    tags: Dict[str, str] = field(default_factory=dict)
+    provisioning_state: str = "Succeeded"
+
+    @property
+    def resource_id(self) -> str:
+        return f"/subscriptions/{self.subscription}/resourceGroups/{self.name}"
 
 
 @dataclass(eq=False)
@@ -263,7 +283,7 @@ class ArmState:
         self.lock = threading.RLock()
         self._subscriptions: Dict[str, SubscriptionRecord] = {}
         self._scale_sets: Dict[Tuple[str, str, str], ScaleSetRecord] = {}
-        self._resource_groups: Dict[Tuple[str, str], str] = {}
+        self._resource_groups: Dict[Tuple[str, str], ResourceGroupRecord] = {}
         self._operations: Dict[str, Operation] = {}
         self._pending_upgrades: List[Tuple[float, ScaleSetRecord, int]] = []
         self._lro_faults: List[_LroFault] = []
@@ -296,10 +316,20 @@ class ArmState:
                 record.state = _canonical(state, SUBSCRIPTION_STATES, "subscription state")
             return record
 
-    def add_resource_group(self, subscription: str, resource_group: str) -> None:
+    def add_resource_group(self, subscription: str, resource_group: str, location: Optional[str] = None,
+                           tags: Optional[Dict[str, str]] = None) -> ResourceGroupRecord:
+        """Make a resource group known (idempotent: the first location given stays, like ARM's;
+        tags given replace the stored ones). Without a location it gets the state's default."""
         with self.lock:
             self.add_subscription(subscription)
-            self._resource_groups.setdefault((subscription.lower(), resource_group.lower()), resource_group)
+            key = (subscription.lower(), resource_group.lower())
+            record = self._resource_groups.get(key)
+            if record is None:
+                record = ResourceGroupRecord(subscription, resource_group, location or self.location)
+                self._resource_groups[key] = record
+            if tags is not None:
+                record.tags = {str(k): str(v) for k, v in tags.items()}
+            return record
 
     def add_scale_set(
         self,
@@ -342,7 +372,7 @@ class ArmState:
         with self.lock:
             if ss.key in self._scale_sets:
                 raise ValueError(f"scale set {name!r} already exists in {resource_group!r}")
-            self.add_resource_group(subscription, resource_group)
+            self.add_resource_group(subscription, resource_group, location=ss.location)
             self._scale_sets[ss.key] = ss
             created = self._create_instances(ss, capacity)
             for inst in created[len(created) - min(stale_instances, len(created)):] if stale_instances else []:
@@ -375,6 +405,15 @@ class ArmState:
                                       entry.get("state"))
             except ValueError as exc:
                 raise ValueError(f"subscriptions[{index}] ({entry['subscriptionId']}): {exc}") from None
+        for index, entry in enumerate(seed.get("resourceGroups", [])):
+            if not isinstance(entry, dict) or not entry.get("name"):
+                raise ValueError(f"resourceGroups[{index}] needs a \"name\" (and optionally subscription, "
+                                 f"location, tags)")
+            tags = entry.get("tags")
+            if tags is not None and not isinstance(tags, dict):
+                raise ValueError(f"resourceGroups[{index}] ({entry['name']}): tags must be an object")
+            self.add_resource_group(entry.get("subscription", DEFAULT_SUBSCRIPTION), entry["name"],
+                                    location=entry.get("location"), tags=tags)
         created = []
         for index, entry in enumerate(seed.get("scaleSets", [])):
             if not isinstance(entry, dict) or not entry.get("name"):
@@ -468,8 +507,17 @@ class ArmState:
         return self.subscription(subscription) is not None
 
     def has_resource_group(self, subscription: str, resource_group: str) -> bool:
+        return self.resource_group(subscription, resource_group) is not None
+
+    def resource_group(self, subscription: str, resource_group: str) -> Optional[ResourceGroupRecord]:
+        """Case-insensitive lookup, like ARM."""
         with self.lock:
-            return (subscription.lower(), resource_group.lower()) in self._resource_groups
+            return self._resource_groups.get((subscription.lower(), resource_group.lower()))
+
+    def resource_groups(self, subscription: str) -> List[ResourceGroupRecord]:
+        """The subscription's resource groups, in the order they became known."""
+        with self.lock:
+            return [rg for key, rg in self._resource_groups.items() if key[0] == subscription.lower()]
 
     def operation(self, op_id: str) -> Optional[Operation]:
         with self.lock:

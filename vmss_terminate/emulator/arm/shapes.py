@@ -8,7 +8,12 @@ import re
 import time
 from typing import Any, Dict, Optional, Tuple
 
-from vmss_terminate.emulator.arm.inventory import InstanceRecord, ScaleSetRecord, SubscriptionRecord
+from vmss_terminate.emulator.arm.inventory import (
+    InstanceRecord,
+    ResourceGroupRecord,
+    ScaleSetRecord,
+    SubscriptionRecord,
+)
 from vmss_terminate.emulator.server import Response
 
 SCHEDULED_EVENTS_MIN_API = "2019-03-01"
@@ -74,6 +79,22 @@ def subscription(sub: SubscriptionRecord) -> Dict[str, Any]:
             "spendingLimit": "Off",
         },
     }
+
+
+def resource_group(rg: ResourceGroupRecord) -> Dict[str, Any]:
+    """A resource group as `GET /subscriptions/{id}/resourcegroups[/{name}]` answers it
+    (Microsoft.Resources ResourceGroup: the CreateResourceGroup example's body plus the schema's
+    `type` and `tags`; tags only when the group has some)."""
+    out: Dict[str, Any] = {
+        "id": rg.resource_id,
+        "name": rg.name,
+        "type": "Microsoft.Resources/resourceGroups",
+        "location": rg.location,
+    }
+    if rg.tags:
+        out["tags"] = dict(rg.tags)
+    out["properties"] = {"provisioningState": rg.provisioning_state}
+    return out
 
 
 def scale_set(ss: ScaleSetRecord, api_version: str) -> Dict[str, Any]:

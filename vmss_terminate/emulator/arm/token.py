@@ -29,17 +29,47 @@ import secrets
 import threading
 import uuid
 from collections import deque
-from typing import Any, Deque, Dict, Optional, Tuple
+from typing import Any, Deque, Dict, Iterable, Optional, Set, Tuple
+from urllib.parse import urlsplit
 
 from vmss_terminate.clock import SYSTEM_CLOCK, Clock
 from vmss_terminate.emulator.arm.inventory import DEFAULT_TENANT
 from vmss_terminate.emulator.server import EmulatorServer, Request, Response
 
 TOKEN_PATH = "/msi/token"
+# The audiences ARM accepts in the cloud the emulator impersonates (AzureCloud): the resource
+# manager URL and the classic management URL, each with or without a trailing slash.
 ARM_AUDIENCES = ("https://management.azure.com", "https://management.core.windows.net")
+# Resources the token endpoint knows besides the emulator's own endpoint: the ARM audiences of the
+# clouds azure-identity and az know (a --cloud mistake is then refused by ARM with
+# InvalidAuthenticationTokenAudience, the step where a user can see which audience was wrong).
+KNOWN_RESOURCES = ARM_AUDIENCES + (
+    "https://management.chinacloudapi.cn", "https://management.core.chinacloudapi.cn",
+    "https://management.usgovcloudapi.net", "https://management.core.usgovcloudapi.net",
+)
+# What App Service's identity endpoint answers for a resource Entra ID does not know (it wraps
+# AADSTS500011 into a vague 500; MSAL's managed_identity.py notes "wrong resource ends up with a
+# vague statusCode=500"; body as quoted in azure-sdk-for-net#44685).
+UNKNOWN_RESOURCE_MESSAGE = "An unexpected error occured while fetching the AAD Token."
 
 
 IDENTITY_CLIENT_ID = "00000000-0000-0000-0000-00000000c1d0"
+
+
+def normalise_audience(value: str) -> str:
+    """An audience as ARM compares it: case-insensitive, with or without a trailing slash."""
+    return value.strip().rstrip("/").lower()
+
+
+def endpoint_aliases(url: str) -> Tuple[str, ...]:
+    """The emulator's own endpoint URL as a token audience, under each loopback host name a client
+    may have been given (127.0.0.1, localhost)."""
+    parts = urlsplit(url)
+    port = f":{parts.port}" if parts.port else ""
+    hosts = {parts.hostname or ""}
+    if hosts & {"127.0.0.1", "localhost"}:
+        hosts |= {"127.0.0.1", "localhost"}
+    return tuple(sorted(f"{parts.scheme}://{host}{port}" for host in hosts))
 
 
 def _b64(data: bytes) -> str:
@@ -77,6 +107,18 @@ class TokenEndpoint:
         self._key = secrets.token_bytes(32)
         self._lock = threading.Lock()
         self.recently_issued: Deque[str] = deque(maxlen=256)  # tests check tokens never reach output
+        # Resources a token is issued for (normalised); others get App Service's 500, as a real
+        # managed identity refuses a resource Entra ID does not know.
+        self.resources: Set[str] = {normalise_audience(r) for r in KNOWN_RESOURCES}
+
+    def allow_resources(self, resources: Iterable[str]) -> None:
+        """Issue tokens for these resources too (the ARM emulator's own URL, once it listens)."""
+        with self._lock:
+            self.resources |= {normalise_audience(r) for r in resources}
+
+    def knows(self, resource: str) -> bool:
+        with self._lock:
+            return normalise_audience(resource) in self.resources
 
     @property
     def issuer(self) -> str:
@@ -124,7 +166,7 @@ class TokenEndpoint:
         if not isinstance(claims.get("nbf"), int) or claims["nbf"] > now:
             return "InvalidAuthenticationToken"
         audience = str(claims.get("aud", ""))
-        if audience.rstrip("/").lower() not in {a.rstrip("/").lower() for a in audiences}:
+        if normalise_audience(audience) not in {normalise_audience(a) for a in audiences}:
             return "InvalidAuthenticationTokenAudience"
         return None
 
@@ -142,6 +184,9 @@ class TokenEndpoint:
         resource = request.param("resource")
         if not resource:
             return Response.json(400, {"statusCode": 400, "message": "resource is required."})
+        if not self.knows(resource):
+            return Response.json(500, {"statusCode": 500, "message": UNKNOWN_RESOURCE_MESSAGE,
+                                       "correlationId": str(uuid.uuid4())})
         token = self.issue(resource)
         return Response.json(200, {
             "access_token": token,
