@@ -352,12 +352,12 @@ class ArmEmulator:
     def _resource_groups_get(self, request: Request, api_version: str, sub: str) -> Response:
         if not self.state.has_subscription(sub):
             raise _refuse(404, "SubscriptionNotFound", f"The subscription '{sub}' could not be found.")
-        return self._page(request, api_version, lambda: self.state.resource_groups(sub), render.resource_group)
+        return self._page(request, api_version, lambda: self.state.resource_groups(sub), shapes.resource_group)
 
     def _resource_group_get(self, request: Request, api_version: str, sub: str, rg: str) -> Response:
         record = self._resource_group_record(sub, rg)
         with self.state.lock:
-            return Response.json(200, render.resource_group(record))
+            return Response.json(200, shapes.resource_group(record))
 
     def _resource_group_head(self, request: Request, api_version: str, sub: str, rg: str) -> Response:
         """ResourceGroups_CheckExistence: 204 when the group exists, 404 (no body) when not."""
