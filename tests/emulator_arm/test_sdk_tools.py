@@ -10,7 +10,7 @@ from typing import Any, Iterator
 import pytest
 import requests
 
-from vmss_terminate.control.client import allow_loopback_http_policy
+from vmss_terminate.control.pipeline import allow_loopback_http_policy
 from vmss_terminate.emulator.arm.app import ArmServers, ArmState
 from vmss_terminate.emulator.arm.token import UNKNOWN_RESOURCE_MESSAGE, decode_claims
 
