@@ -36,7 +36,7 @@ COMMANDS = {
     "agent": Lazy("vmss_terminate.commands.agent", "agent_group",
                   "The in-VM agent: drain hooks, then approve this VM's Terminate event."),
     "emulator": Lazy("vmss_terminate.commands.emulator", "emulator",
-                     "Run a local emulator of an Azure endpoint (for testing hooks and pipelines)."),
+                     "Run a local emulator of an Azure endpoint or the Kubernetes API (for testing hooks and pipelines)."),
     "render": Lazy("vmss_terminate.commands.iac", "render_command",
                    "Print a snippet to paste into your own template or pipeline."),
     "status": Lazy(_CONTROL, "status_command", "Show orchestration mode, upgrade policy, the terminate-notification "

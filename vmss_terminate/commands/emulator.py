@@ -1,7 +1,8 @@
-"""`vmss-terminate emulator imds|arm`: run a local emulator in the foreground.
+"""`vmss-terminate emulator imds|kube|arm`: run a local emulator in the foreground.
 
-The IMDS emulator is stdlib and comes with the lean install (to try hooks on any machine); the ARM
-emulator is part of the `[control]` extra, like the control plane it stands in front of.
+The IMDS and Kubernetes emulators are stdlib and come with the lean install (to try hooks and the
+node drain on any machine); the ARM emulator is part of the `[control]` extra, like the control
+plane it stands in front of.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from vmss_terminate.extras import CONTROL
 COMMANDS = {
     "imds": Lazy("vmss_terminate.commands.emulator_imds", "imds_command",
                  "Run a local IMDS (scheduled events + instance metadata) until Ctrl-C."),
+    "kube": Lazy("vmss_terminate.commands.emulator_kube", "kube_command",
+                 "Serve a local Kubernetes API (nodes, pods, evictions, PodDisruptionBudgets) until Ctrl-C."),
     "arm": Lazy("vmss_terminate.commands.emulator_arm", "arm_command",
                 "Serve a local Azure Resource Manager for scale sets, plus a token endpoint for "
                 "DefaultAzureCredential (App Service managed identity).", CONTROL),
@@ -22,4 +25,4 @@ COMMANDS = {
 
 @click.group(cls=LazyGroup, lazy=COMMANDS)
 def emulator() -> None:
-    """Run a local emulator of an Azure endpoint (for testing hooks and pipelines)."""
+    """Run a local emulator of an Azure endpoint or the Kubernetes API (for testing hooks and pipelines)."""

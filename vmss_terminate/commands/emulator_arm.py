@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import json
 import re
-import ssl
 from pathlib import Path
 from typing import TYPE_CHECKING, Dict, Optional, Tuple
 
 import click
 
 from vmss_terminate.commands.foreground import Foreground
-from vmss_terminate.commands.options import fault_option, int_range
+from vmss_terminate.commands.options import fault_option, int_range, tls_server_context
 from vmss_terminate.emulator.faults import Fault
 from vmss_terminate.errors import UsageError
 
@@ -61,19 +60,6 @@ def _load_state(seed: Optional[Path], page_size: Optional[int], generate: Option
     return state
 
 
-def _tls_context(cert: Optional[Path], key: Optional[Path]) -> Optional[ssl.SSLContext]:
-    if cert is None:
-        if key is not None:
-            raise UsageError("--tls-key needs --tls-cert")
-        return None
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    try:
-        context.load_cert_chain(str(cert), str(key) if key else None)
-    except (OSError, ssl.SSLError) as exc:
-        raise UsageError(f"cannot load TLS certificate {str(cert)!r}: {exc}") from None
-    return context
-
-
 @click.command("arm")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on (both servers).")
 @click.option("--port", default=0, type=int_range("port", 0, 65535), help="ARM port (0: pick a free one).")
@@ -113,7 +99,7 @@ def arm_command(host: str, port: int, token_port: int, seed: Optional[Path], pag
     from vmss_terminate.emulator.arm.app import start_arm
 
     state = _load_state(seed, page_size, generate, quotas)
-    context = _tls_context(tls_cert, tls_key)
+    context = tls_server_context(tls_cert, tls_key)
     with Foreground() as foreground:  # before start: a SIGTERM during start-up still stops the servers
         try:
             servers = start_arm(state, host=host, port=port, token_port=token_port, ssl_context=context,

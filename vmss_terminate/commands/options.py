@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ssl
+from pathlib import Path
 from typing import Any, Callable, Optional, Tuple, Type
 
 import click
@@ -66,3 +68,18 @@ fault_option = click.option(
     "--fault", "faults", type=FAULT, multiple=True, metavar="SPEC",
     help=f"Inject a fault (repeatable; also POST /emulator/faults while it runs): {FAULT_SPEC_HELP}.",
 )
+
+
+def tls_server_context(cert: Optional[Path], key: Optional[Path]) -> Optional[ssl.SSLContext]:
+    """`--tls-cert/--tls-key` of an emulator -> a server context (None: plain http); a key without
+    a certificate or an unloadable certificate is bad input."""
+    if cert is None:
+        if key is not None:
+            raise UsageError("--tls-key needs --tls-cert")
+        return None
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    try:
+        context.load_cert_chain(str(cert), str(key) if key else None)
+    except (OSError, ssl.SSLError) as exc:
+        raise UsageError(f"cannot load TLS certificate {str(cert)!r}: {exc}") from None
+    return context

@@ -1,0 +1,280 @@
+"""The emulator's REST API over real HTTP: Status bodies, selectors, patches, resource versions, the
+Eviction subresource's PodDisruptionBudget arithmetic and the pod life cycle on a manual clock."""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Optional
+
+import pytest
+import requests
+
+from vmss_terminate.clock import ManualClock
+from vmss_terminate.emulator.kube import NEW_EVENTS, NODES, PODS, KubeServers, KubeState
+
+Json = Dict[str, Any]
+
+
+def _url(api: requests.Session, path: str) -> str:
+    return api.base + path  # type: ignore[attr-defined]
+
+
+def _evict(api: requests.Session, name: str, namespace: str = "default", **options: Any) -> requests.Response:
+    body: Json = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": namespace}}
+    if options:
+        body["deleteOptions"] = options
+    return api.post(_url(api, f"/api/v1/namespaces/{namespace}/pods/{name}/eviction"), json=body, timeout=5)
+
+
+def _web(state: KubeState, replicas: int = 3, node: str = "n1", grace: int = 30) -> None:
+    state.add_node(node)
+    state.add_replicaset("web", replicas, labels={"app": "web"})
+    for index in range(replicas):
+        state.add_pod(f"web-{index}", node, labels={"app": "web"}, owner="ReplicaSet/web", grace=grace)
+
+
+def test_unknown_pod_is_a_not_found_status(api: requests.Session) -> None:
+    answer = api.get(_url(api, "/api/v1/namespaces/default/pods/nope"), timeout=5)
+    assert answer.status_code == 404
+    assert answer.json() == {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                             "message": 'pods "nope" not found', "reason": "NotFound",
+                             "details": {"name": "nope", "kind": "pods"}, "code": 404}
+
+
+def test_a_request_without_the_token_is_unauthorized(kube: KubeServers) -> None:
+    answer = requests.get(kube.url + "/api/v1/nodes", timeout=5)
+    assert answer.status_code == 401
+    assert answer.json()["reason"] == "Unauthorized"
+    assert requests.get(kube.url + "/version", timeout=5).json()["gitVersion"] == "v1.32.0"
+
+
+def test_discovery_names_the_eviction_subresource_as_policy_v1(api: requests.Session) -> None:
+    resources = api.get(_url(api, "/api/v1"), timeout=5).json()["resources"]
+    eviction = next(r for r in resources if r["name"] == "pods/eviction")
+    assert (eviction["group"], eviction["version"], eviction["kind"], eviction["verbs"]) == \
+        ("policy", "v1", "Eviction", ["create"])
+    groups = {g["name"] for g in api.get(_url(api, "/apis"), timeout=5).json()["groups"]}
+    assert {"apps", "policy", "events.k8s.io", "rbac.authorization.k8s.io"} <= groups
+
+
+def test_lists_filter_by_field_and_label_selectors(api: requests.Session, state: KubeState) -> None:
+    for node in ("n1", "n2"):
+        state.add_node(node)
+    state.add_pod("a", "n1", labels={"app": "web", "tier": "front"})
+    state.add_pod("b", "n1", labels={"app": "db"})
+    state.add_pod("c", "n2", labels={"app": "web"})
+
+    def names(**params: str) -> list:
+        answer = api.get(_url(api, "/api/v1/pods"), params=params, timeout=5)
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["kind"] == "PodList"
+        return [item["metadata"]["name"] for item in answer.json()["items"]]
+
+    assert names(fieldSelector="spec.nodeName=n1") == ["a", "b"]
+    assert names(fieldSelector="spec.nodeName!=n1") == ["c"]
+    assert names(labelSelector="app=web") == ["a", "c"]
+    assert names(labelSelector="app in (web,db),!tier") == ["b", "c"]
+    assert names(fieldSelector="spec.nodeName=n1", labelSelector="app=web") == ["a"]
+    bad = api.get(_url(api, "/api/v1/pods"), params={"fieldSelector": "spec.color=red"}, timeout=5)
+    assert (bad.status_code, bad.json()["reason"]) == (400, "BadRequest")
+    unschedulable = api.get(_url(api, "/api/v1/nodes"), params={"fieldSelector": "spec.unschedulable=false"}, timeout=5)
+    assert [n["metadata"]["name"] for n in unschedulable.json()["items"]] == ["n1", "n2"]
+
+
+def test_list_pages_with_limit_and_continue(api: requests.Session, state: KubeState) -> None:
+    for index in range(5):
+        state.add_node(f"n{index}")
+    first = api.get(_url(api, "/api/v1/nodes"), params={"limit": "2"}, timeout=5).json()
+    assert [n["metadata"]["name"] for n in first["items"]] == ["n0", "n1"]
+    rest = api.get(_url(api, "/api/v1/nodes"), params={"limit": "10", "continue": first["metadata"]["continue"]},
+                   timeout=5).json()
+    assert [n["metadata"]["name"] for n in rest["items"]] == ["n2", "n3", "n4"]
+    assert "continue" not in rest["metadata"]
+
+
+@pytest.mark.parametrize("content_type, patch", [
+    ("application/strategic-merge-patch+json", {"spec": {"unschedulable": True, "taints": [
+        {"key": "vmss-terminate/terminating", "value": "true", "effect": "NoSchedule"}]}}),
+    ("application/merge-patch+json", {"spec": {"unschedulable": True, "taints": [
+        {"key": "vmss-terminate/terminating", "value": "true", "effect": "NoSchedule"}]}}),
+    ("application/json-patch+json", [{"op": "add", "path": "/spec/unschedulable", "value": True},
+                                     {"op": "add", "path": "/spec/taints", "value": [
+                                         {"key": "vmss-terminate/terminating", "value": "true",
+                                          "effect": "NoSchedule"}]}]),
+])
+def test_node_patches_cordon_and_taint(api: requests.Session, state: KubeState, content_type: str, patch: Any) -> None:
+    before = state.add_node("n1")
+    answer = api.patch(_url(api, "/api/v1/nodes/n1"), json=patch, headers={"Content-Type": content_type}, timeout=5)
+    assert answer.status_code == 200, answer.text
+    node = answer.json()
+    assert node["spec"]["unschedulable"] is True
+    assert node["spec"]["taints"] == [{"key": "vmss-terminate/terminating", "value": "true", "effect": "NoSchedule"}]
+    assert int(node["metadata"]["resourceVersion"]) > int(before["metadata"]["resourceVersion"])
+    assert node["metadata"]["uid"] == before["metadata"]["uid"]
+    assert node["status"] == before["status"]  # the main resource never changes status
+
+
+def test_strategic_merge_null_removes_and_a_bad_taint_is_invalid(api: requests.Session, state: KubeState) -> None:
+    state.add_node("n1", unschedulable=True)
+    smp = {"Content-Type": "application/strategic-merge-patch+json"}
+    answer = api.patch(_url(api, "/api/v1/nodes/n1"), json={"spec": {"unschedulable": None}}, headers=smp, timeout=5)
+    assert "unschedulable" not in answer.json()["spec"]
+    bad = api.patch(_url(api, "/api/v1/nodes/n1"), json={"spec": {"taints": [{"key": "k", "effect": "Sometimes"}]}},
+                    headers=smp, timeout=5)
+    assert (bad.status_code, bad.json()["reason"]) == (422, "Invalid")
+    apply = api.patch(_url(api, "/api/v1/nodes/n1"), data="spec: {}", timeout=5,
+                      headers={"Content-Type": "application/apply-patch+yaml"})
+    assert apply.status_code == 415
+
+
+def test_put_with_a_stale_resource_version_conflicts(api: requests.Session, state: KubeState) -> None:
+    node = state.add_node("n1")
+    state.patch(NODES, "", "n1", "application/merge-patch+json", {"metadata": {"labels": {"x": "y"}}})
+    node["spec"]["unschedulable"] = True
+    answer = api.put(_url(api, "/api/v1/nodes/n1"), json=node, timeout=5)
+    assert (answer.status_code, answer.json()["reason"]) == (409, "Conflict")
+    fresh = state.get(NODES, "", "n1")
+    fresh["spec"]["unschedulable"] = True
+    assert api.put(_url(api, "/api/v1/nodes/n1"), json=fresh, timeout=5).json()["spec"]["unschedulable"] is True
+
+
+def test_eviction_without_a_budget_is_allowed_and_the_pod_leaves_after_its_grace_period(
+        api: requests.Session, state: KubeState, clock: ManualClock) -> None:
+    state.add_node("n1")
+    uid = state.add_pod("solo", "n1", grace=20)["metadata"]["uid"]
+    answer = _evict(api, "solo")
+    assert answer.status_code == 200
+    assert answer.json() == {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 200}
+    pod = api.get(_url(api, "/api/v1/namespaces/default/pods/solo"), timeout=5).json()
+    assert pod["metadata"]["deletionGracePeriodSeconds"] == 20 and pod["metadata"]["deletionTimestamp"]
+    clock.advance(19)
+    assert api.get(_url(api, "/api/v1/namespaces/default/pods/solo"), timeout=5).status_code == 200
+    clock.advance(1)
+    assert api.get(_url(api, "/api/v1/namespaces/default/pods/solo"), timeout=5).status_code == 404
+    assert [(r.name, r.uid) for r in state.removals] == [("solo", uid)]
+
+
+def test_eviction_grace_period_option_overrides_the_pods(api: requests.Session, state: KubeState) -> None:
+    state.add_node("n1")
+    state.add_pod("solo", "n1", grace=600)
+    assert _evict(api, "solo", gracePeriodSeconds=0).status_code == 200
+    assert state.find(PODS, "default", "solo") is None
+
+
+def _budget_answer(api: requests.Session, state: KubeState, **spec: Any) -> requests.Response:
+    _web(state, replicas=3)
+    state.add_pdb("web", selector={"app": "web"}, **spec)
+    return _evict(api, "web-0")
+
+
+@pytest.mark.parametrize("spec, allowed", [
+    ({"min_available": 2}, True), ({"min_available": 3}, False),
+    ({"min_available": "60%"}, True),   # ceil(1.8) = 2 of 3
+    ({"min_available": "67%"}, False),  # ceil(2.01) = 3 of 3
+    ({"max_unavailable": 1}, True), ({"max_unavailable": 0}, False),
+    ({"max_unavailable": "10%"}, True),  # rounded up to 1
+    ({"max_unavailable": "0%"}, False),
+])
+def test_budget_arithmetic(api: requests.Session, state: KubeState, spec: Dict[str, Any], allowed: bool) -> None:
+    answer = _budget_answer(api, state, **spec)
+    assert answer.status_code == (200 if allowed else 429), answer.text
+
+
+def test_a_refused_eviction_has_the_api_servers_status_body(api: requests.Session, state: KubeState) -> None:
+    answer = _budget_answer(api, state, min_available=3)
+    assert answer.status_code == 429
+    assert answer.json() == {
+        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+        "message": "Cannot evict pod as it would violate the pod's disruption budget.",
+        "reason": "TooManyRequests",
+        "details": {"causes": [{"reason": "DisruptionBudget",
+                                "message": "The disruption budget web needs 3 healthy pods and has 3 currently"}]},
+        "code": 429}
+    assert state.find(PODS, "default", "web-0")["metadata"].get("deletionTimestamp") is None
+
+
+def test_the_budget_counts_terminating_pods_as_disrupted_until_replaced(
+        api: requests.Session, state: KubeState, clock: ManualClock) -> None:
+    _web(state, replicas=2, grace=10)
+    state.add_node("n2")
+    state.add_pdb("web", selector={"app": "web"}, max_unavailable=1)
+    assert _evict(api, "web-0").status_code == 200
+    assert _evict(api, "web-1").status_code == 429
+    pdb = api.get(_url(api, "/apis/policy/v1/namespaces/default/poddisruptionbudgets/web"), timeout=5).json()
+    assert (pdb["status"]["currentHealthy"], pdb["status"]["desiredHealthy"], pdb["status"]["disruptionsAllowed"],
+            pdb["status"]["expectedPods"]) == (1, 1, 0, 2)
+    assert list(pdb["status"]["disruptedPods"]) == ["web-0"]
+    clock.advance(10)  # web-0 leaves; the ReplicaSet's replacement runs on n2
+    assert _evict(api, "web-1").status_code == 200
+
+
+def test_two_budgets_over_one_pod_are_a_500(api: requests.Session, state: KubeState) -> None:
+    _web(state)
+    state.add_pdb("one", selector={"app": "web"}, min_available=1)
+    state.add_pdb("two", selector={"app": "web"}, max_unavailable=1)
+    answer = _evict(api, "web-0")
+    assert (answer.status_code, answer.json()["reason"]) == (500, "InternalError")
+    assert "more than one PodDisruptionBudget" in answer.json()["message"]
+
+
+def test_evicting_an_unknown_pod_is_404_and_a_wrong_uid_409(api: requests.Session, state: KubeState) -> None:
+    state.add_node("n1")
+    state.add_pod("p", "n1")
+    assert _evict(api, "ghost").status_code == 404
+    answer = _evict(api, "p", preconditions={"uid": "00000000-0000-0000-0000-000000000000"})
+    assert (answer.status_code, answer.json()["reason"]) == (409, "Conflict")
+
+
+def test_a_statefulset_pod_comes_back_under_its_name_with_a_new_uid(
+        api: requests.Session, state: KubeState, clock: ManualClock) -> None:
+    state.add_node("n1")
+    state.add_node("n2")
+    old = state.add_pod("db-0", "n1", owner="StatefulSet/db", grace=5)
+    assert _evict(api, "db-0").status_code == 200
+    clock.advance(5)
+    new = api.get(_url(api, "/api/v1/namespaces/default/pods/db-0"), timeout=5).json()
+    assert new["metadata"]["uid"] != old["metadata"]["uid"]
+    assert new["spec"]["nodeName"] == "n1"  # n1 was never cordoned here
+    state.patch(NODES, "", "n1", "application/merge-patch+json", {"spec": {"unschedulable": True}})
+    assert _evict(api, "db-0").status_code == 200
+    clock.advance(5)
+    assert state.get(PODS, "default", "db-0")["spec"]["nodeName"] == "n2"
+
+
+def test_unhealthy_pods_may_go_while_the_budget_is_met(api: requests.Session, state: KubeState) -> None:
+    _web(state, replicas=3)
+    state.add_pod("web-sick", "n1", labels={"app": "web"}, owner="ReplicaSet/web", ready=False)
+    state.add_pdb("web", selector={"app": "web"}, min_available=3)
+    assert _evict(api, "web-sick").status_code == 200  # 3 healthy >= 3 desired
+    assert _evict(api, "web-0").status_code == 429
+
+
+def _event(**overrides: Optional[str]) -> Json:
+    event: Json = {"apiVersion": "events.k8s.io/v1", "kind": "Event",
+                   "metadata": {"generateName": "vmss000000."},
+                   "eventTime": "2026-11-24T07:00:00.000000Z", "reportingController": "vmss-terminate",
+                   "reportingInstance": "vmss-terminate-vmss000000", "action": "Drain", "reason": "TerminateNotice",
+                   "type": "Normal", "note": "Terminate event X, NotBefore ...",
+                   "regarding": {"kind": "Node", "name": "vmss000000", "apiVersion": "v1"}}
+    event.update(overrides)
+    return {k: v for k, v in event.items() if v is not None}
+
+
+def test_events_are_created_and_validated(api: requests.Session, state: KubeState) -> None:
+    url = _url(api, "/apis/events.k8s.io/v1/namespaces/default/events")
+    created = api.post(url, json=_event(), timeout=5)
+    assert created.status_code == 201, created.text
+    assert created.json()["metadata"]["name"].startswith("vmss000000.")
+    assert [e["reason"] for e in state.list(NEW_EVENTS)] == ["TerminateNotice"]
+    missing = api.post(url, json=_event(reportingController=None), timeout=5)
+    assert (missing.status_code, missing.json()["reason"]) == (422, "Invalid")
+    assert api.post(_url(api, "/api/v1/namespaces/default/events"), timeout=5, json={
+        "metadata": {"name": "e1"}, "reason": "TerminateNotice", "message": "m",
+        "involvedObject": {"kind": "Node", "name": "vmss000000"}}).status_code == 201
+    assert api.post(_url(api, "/apis/events.k8s.io/v1/namespaces/nowhere/events"), json=_event(),
+                    timeout=5).status_code == 404
+
+
+def test_watch_is_refused_plainly(api: requests.Session) -> None:
+    answer = api.get(_url(api, "/api/v1/pods"), params={"watch": "true"}, timeout=5)
+    assert answer.status_code == 405
+    assert "watch is not supported" in answer.json()["message"]

@@ -1,0 +1,103 @@
+"""`vmss-terminate emulator kube` in the foreground (kubectl uses the kubeconfig it writes), and the
+seed format (Kubernetes objects or the shorthand)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Dict, List
+
+import pytest
+from helpers import interrupt, invoke_cli
+
+from vmss_terminate.cli import main
+from vmss_terminate.emulator.kube import DAEMON_SETS, NODES, PDBS, PODS, KubeState, load_seed
+
+from .conftest import KUBECTL, needs_kubectl
+
+SEED: Dict[str, Any] = {
+    "nodes": [{"name": "vmss000000", "providerID": "azure:///subscriptions/s/resourceGroups/rg/providers/"
+                                                  "Microsoft.Compute/virtualMachineScaleSets/vmss/virtualMachines/0"}],
+    "daemonSets": [{"name": "log-agent", "namespace": "kube-system"}],
+    "replicaSets": [{"name": "web", "replicas": 2, "labels": {"app": "web"}}],
+    "pods": [{"name": "web-1", "node": "vmss000000", "labels": {"app": "web"}, "owner": "ReplicaSet/web", "grace": 0},
+             {"name": "log-agent-1", "node": "vmss000000", "namespace": "kube-system", "owner": "DaemonSet/log-agent"}],
+    "podDisruptionBudgets": [{"name": "web", "selector": {"app": "web"}, "minAvailable": 1}],
+}
+
+
+def test_shorthand_seed_builds_the_cluster() -> None:
+    state = KubeState()
+    load_seed(state, SEED)
+    node = state.get(NODES, "", "vmss000000")
+    assert node["spec"]["providerID"].endswith("/virtualMachines/0")
+    pod = state.get(PODS, "kube-system", "log-agent-1")
+    owner = pod["metadata"]["ownerReferences"][0]
+    assert (owner["kind"], owner["uid"]) == ("DaemonSet",
+                                             state.get(DAEMON_SETS, "kube-system", "log-agent")["metadata"]["uid"])
+    assert state.get(PDBS, "default", "web")["status"]["disruptionsAllowed"] == 0  # 1 healthy of minAvailable 1
+
+
+def test_kubectl_json_objects_seed_round_trips() -> None:
+    source = KubeState()
+    load_seed(source, SEED)
+    objects = [dict(obj) for kind in (NODES, DAEMON_SETS, PODS, PDBS) for obj in source.list(kind)]
+    copy = KubeState()
+    load_seed(copy, {"apiVersion": "v1", "kind": "List", "items": objects})
+    assert [p["metadata"]["name"] for p in copy.list(PODS)] == [p["metadata"]["name"] for p in source.list(PODS)]
+
+
+@pytest.mark.parametrize("seed, message", [
+    ({"nodez": []}, "unknown seed keys: nodez"),
+    ({"pods": [{"name": "p", "nod": "x"}]}, "unknown keys nod"),
+    ({"items": [{"apiVersion": "v9", "kind": "Gadget", "metadata": {"name": "g"}}]}, "does not serve v9 Gadget"),
+])
+def test_bad_seeds_are_refused(seed: Dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        load_seed(KubeState(), seed)
+
+
+def test_cli_refuses_a_bad_seed_and_a_key_without_a_certificate(tmp_path: Path) -> None:
+    bad = tmp_path / "seed.json"
+    bad.write_text(json.dumps({"nodez": []}))
+    result = invoke_cli(main, ["emulator", "kube", "--seed", str(bad)])
+    assert result.exit_code == 2 and "invalid seed" in result.output
+    result = invoke_cli(main, ["emulator", "kube", "--tls-key", str(bad)])
+    assert result.exit_code == 2 and "--tls-key needs --tls-cert" in result.output
+
+
+def _read_json(proc: "subprocess.Popen[str]") -> Dict[str, Any]:
+    lines: List[str] = []
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        lines.append(line)
+        try:
+            return json.loads("".join(lines))
+        except ValueError:
+            continue
+    raise AssertionError(f"no JSON document: {''.join(lines)}")
+
+
+@needs_kubectl
+def test_cli_serves_in_the_foreground_for_kubectl(tmp_path: Path) -> None:
+    seed = tmp_path / "seed.json"
+    seed.write_text(json.dumps(SEED))
+    kubeconfig = tmp_path / "kubeconfig"
+    env = {k: v for k, v in os.environ.items() if "PROXY" not in k.upper() and not k.startswith("KUBE")}
+    proc = subprocess.Popen([sys.executable, "-m", "vmss_terminate", "emulator", "kube", "--seed", str(seed),
+                             "--kubeconfig-out", str(kubeconfig), "-o", "json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        started = _read_json(proc)
+        assert started["url"].startswith("http://127.0.0.1:") and started["kubeconfig"] == str(kubeconfig)
+        assert oct(kubeconfig.stat().st_mode & 0o777) == "0o600"
+        result = subprocess.run([str(KUBECTL), "--kubeconfig", str(kubeconfig), "--cache-dir", str(tmp_path / "cache"),
+                                 "get", "nodes", "-o", "name"], capture_output=True, text=True, timeout=60,
+                                env=dict(env, HOME=str(tmp_path)))
+        assert (result.returncode, result.stdout.split()) == (0, ["node/vmss000000"]), result.stderr
+    finally:
+        code = interrupt(proc)
+    assert code == 0
