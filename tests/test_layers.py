@@ -51,7 +51,7 @@ LAYERS: Dict[str, Tuple[str, ...]] = {
     "cli.py": ("commands/", SHARED, "click"),
     "commands/": ("sandbox/", "fleet/", "iac/", "control/", "emulator/arm/", "emulator/imds/", "emulator/kube/",
                   "emulator/", "agent/", SHARED, "click"),
-    "sandbox/": ("control/", "emulator/arm/", "emulator/imds/", "emulator/", "agent/", SHARED),
+    "sandbox/": ("control/", "emulator/arm/", "emulator/imds/", "emulator/kube/", "emulator/", "agent/", SHARED),
     "fleet/": ("control/", SHARED, "azure"),
     "iac/": ("control/body.py", SHARED),
     "control/": (SHARED, "azure"),
