@@ -32,7 +32,16 @@ format are in `launch.py`. The kinds served are listed in `kinds.py`.
 
 from vmss_terminate.emulator.kube.app import KubeEmulator
 from vmss_terminate.emulator.kube.kinds import (
-    DAEMON_SETS, EVENTS, NAMESPACES, NEW_EVENTS, NODES, PDBS, PODS, REPLICA_SETS, STATEFUL_SETS, Kind,
+    DAEMON_SETS,
+    EVENTS,
+    NAMESPACES,
+    NEW_EVENTS,
+    NODES,
+    PDBS,
+    PODS,
+    REPLICA_SETS,
+    STATEFUL_SETS,
+    Kind,
 )
 from vmss_terminate.emulator.kube.launch import KubeServers, kubeconfig, load_seed, start_kube
 from vmss_terminate.emulator.kube.state import EvictionRecord, KubeState, Removal

@@ -38,7 +38,12 @@ from vmss_terminate.emulator.kube.patch import PATCH_TYPES
 from vmss_terminate.emulator.kube.selectors import SelectorError, parse_field_selector, parse_label_selector
 from vmss_terminate.emulator.kube.state import KubeState
 from vmss_terminate.emulator.kube.status import (
-    ApiError, bad_request, method_not_allowed, success, unauthorized, unsupported_media_type,
+    ApiError,
+    bad_request,
+    method_not_allowed,
+    success,
+    unauthorized,
+    unsupported_media_type,
 )
 from vmss_terminate.emulator.routes import Route, match_route, path_params, path_pattern
 from vmss_terminate.emulator.server import Request, Response

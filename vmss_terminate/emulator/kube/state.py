@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import copy
 import random
-import string
 import threading
 import time
 import uuid
@@ -32,13 +31,30 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 from vmss_terminate.clock import SYSTEM_CLOCK, Clock, wait_until
 from vmss_terminate.emulator.kube import disruption
 from vmss_terminate.emulator.kube.kinds import (
-    DAEMON_SETS, DEPLOYMENTS, EVENTS, KINDS, NAMESPACES, NEW_EVENTS, NODES, PDBS, PODS, REPLICA_SETS,
-    STATEFUL_SETS, Kind, kind_named,
+    DAEMON_SETS,
+    DEPLOYMENTS,
+    EVENTS,
+    KINDS,
+    NAMESPACES,
+    NEW_EVENTS,
+    NODES,
+    PDBS,
+    PODS,
+    REPLICA_SETS,
+    STATEFUL_SETS,
+    Kind,
+    kind_named,
 )
 from vmss_terminate.emulator.kube.patch import PatchError, apply_patch
 from vmss_terminate.emulator.kube.selectors import label_selector_matcher
 from vmss_terminate.emulator.kube.status import (
-    ApiError, already_exists, bad_request, conflict, invalid, not_found, unsupported_media_type,
+    ApiError,
+    already_exists,
+    bad_request,
+    conflict,
+    invalid,
+    not_found,
+    unsupported_media_type,
 )
 
 Obj = Dict[str, Any]
