@@ -21,7 +21,7 @@ from vmss_terminate.emulator.arm.token import ARM_AUDIENCES
 
 from .conftest import AzWorld
 
-pytestmark = [pytest.mark.az, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.az, pytest.mark.slow, pytest.mark.timeout(600)]
 
 SUB = "00000000-0000-0000-0000-000000000000"
 DISPLAY_NAME = "Emulated production"  # examples/seed.json

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import struct
 import threading
@@ -58,8 +59,11 @@ def resetting_server() -> Iterator[str]:
         yield f"http://127.0.0.1:{listener.getsockname()[1]}"
     finally:
         stop.set()
+        with contextlib.suppress(OSError):  # close() alone does not wake a thread blocked in accept()
+            listener.shutdown(socket.SHUT_RDWR)
         listener.close()
         thread.join(timeout=5)
+        assert not thread.is_alive(), "the resetting server did not stop"
 
 
 def test_connection_reset_is_reported_as_a_reset_not_as_cannot_connect(arm: ArmServers, resetting_server: str) -> None:

@@ -17,6 +17,7 @@ from vmss_terminate.sandbox.demo import BASE_DEADLINE_S, DemoOptions, max_speed
 pytestmark = pytest.mark.timeout(120)
 
 
+@pytest.mark.slow  # ~33 real seconds by design
 def test_demo_passes_at_the_slowest_speed_it_accepts() -> None:
     """Speed 1 needs ~33 real seconds (30 s of deletion alone): a fixed 30 s deadline always failed."""
     result = invoke_cli(main, ["demo", "--speed", "1", "--instances", "2", "--scale-in", "1", "-o", "json"])
