@@ -54,6 +54,15 @@ def _loopback_only(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(name, raising=False)
 
 
+@pytest.fixture
+def no_sockets(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The test opens no connection at all (an in-process transport carries its requests)."""
+    def refuse(self: socket.socket, address: Any) -> Any:
+        raise AssertionError(f"a connection to {address!r} was opened; this test must not use the network")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+
+
 @pytest.fixture(scope="session")
 def shared_arm() -> Iterator[Any]:
     """One ARM + token server pair for the session (stopping a server costs ~0.5 s); packages serve

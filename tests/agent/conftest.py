@@ -75,11 +75,12 @@ class Recorder:
                                                for d in items), timeout)
 
 
-def make_agent(url: str, clock: Any = None, **overrides: Any) -> Agent:
+def make_agent(url: str, clock: Any = None, transport: Any = None, **overrides: Any) -> Agent:
+    """An agent for tests; `transport` (e.g. an InProcessTransport) carries its IMDS requests instead of sockets."""
     options = dict(imds_url=url, state_file=":memory:", poll_interval=0.05, max_requests_per_second=200,
                    request_timeout=2.0, first_call_timeout=2.0, kill_grace=1.0, stop_grace=0.0)
     options.update(overrides)
-    return Agent(AgentConfig(**options), **({"clock": clock} if clock is not None else {}))
+    return Agent(AgentConfig(**options), transport=transport, **({"clock": clock} if clock is not None else {}))
 
 
 class Running:

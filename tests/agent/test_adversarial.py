@@ -10,11 +10,12 @@ from pathlib import Path
 from typing import Any, Dict, List
 
 import pytest
+from inprocess import InProcessTransport
 
 from vmss_terminate.agent import AgentConfig, ForeignEventError, ImdsClient, ImdsError, StateStore
 from vmss_terminate.agent.events import Event
 from vmss_terminate.clock import ManualClock
-from vmss_terminate.emulator.server import EmulatorServer, Request, Response
+from vmss_terminate.emulator.server import Request, Response
 from vmss_terminate.errors import UsageError
 
 from .conftest import VM, Imds, Recorder, Running, make_agent, run_cli
@@ -24,7 +25,7 @@ OTHER = "myvmss_30"
 
 class FixedImds:
     """Serves a hand-written Scheduled Events document (shapes the emulator refuses to produce)
-    over real HTTP and records every approval POST."""
+    and records every approval POST."""
 
     def __init__(self, events: List[Dict[str, Any]]) -> None:
         self.events = events
@@ -50,12 +51,12 @@ def terminate(event_id: str, resources: Any, **extra: Any) -> Dict[str, Any]:
 
 
 def run_once_against(events: List[Dict[str, Any]], **config: Any) -> "tuple[FixedImds, Recorder]":
+    """One agent pass over a hand-written document, carried in process (canned answers need no socket)."""
     app = FixedImds(events)
     decisions = Recorder()
-    with EmulatorServer(app) as server:
-        agent = make_agent(server.url, **config)
-        agent.subscribe(decisions)
-        agent.run_once(retry_for=2.0)
+    agent = make_agent("http://127.0.0.1:9", transport=InProcessTransport(app), **config)
+    agent.subscribe(decisions)
+    agent.run_once(retry_for=2.0)
     return app, decisions
 
 
@@ -249,14 +250,13 @@ class NestedImds(FixedImds):
         return super().handle(request)
 
 
-def test_absurdly_nested_json_is_a_malformed_answer_not_a_crash() -> None:
+def test_absurdly_nested_json_is_a_malformed_answer_not_a_crash(no_sockets: None) -> None:
     app = NestedImds([terminate("E1", [VM])], bad_answers=2)
-    with EmulatorServer(app) as server:
-        agent = make_agent(server.url)
-        agent.client.backoff_cap = 0.01
-        with Running(agent) as running:
-            assert running.decisions.wait_kind("approval_sent", "E1")
-        assert "imds_error" in running.decisions.kinds()
+    agent = make_agent("http://127.0.0.1:9", transport=InProcessTransport(app))
+    agent.client.backoff_cap = 0.01
+    with Running(agent) as running:
+        assert running.decisions.wait_kind("approval_sent", "E1")
+    assert "imds_error" in running.decisions.kinds()
     assert app.posts == [{"StartRequests": [{"EventId": "E1"}]}]
 
 

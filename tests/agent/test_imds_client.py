@@ -8,6 +8,7 @@ import time
 from typing import List
 
 import pytest
+from inprocess import InProcessTransport
 
 from vmss_terminate.agent.imds import (
     MAX_BODY_BYTES,
@@ -20,7 +21,7 @@ from vmss_terminate.agent.imds import (
 )
 from vmss_terminate.clock import ManualClock
 from vmss_terminate.emulator.imds.app import ImdsEmulator, PlacementGroup
-from vmss_terminate.emulator.server import EmulatorServer
+from vmss_terminate.emulator.server import EmulatorServer, Request, Response
 from vmss_terminate.errors import UsageError
 
 from .conftest import VM, Imds, make_agent
@@ -227,3 +228,47 @@ def test_a_connection_reset_is_reported_as_a_reset_not_as_cannot_connect(imds: I
     refused = ImdsClient("http://127.0.0.1:9", read_timeout=1.0, first_call_timeout=1.0)
     with pytest.raises(ImdsError, match="cannot connect"):
         refused.get_events(retry_for=0)
+
+
+class Canned:
+    """An IMDS that answers every request with one hand-written response."""
+
+    def __init__(self, answer: Response) -> None:
+        self.answer = answer
+
+    def handle(self, request: Request) -> Response:
+        return self.answer
+
+
+def test_an_injected_transport_carries_every_request_and_the_guard_and_headers_hold(no_sockets: None) -> None:
+    group = PlacementGroup(auto_start=False)
+    transport = InProcessTransport(ImdsEmulator(group, vm_name=VM, rate_limit=None))
+    c = ImdsClient("http://127.0.0.1:9", clock=RecordingClock(), max_per_second=100, transport=transport)
+    c._session.headers["X-Forwarded-For"] = "10.0.0.1"  # even if someone adds it, it never leaves
+    mine, other = group.add_event("Terminate", [VM]), group.add_event("Terminate", ["myvmss_30"])
+    assert c.vm_name() == VM
+    c.get_events()
+    with pytest.raises(ForeignEventError):
+        c.approve(other, VM)
+    c.approve(mine, VM)
+    assert [a.event_id for a in group.approvals if a.accepted] == [mine]
+    log = transport.log.all()
+    assert [r.method for r in log] == ["GET", "GET", "GET", "POST"]  # the guard re-reads right before the POST
+    for r in log:
+        headers = {k.lower(): v for k, v in r.headers.items()}
+        assert headers.get("metadata") == "true" and "x-forwarded-for" not in headers
+
+
+@pytest.mark.parametrize("answer, refusal", [
+    (Response(302, b"", {"Location": "http://127.0.0.1:9/evil"}), "redirects are never followed"),
+    (Response(200, b" " * (MAX_BODY_BYTES + 1), {"Content-Type": "application/json"}), "larger than"),
+    (Response(200, b"[" * 100000, {"Content-Type": "application/json"}), "malformed answer"),
+    (Response(0, reset=True), "connection reset"),
+])
+def test_the_clients_rules_hold_whatever_transport_carries_the_answer(no_sockets: None, answer: Response,
+                                                                      refusal: str) -> None:
+    transport = InProcessTransport(Canned(answer))
+    c = ImdsClient("http://127.0.0.1:9", clock=RecordingClock(), max_per_second=100, transport=transport)
+    with pytest.raises(ImdsError, match=refusal):
+        c.get_events(retry_for=0)
+    assert transport.log.count() == 1

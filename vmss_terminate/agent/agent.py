@@ -21,6 +21,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
+from requests.adapters import BaseAdapter
+
 from vmss_terminate.agent import decisions as D
 from vmss_terminate.agent import policy
 from vmss_terminate.agent.config import AgentConfig
@@ -52,13 +54,13 @@ class Agent:
     """The in-VM agent. `run(stop)` loops; `run_once()` handles what is visible now."""
 
     def __init__(self, config: AgentConfig, clock: Clock = SYSTEM_CLOCK,
-                 client: Optional[ImdsClient] = None) -> None:
+                 client: Optional[ImdsClient] = None, transport: Optional[BaseAdapter] = None) -> None:
         self.config = config.validated()
         self.clock = clock
         self.client = client or ImdsClient(
             self.config.imds_url, api_version=self.config.api_version, clock=clock,
             read_timeout=self.config.request_timeout, first_call_timeout=self.config.first_call_timeout,
-            max_per_second=self.config.max_requests_per_second,
+            max_per_second=self.config.max_requests_per_second, transport=transport,
         )
         self.bus = DecisionBus()
         self.state = StateStore(resolve_state_file(self.config.state_file))

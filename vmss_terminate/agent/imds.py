@@ -16,6 +16,11 @@ Rules that hold for every request, because IMDS and its docs demand them:
 - every answer (or failure) is told to `observers` as (method, endpoint, outcome): the agent's
   metrics count IMDS requests by outcome from it.
 
+The bytes travel through a `transport`, a requests adapter (`requests.adapters.BaseAdapter`): by
+default `_WatchedAdapter` (real sockets that `_Watch` can cut); a test or an embedding program may
+pass its own (e.g. the emulators' in-process transport, no socket at all). Every rule above is the
+client's, not the transport's, so it holds whatever transport carries the request.
+
 `api_version="latest"` asks IMDS which versions it serves (a request without api-version is
 answered 400 with `newest-versions`) and uses the newest that serves Scheduled Events.
 
@@ -38,9 +43,10 @@ import socket
 import threading
 import time
 from collections import deque
+from contextlib import contextmanager, nullcontext
 from datetime import datetime
 from email.utils import parsedate_to_datetime
-from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, ContextManager, Deque, Dict, Iterator, List, Optional, Sequence, Tuple
 from urllib.parse import urlsplit
 
 import requests
@@ -225,7 +231,7 @@ class ImdsClient:
         first_call_timeout: float = 130.0,
         max_per_second: int = 4,
         backoff_cap: float = 10.0,
-        session: Optional[requests.Session] = None,
+        transport: Optional[requests.adapters.BaseAdapter] = None,
         rng: Optional[random.Random] = None,
     ) -> None:
         self.base_url = resolve_imds_url(base_url)
@@ -237,9 +243,10 @@ class ImdsClient:
         self.backoff_cap = backoff_cap
         self.limiter = RateLimiter(limit=max_per_second, window=1.0)
         self._rng = rng or random.Random()
-        self._session = session or requests.Session()
-        for prefix in ("http://", "https://"):  # every request bounded in total and stoppable (_Watch)
-            self._session.mount(prefix, _WatchedAdapter())
+        self._transport = transport or _WatchedAdapter()
+        self._session = requests.Session()
+        for prefix in ("http://", "https://"):  # every request goes through the one transport
+            self._session.mount(prefix, self._transport)
         self._session.trust_env = False  # never a proxy from the environment, never .netrc
         self._session.proxies = {}
         self._session.headers.update({"Metadata": "true", "User-Agent": f"vmss-terminate/{__version__}"})
@@ -467,7 +474,7 @@ class ImdsClient:
                 del self._session.headers[name]
         self.limiter.acquire()
         total = self.connect_timeout + read_timeout
-        with _Watch(total, stop) as watch:
+        with _Watch(total, stop) as watch, self._watching(watch):
             try:
                 response = self._session.request(
                     method, self.base_url + path, params=params, data=body, headers=headers,
@@ -507,6 +514,13 @@ class ImdsClient:
             # RecursionError: absurdly nested JSON. One odd *entry* never gets here: EventsDocument
             # skips it and keeps the others.
             raise ImdsError(f"malformed answer: {_snippet(str(exc))}", status=status, outcome="malformed") from exc
+
+    def _watching(self, watch: "_Watch") -> ContextManager[None]:
+        """Lets the default transport tell `watch` the connection to cut; another transport's
+        request is still bounded (`raise_if_fired` after it), it just cannot be cut short."""
+        if isinstance(self._transport, _WatchedAdapter):
+            return self._transport.watching(watch)
+        return nullcontext()
 
     def _transport_error(self, exc: requests.RequestException) -> "ImdsError":
         """Name what went wrong on the wire: refused, reset, cut off and timed out are different faults."""
@@ -574,9 +588,6 @@ def _causes(exc: BaseException, depth: int = 0) -> List[BaseException]:
     return found
 
 
-_local = threading.local()
-
-
 class _Watch:
     """Aborts the request in flight on this thread when its total deadline passes or `stop` is set.
 
@@ -597,13 +608,11 @@ class _Watch:
         self._deadline = time.monotonic() + total
 
     def __enter__(self) -> "_Watch":
-        _local.watch = self
         threading.Thread(target=self._run, name="imds-watch", daemon=True).start()
         return self
 
     def __exit__(self, *exc: Any) -> None:
         self._done.set()
-        _local.watch = None
 
     def _run(self) -> None:
         while not self._done.wait(min(self._POLL, max(0.0, self._deadline - time.monotonic()))):
@@ -632,27 +641,45 @@ class _Watch:
 
 
 class _WatchedConnection(urllib3.connection.HTTPConnection):
-    """Tells the current thread's _Watch which connection carries its request."""
+    """Tells the _Watch of the request its thread is sending which connection carries it."""
+
+    watches: threading.local  # set per adapter (_WatchedAdapter.init_poolmanager)
 
     def request(self, *args: Any, **kwargs: Any) -> Any:
-        watch = getattr(_local, "watch", None)
+        watch = getattr(self.watches, "watch", None)
         if watch is not None:
             watch.connection = self
         return super().request(*args, **kwargs)
 
 
 class _WatchedHTTPSConnection(urllib3.connection.HTTPSConnection):
+    watches: threading.local
     request = _WatchedConnection.request
 
 
 class _WatchedAdapter(requests.adapters.HTTPAdapter):
-    """A requests adapter whose pools use the watched connection classes."""
+    """The default transport: real sockets, whose pools use the watched connection classes.
+    The request each thread is sending is this adapter's own state (no module-level state)."""
+
+    def __init__(self) -> None:
+        self._watches = threading.local()  # .watch: the _Watch of this thread's request in flight
+        super().__init__()  # calls init_poolmanager
+
+    @contextmanager
+    def watching(self, watch: _Watch) -> Iterator[None]:
+        self._watches.watch = watch
+        try:
+            yield
+        finally:
+            self._watches.watch = None
 
     def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
         super().init_poolmanager(*args, **kwargs)
-        http_pool = type("WatchedHTTPPool", (urllib3.HTTPConnectionPool,), {"ConnectionCls": _WatchedConnection})
-        https_pool = type("WatchedHTTPSPool", (urllib3.HTTPSConnectionPool,),
-                          {"ConnectionCls": _WatchedHTTPSConnection})
+        attrs = {"watches": self._watches}
+        http_conn = type("WatchedConnection", (_WatchedConnection,), attrs)
+        https_conn = type("WatchedHTTPSConnection", (_WatchedHTTPSConnection,), attrs)
+        http_pool = type("WatchedHTTPPool", (urllib3.HTTPConnectionPool,), {"ConnectionCls": http_conn})
+        https_pool = type("WatchedHTTPSPool", (urllib3.HTTPSConnectionPool,), {"ConnectionCls": https_conn})
         self.poolmanager.pool_classes_by_scheme = {"http": http_pool, "https": https_pool}
 
 
