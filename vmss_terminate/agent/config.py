@@ -1,7 +1,27 @@
-"""AgentConfig: every agent option in one validated object (the CLI only fills it in)."""
+"""AgentConfig: every agent option in one validated object, and the one place each is declared.
+
+Each field that is an `agent run` option is declared with `option(default, help=...)`
+(`vmss_terminate/params.py`): its name, default, type and help are written there and nowhere else.
+The click command (`commands/agent.py`, `--help`, docs/cli-reference.md) and the click-free parser
+that starts the agent (`agent/command.py`) are both generated from these fields, and `run(config)`
+takes the object they fill in.
+
+Adding an option is one field here:
+
+    kill_grace: float = seconds(5.0, 0, 3600.0, help="...", metavar="S", show_default=True)
+
+gives `--kill-grace S` to both parsers, the reference and `AgentConfig(kill_grace=...)`;
+`seconds(...)` also bounds the value in `validated()` (`option(...)` for anything else: a flag
+from a bool default, a choice from `choices=`, text otherwise; `flags=` when the flag is not the
+field's name, as `--hook`, `--approve` and `--no-rerun-interrupted`). Checks beyond a range go in
+`validated()`. Then regenerate docs/cli-reference.md (`python -m vmss_terminate.commands.docgen`).
+Options of the `run` command itself rather than of the agent (`--listen`, `--once`, ...) are
+fields of `agent/command.py`'s `RunOptions`, declared the same way.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import re
@@ -14,79 +34,94 @@ from vmss_terminate.agent.imds import check_imds_api_version, resolve_imds_url
 from vmss_terminate.agent.kubernetes.rules import DEFAULT_TAINT, parse_taint
 from vmss_terminate.agent.process import check_program, split_command
 from vmss_terminate.errors import UsageError
+from vmss_terminate.params import option
 from vmss_terminate.scheduled_events import DEFAULT_API_VERSION, MAX_TERMINATE_NOTICE
 
 ON_HOOK_FAILURE = ("approve", "wait")
 MAX_NOTICE = MAX_TERMINATE_NOTICE  # NotBefore is never further away than this
-
-# Durations: (field, exclusive lower bound or None for ">= 0", upper bound, why the bound).
-_DURATIONS = (
-    ("poll_interval", 0, 3600.0, ""),
-    ("safety_margin", None, MAX_NOTICE, ""),
-    ("request_timeout", 0, 3600.0, ""),
-    ("first_call_timeout", 0, 3600.0, ""),
-    ("kill_grace", 0, 3600.0, ""),
-    ("stop_grace", None, MAX_NOTICE, " (the longest a drain can take)"),
-    ("drain_delay", None, MAX_NOTICE, " (the longest Terminate notice)"),
-)
 WEBHOOK_FORMATS = ("json", "slack", "teams")
 NODE_NAME_ENV = "NODE_NAME"  # what a DaemonSet sets from the downward API (spec.nodeName)
+_SECONDS = "vmss_terminate.seconds"
+
+
+def seconds(default: float, low: Optional[float], high: float, why: str = "", **declared: Any) -> Any:
+    """A duration field: `low < value <= high` (`low` None: `0 <= value`) checked by `validated()`,
+    `why` said after the bound; with `help=` it is also an option (`option()`'s keywords)."""
+    bounds = {_SECONDS: (low, high, why)}
+    if "help" in declared:
+        return option(default, metadata=bounds, **declared)
+    return dataclasses.field(default=default, metadata=bounds)
 
 
 @dataclass(frozen=True)
 class AgentConfig:
-    """Options of the in-VM agent.
+    """Options of the in-VM agent (each option's meaning is its `help`; see the module docstring).
 
-    imds_url         IMDS base URL (None: $VMSS_TERMINATE_IMDS_URL or http://169.254.169.254)
-    hooks            commands run (no shell) for our own events of `hook_events`, in order
-    hook_events      event types the hooks (and the webhook) run for, and the drain types (/readyz
-                     503), besides Terminate, which is always one (as for approve_types)
-    poll_interval    seconds between Scheduled Events polls (the docs recommend 1)
-    state_file       path; None = system default (fallback per user); ":memory:" = not persisted
-    approve_types    types approved once hooks are done (ours only) besides Terminate; "none": nothing
-    on_hook_failure  "approve" (default: the VM goes at NotBefore anyway, and an unapproved event
-                     holds back other deletions) or "wait" (leave it to expire at NotBefore)
-    approve_shared   approve a Terminate that also names other VMs (releases them too)
-    api_version      Scheduled Events api-version, >= 2019-01-01
-    safety_margin    hooks are stopped this many seconds before NotBefore (0 <= s < 900: NotBefore
-                     is at most 15 minutes away, so a larger margin would leave hooks no time at all)
-    stop_grace       on stop (SIGTERM), let running hooks finish this long and approve what they
-                     drained before stopping the rest (0: stop them at once)
-    webhook          URL POSTed with the event JSON (may use proxies; IMDS never does)
-    vm_name          override compute.name (normally learnt from IMDS)
-    rerun_interrupted  rerun a hook that was started but not finished when the agent died
-    max_requests_per_second  client-side IMDS rate limit (IMDS allows 5/s per VM)
-    drain_delay      seconds the approval waits after the drain began (/readyz 503), bounded by
-                     NotBefore minus the safety margin; hooks run in parallel (0: no wait)
-    webhook_format   json (a hook step: the event POSTed before approval) or slack / teams (chat
-                     notifications of what the agent did; never hold the approval back)
-    kubernetes       drain the Kubernetes node this VM is before approving (after the hooks; see
-                     docs/kubernetes.md): cordon, taint, evict, wait for the pods to be gone
-    kubeconfig       the kubeconfig for --kubernetes (None: in-cluster service account, else $KUBECONFIG)
-    node_name        the node to drain (None: $NODE_NAME, else found by providerID / computer name)
-    taint            KEY[=VALUE]:EFFECT added to the node with the cordon
+    Python-only fields: `kill_grace` (seconds a stopped hook gets between SIGTERM and SIGKILL) and
+    `max_requests_per_second` (the client-side IMDS rate limit; IMDS allows 5/s per VM).
+    `state_file` ":memory:" keeps state in memory only.
+    The Kubernetes fields (`kubernetes`, `kubeconfig`, `node_name`, `taint`): drain the node this VM
+    is after the hooks (docs/kubernetes.md); `kubeconfig` None: the in-cluster service account, else
+    $KUBECONFIG; `node_name` None: $NODE_NAME, else found by providerID / computer name; `taint`
+    KEY[=VALUE]:EFFECT is added with the cordon.
     """
 
-    imds_url: Optional[str] = None
-    hooks: Sequence[str] = ()
-    hook_events: Collection[str] = ("Terminate",)
-    poll_interval: float = 1.0
-    state_file: Optional[str] = None
-    approve_types: Collection[str] = ()
-    on_hook_failure: str = "approve"
-    approve_shared: bool = False
-    api_version: str = DEFAULT_API_VERSION
-    safety_margin: float = 15.0
-    webhook: Optional[str] = None
-    vm_name: Optional[str] = None
-    rerun_interrupted: bool = True
-    request_timeout: float = 10.0
-    first_call_timeout: float = 130.0
-    kill_grace: float = 5.0
+    imds_url: Optional[str] = option(
+        metavar="URL", help="IMDS base URL [env VMSS_TERMINATE_IMDS_URL; default http://169.254.169.254].")
+    hooks: Sequence[str] = option(
+        (), flags=("--hook",), multiple=True, metavar="CMD",
+        help="Command run (no shell) for our own events, in order; repeatable. Event data in "
+             "VMSS_TERMINATE_* env vars and the event JSON on stdin.")
+    hook_events: Collection[str] = option(
+        "Terminate", show_default=True, metavar="TYPES",
+        help="Event types the hooks and the webhook run for, and /readyz drains on, besides Terminate, "
+             "which is always one (comma list, 'all').")
+    webhook: Optional[str] = option(metavar="URL", help="POST each such event as JSON to URL (may use proxies).")
+    webhook_format: str = option(
+        "json", choices=WEBHOOK_FORMATS, show_default=True,
+        help="json: the event, as a hook step before approval; slack / teams: incoming-webhook chat "
+             "messages of what the agent did (draining, hook failed, approved), never delaying it.")
+    drain_delay: float = seconds(
+        0.0, None, MAX_NOTICE, " (the longest Terminate notice)", show_default=True, metavar="S",
+        help="Approve at least S seconds after /readyz turned 503 (hooks run meanwhile), but no later "
+             "than NotBefore minus --safety-margin.")
+    poll_interval: float = seconds(
+        1.0, 0, 3600.0, show_default=True, metavar="S",
+        help="Seconds between Scheduled Events polls (the docs recommend 1).")
+    state_file: Optional[str] = option(
+        metavar="PATH",
+        help="Default /var/lib/vmss-terminate/state.json (%ProgramData%\\vmss-terminate on Windows).")
+    approve_types: Collection[str] = option(
+        (), flags=("--approve",), metavar="TYPES",
+        help="Event types approved (ours only) after hooks besides Terminate, which is always approved: "
+             "comma list, e.g. Reboot,Redeploy; 'none' approves nothing (observe only).")
+    approve_shared: bool = option(
+        False, help="Also approve an event of ours that names other VMs too (releases them before they drain).")
+    on_hook_failure: str = option(
+        "approve", choices=ON_HOOK_FAILURE, show_default=True,
+        help="approve: approve anyway (the VM goes at NotBefore regardless); wait: let NotBefore expire.")
+    safety_margin: float = seconds(
+        15.0, None, MAX_NOTICE, show_default=True, metavar="S",
+        help="Stop hooks this many seconds before NotBefore (0 <= S < 900).")
+    stop_grace: float = seconds(
+        45.0, None, MAX_NOTICE, " (the longest a drain can take)", show_default=True, metavar="S",
+        help="On SIGTERM / Ctrl-C, let running hooks finish this long and approve what they drained, "
+             "then stop the rest (they rerun on restart); 0 stops them at once.")
+    rerun_interrupted: bool = option(
+        True, flags=("--no-rerun-interrupted",),
+        help="After a crash, do not rerun a hook that was started but not finished (treat it as failed).")
+    api_version: str = option(
+        DEFAULT_API_VERSION, show_default=True,
+        help="Scheduled Events api-version (>= 2019-01-01, the first with Terminate), or "
+             "'latest': the newest IMDS serves, asked at start.")
+    vm_name: Optional[str] = option(metavar="NAME", help="This VM's name (default: instance metadata compute.name).")
+    request_timeout: float = seconds(10.0, 0, 3600.0, show_default=True, metavar="S",
+                                     help="Read timeout of each IMDS request.")
+    first_call_timeout: float = seconds(
+        130.0, 0, 3600.0, show_default=True, metavar="S",
+        help="Read timeout of the first Scheduled Events call (IMDS may take 2 minutes to enable).")
+    kill_grace: float = seconds(5.0, 0, 3600.0)
     max_requests_per_second: int = 4
-    stop_grace: float = 45.0
-    drain_delay: float = 0.0
-    webhook_format: str = "json"
     kubernetes: bool = False
     kubeconfig: Optional[str] = None
     node_name: Optional[str] = None
@@ -94,14 +129,17 @@ class AgentConfig:
 
     def validated(self) -> "AgentConfig":
         """A normalised copy; UsageError (exit 2) on any bad value, before any request."""
-        for name, low, high, why in _DURATIONS:
+        for field in dataclasses.fields(self):
+            if _SECONDS not in field.metadata:
+                continue
+            name, (low, high, why) = field.name, field.metadata[_SECONDS]
             value = getattr(self, name)
-            option = "--" + name.replace("_", "-")
+            flag = "--" + name.replace("_", "-")
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-                raise UsageError(f"invalid {option} {value!r}: expected a number of seconds")
+                raise UsageError(f"invalid {flag} {value!r}: expected a number of seconds")
             if not (low < value if low is not None else value >= 0) or not value <= high:
                 bounds = f"{low} < seconds" if low is not None else "0 <= seconds"
-                raise UsageError(f"invalid {option} {value:g}: expected {bounds} <= {high:g}{why}")
+                raise UsageError(f"invalid {flag} {value:g}: expected {bounds} <= {high:g}{why}")
         if self.safety_margin >= MAX_NOTICE:
             raise UsageError(f"invalid --safety-margin {self.safety_margin:g}: expected 0 <= seconds < "
                              f"{MAX_NOTICE:g} (NotBefore is at most 15 minutes away: hooks would never start)")

@@ -1,33 +1,25 @@
 """`vmss-terminate agent run|events|approve`: thin wrappers over `vmss_terminate.agent`.
 
-`agent run`'s options are defined once, in `vmss_terminate.agent.command` (which also starts the
-agent without click, see `vmss_terminate/entry.py`); this module builds the click command from
-them. Nothing here imports `azure.*`.
+`agent run`'s options are declared once, as fields of `AgentConfig` and `RunOptions`
+(`vmss_terminate.agent.command` reads them and also starts the agent without click, see
+`vmss_terminate/entry.py`); this module builds the click command from them. Nothing here imports
+`azure.*`.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 import click
 
-from vmss_terminate.agent.command import API_VERSION, IMDS_URL, RETRY_FOR, RUN_OPTIONS, VM_NAME, Option, run
+from vmss_terminate.agent.command import RUN_OPTIONS, build, by_dest, run
+from vmss_terminate.commands.fields import click_option, click_options
 from vmss_terminate.commands.output import echo_json, output_option, tsv_lines
 
-
-def click_option(option: Option) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """The click form of an option defined in `vmss_terminate.agent.command` (one definition)."""
-    if option.kind == "flag":
-        return click.option(*option.flags, option.dest, is_flag=True, help=option.help)
-    kind: Any = {"float": float, "choice": click.Choice(list(option.choices))}.get(option.kind)
-    return click.option(*option.flags, option.dest, type=kind, default=option.default, help=option.help,
-                        metavar=option.metavar, multiple=option.multiple, show_default=option.show_default)
-
-
-_IMDS_URL = click_option(IMDS_URL)
-_API_VERSION = click_option(API_VERSION)
-_RETRY_FOR = click_option(RETRY_FOR)
-_VM_NAME = click_option(VM_NAME)
+_IMDS_URL = click_option(by_dest("imds_url"))
+_API_VERSION = click_option(by_dest("api_version"))
+_RETRY_FOR = click_option(by_dest("retry_for"))
+_VM_NAME = click_option(by_dest("vm_name"))
 
 
 @click.group("agent")
@@ -35,18 +27,13 @@ def agent_group() -> None:
     """The in-VM agent: drain hooks, then approve this VM's Terminate event."""
 
 
-def _with_run_options(fn: Callable[..., Any]) -> Callable[..., Any]:
-    for option in reversed(RUN_OPTIONS):
-        fn = click_option(option)(fn)
-    return fn
-
-
 @agent_group.command("run")
-@_with_run_options
-def run_command(**options: Any) -> None:
+@click_options(RUN_OPTIONS)
+def run_command(**values: Any) -> None:
     """Poll Scheduled Events; run hooks; approve only this VM's own events."""
     ctx = click.get_current_context()
-    run([name for name in options if _given(ctx, name)], **options)
+    config, options = build(values)
+    run(config, options, [name for name in values if _given(ctx, name)])
 
 
 def _given(ctx: click.Context, parameter: str) -> bool:

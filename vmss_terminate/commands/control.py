@@ -6,13 +6,13 @@ one documented function of `vmss_terminate.control` and prints its result as tex
 
 from __future__ import annotations
 
-import functools
-from typing import Any, Callable, List, Optional, Sequence
+from typing import Any, Callable, List, Optional
 
 import click
 
 from vmss_terminate import control
-from vmss_terminate.commands.options import BATCH_SIZE, TIMEOUT, ParsedType
+from vmss_terminate.commands.fields import ParsedType, apply_options, grouped
+from vmss_terminate.commands.options import BATCH_SIZE, TIMEOUT
 from vmss_terminate.commands.output import emit, output_option
 from vmss_terminate.commands.progress import ProgressBar, terminal_progress
 from vmss_terminate.control.connection import CLOUDS, DEFAULT_CLOUD, Connection, check_subscription
@@ -23,29 +23,6 @@ from vmss_terminate.errors import VmssTerminateError
 RESOURCE_GROUP = ParsedType("resource-group", check_resource_group)
 SCALE_SET_NAME = ParsedType("name", check_scale_set_name)
 SUBSCRIPTION = ParsedType("subscription", lambda value: check_subscription(value) and value)
-
-
-def apply_options(fn: Callable[..., Any], options: List[Callable[[Any], Any]]) -> Callable[..., Any]:
-    for option in reversed(options):
-        fn = option(fn)
-    return fn
-
-
-def _grouped(options: List[Callable[[Any], Any]], keys: Sequence[str], name: str,
-             build: Callable[..., Any]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """A decorator adding `options` to a command whose callback receives one argument, `name` =
-    `build(**their values)`, instead of each option's value (`keys`: the options' parameter names)."""
-
-    def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
-        @functools.wraps(fn)
-        def callback(**kw: Any) -> Any:
-            kw[name] = build(**{key: kw.pop(key) for key in keys})
-            return fn(**kw)
-
-        return apply_options(callback, options)
-
-    return decorate
-
 
 ENDPOINT_OPTIONS = [
     click.option(
@@ -63,7 +40,14 @@ ENDPOINT_OPTIONS = [
 ]
 """Where ARM is and how to talk to it: shared by the single-set and the fleet commands."""
 
-connection_options = _grouped(
+endpoint_options = grouped(
+    ENDPOINT_OPTIONS, ("arm_endpoint", "cloud", "arm_scope", "api_version"), "connection",
+    lambda arm_endpoint, cloud, arm_scope, api_version: Connection(
+        arm_endpoint=arm_endpoint, cloud=cloud, scope=arm_scope, api_version=api_version),
+)
+"""ARM without a subscription (the fleet's scope names those): the command receives `connection`."""
+
+connection_options = grouped(
     [
         click.option("--subscription", type=SUBSCRIPTION, envvar="AZURE_SUBSCRIPTION_ID",
                      help="Subscription id or display name (looked up with GET /subscriptions) "
@@ -104,7 +88,7 @@ _UPGRADE_OPTIONS = [
 ]
 _UPGRADE_KEYS = ("batch_size", "wait", "wait_timeout", "poll_interval")
 
-upgrade_options = _grouped(_UPGRADE_OPTIONS, _UPGRADE_KEYS, "options", UpgradeOptions)
+upgrade_options = grouped(_UPGRADE_OPTIONS, _UPGRADE_KEYS, "options", UpgradeOptions)
 """How `upgrade` brings instances to the latest model: the command receives `options: UpgradeOptions`."""
 
 
@@ -117,7 +101,7 @@ def change_options(fn: Callable[..., Any]) -> Callable[..., Any]:
                      help="Return once ARM accepted the model change (as az does); no upgrade, and the "
                           "output says how to follow up."),
     ])
-    return _grouped(
+    return grouped(
         [click.option("--no-upgrade", is_flag=True, help="Change the model only.")] + _UPGRADE_OPTIONS,
         ("no_upgrade",) + _UPGRADE_KEYS, "options",
         lambda no_upgrade, **upgrade: UpgradeOptions(upgrade=not no_upgrade, **upgrade),

@@ -17,50 +17,45 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 import click
 from click.core import ParameterSource
 
-from vmss_terminate.commands.control import ENDPOINT_OPTIONS, DetailedExitCommand, apply_options
-from vmss_terminate.commands.options import BATCH_SIZE, TIMEOUT, int_range
+from vmss_terminate.commands.control import DetailedExitCommand, endpoint_options
+from vmss_terminate.commands.fields import declared_options, grouped
 from vmss_terminate.commands.output import echo_json, output_option, tsv_lines
 from vmss_terminate.commands.progress import ProgressBar, terminal_progress
 from vmss_terminate.control.connection import Connection
 from vmss_terminate.errors import StopSignal, interrupt_exit_code, interrupt_name
 from vmss_terminate.fleet.findings import IGNORABLE
+from vmss_terminate.fleet.options import AuditOptions, RolloutOptions
+from vmss_terminate.fleet.scope import Scope
 
 
-def fleet_options(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Scope, selectors, connection and output options both fleet commands take."""
-    return apply_options(fn, [
-        click.option("--subscription", "subscriptions", multiple=True, metavar="ID_OR_NAME",
-                     help="Subscription id or display name (repeatable). Default: every subscription the "
-                          "credential can see (GET /subscriptions)."),
-        click.option("--management-group", "management_groups", multiple=True, metavar="ID",
-                     help="Query the subscriptions under this management group (repeatable)."),
-        click.option("-g", "--resource-group", "resource_groups", multiple=True,
-                     help="Only scale sets in this resource group (repeatable)."),
-        click.option("--tag", "tags", multiple=True, metavar="KEY=VALUE",
-                     help="Only scale sets with this tag (repeatable: all must match)."),
-        click.option("--name", "name", metavar="GLOB", help="Only scale sets whose name matches (e.g. 'web-*')."),
-        click.option("--concurrency", type=int_range("concurrency", 1, 256), default=16, show_default=True,
-                     help="Scale sets worked on at once (each subscription is throttled on its own)."),
-        *ENDPOINT_OPTIONS,
-    ])
+def _scope(subscriptions: Sequence[str], management_groups: Sequence[str], resource_groups: Sequence[str],
+           tags: Sequence[str], name: Optional[str]) -> Scope:
+    return Scope.build(subscriptions, management_groups, resource_groups, tags, name)
 
 
-def _scope(kw: Dict[str, Any]) -> Any:
-    from vmss_terminate.fleet import Scope
+scope_options = grouped([
+    click.option("--subscription", "subscriptions", multiple=True, metavar="ID_OR_NAME",
+                 help="Subscription id or display name (repeatable). Default: every subscription the "
+                      "credential can see (GET /subscriptions)."),
+    click.option("--management-group", "management_groups", multiple=True, metavar="ID",
+                 help="Query the subscriptions under this management group (repeatable)."),
+    click.option("-g", "--resource-group", "resource_groups", multiple=True,
+                 help="Only scale sets in this resource group (repeatable)."),
+    click.option("--tag", "tags", multiple=True, metavar="KEY=VALUE",
+                 help="Only scale sets with this tag (repeatable: all must match)."),
+    click.option("--name", "name", metavar="GLOB", help="Only scale sets whose name matches (e.g. 'web-*')."),
+], ("subscriptions", "management_groups", "resource_groups", "tags", "name"), "scope", _scope)
+"""Which scale sets a fleet command works on: the command receives `scope: Scope`."""
 
-    return Scope.build(kw.pop("subscriptions"), kw.pop("management_groups"), kw.pop("resource_groups"),
-                       kw.pop("tags"), kw.pop("name"))
 
-
-def _connection(kw: Dict[str, Any]) -> Connection:
-    return Connection(arm_endpoint=kw.pop("arm_endpoint"), cloud=kw.pop("cloud"), scope=kw.pop("arm_scope"),
-                      api_version=kw.pop("api_version"))
+def fleet_options(options: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """What both fleet commands take: the command receives `scope`, `connection` and `options`
+    (an instance of `options`, whose fields declare the command's own options)."""
+    return lambda fn: scope_options(endpoint_options(declared_options(options, "options")(fn)))
 
 
 @click.command("audit", cls=DetailedExitCommand)
-@fleet_options
-@click.option("--timeout", type=TIMEOUT, default=None,
-              help="The notBeforeTimeout sets should have (5..15 minutes); without it any enabled timeout complies.")
+@fleet_options(AuditOptions)
 @output_option("table: for people; json: a list of scale set objects; csv / tsv: one row per scale set.",
                extra=("csv",))
 @click.option("--detailed-exitcode", is_flag=True, help="Exit 0: all compliant, 1: error, 2: something non-compliant.")
@@ -69,15 +64,14 @@ def _connection(kw: Dict[str, Any]) -> Connection:
               help="With --detailed-exitcode: accept this finding (repeatable), e.g. spot, aks-managed or "
                    "stale-unknown: a set with an ignored spot/aks-managed finding does not count, and an ignored "
                    "finding no longer makes a set fail the gate. 'unreadable' cannot be ignored (exit 1).")
-def audit_command(**kw: Any) -> None:
+def audit_command(scope: Scope, connection: Connection, options: AuditOptions, output: str,
+                  detailed_exitcode: bool, ignore_findings: Sequence[str]) -> None:
     """Inventory scale sets through Azure Resource Graph: terminate notification, timeout, stale
     instances and findings (disabled, timeout-differs, stale-model, stale-unknown, spot, aks-managed,
     force-deletion, automatic-repairs)."""
     from vmss_terminate.fleet import audit
 
-    output, detailed, ignore = kw.pop("output"), kw.pop("detailed_exitcode"), kw.pop("ignore_findings")
-    scope = _scope(kw)
-    report = audit(scope, timeout=kw.pop("timeout"), connection=_connection(kw), concurrency=kw.pop("concurrency"))
+    report = audit(scope, options, connection=connection)
     records = report.scale_sets
     if output == "json":
         echo_json([r.to_dict() for r in records])
@@ -96,7 +90,7 @@ def audit_command(**kw: Any) -> None:
         click.echo(f"error: {len(report.unreadable)} scale set(s) could not be read: the audit is incomplete",
                    err=True)
         click.get_current_context().exit(1)
-    if detailed and report.failing(ignore):
+    if detailed_exitcode and report.failing(ignore_findings):
         click.get_current_context().exit(2)
 
 
@@ -138,26 +132,15 @@ def _audit_table(report: Any) -> List[str]:
 
 
 @click.command("rollout")
-@fleet_options
-@click.option("--timeout", type=TIMEOUT, required=True, help="notBeforeTimeout to set: 5..15 minutes (10, 10m, PT10M).")
-@click.option("--batch-size", type=BATCH_SIZE, default="20%", show_default=True,
-              help="Manual policy: instances per manualupgrade call (count or % of a set's instances).")
-@click.option("--dry-run", is_flag=True, help="Print the plan; write nothing.")
-@click.option("--journal", type=click.Path(dir_okay=False), metavar="FILE",
-              help="Record per-set progress here; re-run with the same file to resume.")
-@click.option("--include-skipped", "include_skipped", multiple=True, metavar="CODE",
-              type=click.Choice(["spot", "aks-managed"]),
-              help="Also change sets skipped by default for this finding (repeatable).")
+@fleet_options(RolloutOptions)
 @output_option("table: the plan, progress and a report; json / tsv: one summary object.")
-def rollout_command(**kw: Any) -> None:
+def rollout_command(scope: Scope, connection: Connection, options: RolloutOptions, output: str) -> None:
     """Plan, then enable/retime terminate notification and upgrade instances on every
     non-compliant scale set in scope (one PATCH + batched manualupgrade per set, as `enable`).
     Ctrl-C stops starting new work; re-run with --journal to resume."""
     from vmss_terminate.fleet.rollout import rollout
 
-    output = kw.pop("output")
     resume_args = _resume_args(click.get_current_context())
-    scope = _scope(kw)
     stop = threading.Event()
     bar = terminal_progress(output)
     display = _RolloutProgress(bar) if bar is not None else None
@@ -168,10 +151,7 @@ def rollout_command(**kw: Any) -> None:
                 click.echo(line)
 
     with _stop_on_interrupt(stop) as interrupt:
-        result = rollout(scope, timeout=kw.pop("timeout"), connection=_connection(kw),
-                         concurrency=kw.pop("concurrency"), batch_size=kw.pop("batch_size"),
-                         dry_run=kw.pop("dry_run"), journal=kw.pop("journal"),
-                         include_skipped=kw.pop("include_skipped"), progress=display, on_plan=show_plan, stop=stop)
+        result = rollout(scope, options, connection=connection, progress=display, on_plan=show_plan, stop=stop)
     if display is not None:
         display.finish()
     summary = result.to_dict()

@@ -4,54 +4,24 @@ from __future__ import annotations
 
 import ssl
 from pathlib import Path
-from typing import Any, Callable, Optional, Tuple, Type
+from typing import Optional
 
 import click
 
+from vmss_terminate.commands.fields import ParsedType
 from vmss_terminate.commands.lazy import refuse_repeated_options  # noqa: F401 - re-exported for commands
 from vmss_terminate.commands.output import echo_json, output_option  # noqa: F401 - re-exported for commands
 from vmss_terminate.control.upgrade import BatchSize
 from vmss_terminate.emulator.faults import FAULT_SPEC_HELP, FaultSpecError, parse_fault_spec
-from vmss_terminate.errors import InvalidValue, UsageError, VmssTerminateError
+from vmss_terminate.errors import UsageError
+from vmss_terminate.params import whole_number
 from vmss_terminate.timeout import parse_timeout
-
-
-class ParsedType(click.ParamType):
-    """A click type over one of the library's parsers: the parser's own error becomes one usage
-    line (exit 2), so the CLI and the Python API refuse the same input alike. An `InvalidValue` is
-    said once, with the option's name (`invalid --batch-size '-1': ...`), not wrapped in click's
-    "Invalid value for '--batch-size':" prefix."""
-
-    def __init__(self, name: str, parse: Callable[[Any], Any], errors: Tuple[Type[Exception], ...] = (UsageError,),
-                 message: Callable[[Any, Exception], str] = lambda value, exc: str(exc)) -> None:
-        self.name, self._parse, self._errors, self._message = name, parse, errors, message
-
-    def convert(self, value: Any, param: Optional[click.Parameter], ctx: Optional[click.Context]) -> Any:
-        try:
-            return self._parse(value)
-        except InvalidValue as exc:
-            option = max(param.opts, key=len) if param is not None and param.opts else exc.option
-            raise click.UsageError(f"invalid {option} {exc.shown}: {exc.reason}", ctx) from None
-        except VmssTerminateError as exc:
-            raise click.UsageError(exc.cli_message or str(exc), ctx) from None
-        except self._errors as exc:
-            self.fail(self._message(value, exc), param, ctx)
 
 
 def int_range(name: str, low: int, high: int) -> ParsedType:
     """A whole number in low..high: `invalid --concurrency 'x': a whole number from 1 to 256` (the
     option and the value said once; click's IntRange says "'x' is not a valid integer range")."""
-
-    def parse(value: Any) -> int:
-        try:
-            number = value if isinstance(value, int) and not isinstance(value, bool) else int(str(value).strip())
-        except ValueError:
-            number = None
-        if number is None or not low <= number <= high:
-            raise InvalidValue(name.replace("-", "_"), value, f"a whole number from {low} to {high}", option="--" + name)
-        return number
-
-    return ParsedType(name, parse)
+    return ParsedType(name, whole_number(name, low, high))
 
 
 # `--timeout`: minutes (10, 10m) or ISO 8601 (PT10M) -> whole minutes.

@@ -11,7 +11,9 @@ The estate is read through Azure Resource Graph; writes go through the same cont
 
 from vmss_terminate.fleet.audit import AuditReport, audit
 from vmss_terminate.fleet.findings import EXPLANATIONS, FINDINGS, SKIPPED_BY_DEFAULT
+from vmss_terminate.fleet.options import AuditOptions, RolloutOptions
 from vmss_terminate.fleet.records import ScaleSetAudit
 from vmss_terminate.fleet.scope import Scope
 
-__all__ = ["EXPLANATIONS", "FINDINGS", "SKIPPED_BY_DEFAULT", "AuditReport", "Scope", "ScaleSetAudit", "audit"]
+__all__ = ["EXPLANATIONS", "FINDINGS", "SKIPPED_BY_DEFAULT", "AuditOptions", "AuditReport", "RolloutOptions", "Scope",
+           "ScaleSetAudit", "audit"]

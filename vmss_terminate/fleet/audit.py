@@ -13,22 +13,21 @@ from __future__ import annotations
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterable, List, Optional, Union
+from typing import Any, Dict, Iterable, List, Optional
 
 from vmss_terminate.clock import SYSTEM_CLOCK, Clock
 from vmss_terminate.control.arm_errors import ArmRequestError
 from vmss_terminate.control.connection import Connection
 from vmss_terminate.control.profile import parse_instance
 from vmss_terminate.control.subscriptions import match_subscription
-from vmss_terminate.errors import AzureError, UsageError, VmssTerminateError
+from vmss_terminate.errors import AzureError, VmssTerminateError
 from vmss_terminate.fleet import findings as codes
+from vmss_terminate.fleet.options import AuditOptions, with_fields
 from vmss_terminate.fleet.records import ScaleSetAudit, parse_row
 from vmss_terminate.fleet.scope import Scope, is_subscription_id
 from vmss_terminate.fleet.session import FleetSession
-from vmss_terminate.timeout import parse_timeout
 
 MAX_SUBSCRIPTIONS_PER_QUERY = 1000
-DEFAULT_CONCURRENCY = 16
 _INACTIVE_STATES = ("disabled", "deleted")
 
 
@@ -67,23 +66,23 @@ class AuditReport:
 
 def audit(
     scope: Optional[Scope] = None,
+    options: Optional[AuditOptions] = None,
     *,
-    timeout: Union[int, str, None] = None,
     connection: Optional[Connection] = None,
-    concurrency: int = DEFAULT_CONCURRENCY,
     clock: Clock = SYSTEM_CLOCK,
     session: Optional[FleetSession] = None,
+    **fields: Any,
 ) -> AuditReport:
     """Audit every scale set in `scope` (default: every subscription the credential sees).
 
+    `options` (`AuditOptions`, or its fields as keywords: `timeout=10, concurrency=8`): a
     `timeout` (5..15 minutes, like `enable`) makes a different notBeforeTimeout a finding and
     non-compliant; without it any enabled timeout is compliant. `connection` carries the ARM
     endpoint, cloud and credential (its subscription_id is ignored: the scope decides).
     """
     scope = scope or Scope()
-    wanted = parse_timeout(timeout) if timeout is not None else None
-    if concurrency < 1:
-        raise UsageError(f"invalid concurrency {concurrency}: must be >= 1")
+    checked: AuditOptions = with_fields(AuditOptions, options, fields)
+    wanted, concurrency = checked.timeout, checked.concurrency
     started = time.monotonic()
     owned = session is None
     session = session or FleetSession(connection, clock)

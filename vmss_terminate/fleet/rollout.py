@@ -17,21 +17,20 @@ import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, List, Optional, Set, Union
+from typing import Any, Callable, Dict, List, Optional, Set
 
 from vmss_terminate import control
 from vmss_terminate.clock import SYSTEM_CLOCK, Clock
 from vmss_terminate.control.connection import Connection
-from vmss_terminate.control.upgrade import DEFAULT_BATCH, BatchSize, UpgradeIncomplete, UpgradeOptions, UpgradeResult
-from vmss_terminate.errors import UsageError, VmssTerminateError
-from vmss_terminate.fleet import findings as codes
-from vmss_terminate.fleet.audit import DEFAULT_CONCURRENCY, AuditReport, audit
+from vmss_terminate.control.upgrade import UpgradeIncomplete, UpgradeOptions, UpgradeResult
+from vmss_terminate.errors import VmssTerminateError
+from vmss_terminate.fleet.audit import AuditReport, audit
 from vmss_terminate.fleet.journal import DONE, FAILED, INTERRUPTED, STARTED, Journal
+from vmss_terminate.fleet.options import AuditOptions, RolloutOptions, with_fields
 from vmss_terminate.fleet.plan import UPGRADE, PlannedSet, RolloutPlan, make_plan
 from vmss_terminate.fleet.scope import Scope
 from vmss_terminate.fleet.session import FleetSession
-from vmss_terminate.timeout import parse_timeout, to_iso
+from vmss_terminate.timeout import to_iso
 
 # Outcome statuses of a planned set after the run.
 CHANGED, SKIPPED, COMPLIANT, NOT_STARTED = "changed", "skipped", "compliant", "not-started"
@@ -189,43 +188,36 @@ class _Tracker:
 
 def rollout(
     scope: Optional[Scope] = None,
+    options: Optional[RolloutOptions] = None,
     *,
-    timeout: Union[int, str],
     connection: Optional[Connection] = None,
-    concurrency: int = DEFAULT_CONCURRENCY,
-    batch_size: Union[BatchSize, str, int] = DEFAULT_BATCH,
-    dry_run: bool = False,
-    journal: Union[str, Path, None] = None,
-    include_skipped: Iterable[str] = (),
     progress: Optional[Callable[[RolloutProgress], None]] = None,
     on_plan: Optional[Callable[[RolloutPlan], None]] = None,
     stop: Optional[threading.Event] = None,
     clock: Clock = SYSTEM_CLOCK,
-    wait_timeout: float = 1800.0,
     session: Optional[FleetSession] = None,
+    **fields: Any,
 ) -> RolloutResult:
-    """Enable terminate notification with `timeout` on every non-compliant scale set in `scope`.
+    """Enable terminate notification with the options' `timeout` on every non-compliant scale set
+    in `scope`.
 
-    Audits first and builds the plan (`on_plan(plan)` is called with it before any write);
-    `dry_run` stops there. Automatic / Rolling sets are waited for (up to `wait_timeout` seconds on
-    `clock`) until Azure has applied the model. Raises UsageError for bad input; Azure failures of
-    single sets are reported in the result (`failed`), not raised.
+    `options` is a `RolloutOptions`, or its fields are given as keywords (`timeout=10,
+    journal="rollout.journal"`). Audits first and builds the plan (`on_plan(plan)` is called with
+    it before any write); `dry_run` stops there. Automatic / Rolling sets are waited for (up to
+    `wait_timeout` seconds on `clock`) until Azure has applied the model. Raises UsageError for bad
+    input; Azure failures of single sets are reported in the result (`failed`), not raised.
     """
-    minutes = parse_timeout(timeout)
-    batch = batch_size if isinstance(batch_size, BatchSize) else BatchSize.parse(batch_size)
-    include = list(include_skipped)
-    for code in include:
-        if code not in codes.FINDINGS:
-            raise UsageError(f"invalid --include-skipped {code!r}: one of {', '.join(codes.SKIPPED_BY_DEFAULT)}")
-    if concurrency < 1:
-        raise UsageError(f"invalid --concurrency {concurrency}: must be >= 1")
+    checked: RolloutOptions = with_fields(RolloutOptions, options, fields)
+    minutes, batch, journal, dry_run = checked.minutes, checked.batch, checked.journal, checked.dry_run
+    concurrency, include = checked.concurrency, list(checked.include_skipped)
     stop = stop or threading.Event()
     book = Journal(journal, to_iso(minutes), str(batch), read_only=dry_run) if journal is not None else None
     owned = session is None
     session = session or FleetSession(connection, clock)
     started = time.monotonic()
     try:
-        report: AuditReport = audit(scope, timeout=minutes, concurrency=concurrency, clock=clock, session=session)
+        report: AuditReport = audit(scope, AuditOptions(concurrency=concurrency, timeout=minutes), clock=clock,
+                                    session=session)
         plan = make_plan(report.scale_sets, minutes, batch, include, book.done() if book else None)
         if on_plan is not None:
             on_plan(plan)
@@ -234,8 +226,8 @@ def rollout(
         if dry_run:
             result.outcomes = [_static_status(p) for p in plan.sets]
         else:
-            options = UpgradeOptions(batch_size=batch, wait=True, wait_timeout=wait_timeout)
-            result.outcomes = _execute(plan, session, options, concurrency, book, progress, stop, clock)
+            upgrade = UpgradeOptions(batch_size=batch, wait=True, wait_timeout=checked.wait_timeout)
+            result.outcomes = _execute(plan, session, upgrade, concurrency, book, progress, stop, clock)
             result.interrupted = stop.is_set()
         result.throttling = session.throttle.stats.to_dict()
         result.seconds = time.monotonic() - started

@@ -1,0 +1,133 @@
+"""Every option of `agent run`, `fleet audit` and `fleet rollout` has one source: the field that
+declares it (`AgentConfig`, `RunOptions`, `AuditOptions`, `RolloutOptions`). The click command,
+the click-free parser, the Python defaults and docs/cli-reference.md all agree with it, and no
+module declares one of these flags a second time."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+from typing import Any, Dict, List, Tuple
+
+import click
+import pytest
+
+from vmss_terminate.agent.command import RUN_OPTIONS, RunOptions, build, parse_args
+from vmss_terminate.agent.config import AgentConfig
+from vmss_terminate.commands.agent import run_command
+from vmss_terminate.commands.fleet import audit_command, rollout_command
+from vmss_terminate.fleet.options import AuditOptions, RolloutOptions
+from vmss_terminate.params import Option, option, options_of
+
+ROOT = Path(__file__).resolve().parents[1]
+DOC = (ROOT / "docs" / "cli-reference.md").read_text(encoding="utf-8")
+COMMANDS: List[Tuple[str, click.Command, Tuple[Option, ...]]] = [
+    ("vmss-terminate agent run", run_command, RUN_OPTIONS),
+    ("vmss-terminate fleet audit", audit_command, options_of(AuditOptions)),
+    ("vmss-terminate fleet rollout", rollout_command, options_of(RolloutOptions)),
+]
+IDS = [c[0] for c in COMMANDS]
+
+
+def _params(command: click.Command) -> Dict[str, click.Option]:
+    return {p.name: p for p in command.params if isinstance(p, click.Option) and p.name}
+
+
+def _doc_rows(path: str) -> Dict[str, str]:
+    """The option table of `path` in the reference: first flag -> the row's description."""
+    section = DOC.split(f"`{path}`\n", 1)[1].split("\n#", 1)[0]
+    rows = {}
+    for line in section.splitlines():
+        match = re.match(r"^\| `(-[^` ]+).*?(?<!\\)\| (.*) \|$", line)
+        if match:
+            rows[match.group(1)] = match.group(2)
+    return rows
+
+
+@pytest.mark.parametrize("path, command, options", COMMANDS, ids=IDS)
+def test_the_click_command_is_the_declared_fields(path: str, command: click.Command,
+                                                  options: Tuple[Option, ...]) -> None:
+    params = _params(command)
+    for opt in options:
+        param = params[opt.dest]
+        assert tuple(param.opts) == opt.flags and param.help == opt.help, opt.dest
+        assert param.default == opt.default and param.required == opt.required, opt.dest
+        assert bool(param.show_default) == opt.show_default and param.multiple == opt.multiple, opt.dest
+        assert param.is_flag == (opt.kind == "flag"), opt.dest
+
+
+@pytest.mark.parametrize("path, command, options", COMMANDS, ids=IDS)
+def test_the_reference_shows_each_declared_help_and_default(path: str, command: click.Command,
+                                                            options: Tuple[Option, ...]) -> None:
+    rows = _doc_rows(path)
+    for opt in options:
+        row = rows[opt.flags[0]]
+        assert row.startswith(opt.help.replace("|", "\\|")), (opt.dest, row)
+        shown = f"(default: `{opt.default}`)"
+        assert (shown in row) == (opt.show_default and opt.kind != "flag"), (opt.dest, row)
+
+
+def test_no_option_given_is_the_python_defaults() -> None:
+    """The click-free parser, the click command and `AgentConfig()` / `RunOptions()` start alike."""
+    values, given = parse_args([])
+    config, run_options = build(values)
+    assert given == [] and run_options == RunOptions()
+    assert config.validated() == AgentConfig().validated()
+    with run_command.make_context("run", []) as ctx:
+        assert build(ctx.params) == (config, run_options)
+
+
+def test_the_fleet_commands_build_the_python_defaults() -> None:
+    with audit_command.make_context("audit", []) as ctx:
+        assert AuditOptions(**{o.dest: ctx.params[o.dest] for o in options_of(AuditOptions)}) == AuditOptions()
+    with rollout_command.make_context("rollout", ["--timeout", "10"]) as ctx:
+        built = RolloutOptions(**{o.dest: ctx.params[o.dest] for o in options_of(RolloutOptions)})
+    assert built == RolloutOptions(timeout=10)
+
+
+def test_safety_margin_default_is_written_once() -> None:
+    """The issue's own measure: `safety_margin`'s default appeared in three places."""
+    package = ROOT / "vmss_terminate"
+    hits = [p.relative_to(package).as_posix() for p in package.rglob("*.py")
+            if re.search(r"15\.0, None, MAX_NOTICE|safety_margin[^\n]*15\.0", p.read_text(encoding="utf-8"))]
+    assert hits == ["agent/config.py"]
+    assert AgentConfig().safety_margin == 15.0
+
+
+def test_no_module_declares_a_generated_flag_by_hand() -> None:
+    """A `click.option("--safety-margin", ...)` beside the field would be a second source."""
+    flags = {flag for _, _, options in COMMANDS for opt in options for flag in opt.flags}
+    package = ROOT / "vmss_terminate"
+    found = []
+    for path in [package / "agent" / "command.py", package / "commands" / "agent.py", package / "commands" / "fleet.py"]:
+        text = path.read_text(encoding="utf-8")
+        for flag in flags:
+            if re.search(r"(click\.option|Option)\(\s*\(?\s*" + re.escape(f'"{flag}"'), text):
+                found.append(f"{path.relative_to(package)}: {flag}")
+    assert found == []
+
+
+def test_a_flag_field_sets_the_opposite_of_its_default() -> None:
+    """`--no-rerun-interrupted` fills `rerun_interrupted=False` in both parsers."""
+    values, _ = parse_args(["--no-rerun-interrupted"])
+    assert build(values)[0].rerun_interrupted is False
+    with run_command.make_context("run", ["--no-rerun-interrupted"]) as ctx:
+        assert build(ctx.params)[0].rerun_interrupted is False
+
+
+def test_declaring_an_option_is_one_field() -> None:
+    """What agent/config.py's docstring promises: a field with `option()` is an option of both
+    parsers, with its flag from the field name, its default and its kind from the default."""
+
+    @dataclasses.dataclass(frozen=True)
+    class Example:
+        kill_grace: float = option(5.0, help="Seconds between SIGTERM and SIGKILL.", metavar="S")
+        plain: int = 3
+
+    (declared,) = options_of(Example)
+    assert declared == Option(("--kill-grace",), "kill_grace", "float", 5.0, "Seconds between SIGTERM and SIGKILL.",
+                              "S")
+    values: Dict[str, Any]
+    values, given = parse_args(["--kill-grace", "2.5"], options_of(Example))
+    assert values == {"kill_grace": 2.5} and given == ["kill_grace"]
