@@ -1,0 +1,230 @@
+"""`agent run --kubernetes` over real HTTP: the agent against the IMDS emulator (its Terminate
+event, its instance metadata) and the Kubernetes API emulator (nodes, pods, PDBs, evictions), on
+one scaled clock. What kubectl drain users expect: cordon before the first eviction, DaemonSet and
+mirror pods left alone, PDB 429s retried, approval only once the evicted pods are gone (or at the
+deadline), the cordon undone when the scale-in is cancelled, a restart that continues the drain."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+from typing import Any, Dict, List
+
+from vmss_terminate.agent import decisions as D
+from vmss_terminate.agent.kubernetes.rules import DEFAULT_TAINT
+from vmss_terminate.agent.metrics import AgentMetrics
+
+from ..conftest import Running
+from .conftest import NODE, OTHER, VM, Cluster
+
+TAINT_KEY = DEFAULT_TAINT.split(":")[0]
+
+
+def workloads(cluster: Cluster, min_available: int = 2) -> None:
+    """web: 3 replicas (two on the VM's node) under a PDB that lets one go at a time; a DaemonSet pod,
+    a mirror pod and a bare emptyDir pod on the node too."""
+    state = cluster.state
+    state.add_replicaset("web", 3, labels={"app": "web"})
+    for name, node in (("web-a", NODE), ("web-b", NODE), ("web-c", OTHER)):
+        state.add_pod(name, node, labels={"app": "web"}, owner="ReplicaSet/web", grace=10)
+    state.add_pdb("web", selector={"app": "web"}, min_available=min_available)
+    state.add_daemonset("logs", namespace="kube-system")
+    state.add_pod("logs-x", NODE, namespace="kube-system", owner="DaemonSet/logs", labels={"app": "logs"})
+    state.add_pod("etcd-static", NODE, namespace="kube-system", mirror=True)
+    state.add_pod("scratch", NODE, empty_dir=True, grace=10)
+
+
+def on_approval(cluster: Cluster) -> List[List[str]]:
+    """The pods on the node at the moment each approval POST arrives."""
+    seen: List[List[str]] = []
+
+    def listener(kind: str, event: Any) -> None:
+        if kind == "approved":
+            seen.append(cluster.pods_on(NODE))
+
+    cluster.group.add_listener(listener)
+    return seen
+
+
+def requests_of(cluster: Cluster) -> List[str]:
+    return [f"{r.method} {r.path}" for r in cluster.kube.server.log.all()]
+
+
+def test_drain_cordons_first_leaves_daemonset_and_mirror_pods_retries_the_pdb_and_approves_after(
+        cluster: Cluster) -> None:
+    workloads(cluster)
+    at_approval = on_approval(cluster)
+    agent = cluster.agent()
+    metrics = AgentMetrics(agent).attach()
+    eid = cluster.group.add_event("Terminate", [VM], not_before=cluster.clock.now() + 600)
+    with Running(agent) as running:
+        assert running.decisions.wait_kind(D.APPROVAL_SENT, eid, timeout=30)
+    kinds = running.decisions.kinds(eid)
+    # /readyz turned 503 before the drain began; the drain ended before the approval
+    assert kinds.index(D.DRAIN_STARTED) < kinds.index(D.KUBE_CORDONED) < kinds.index(D.KUBE_DRAINED) \
+        < kinds.index(D.APPROVAL_SENT)
+    # found by providerID although the node is named otherwise
+    node_line = next(d for d in running.decisions.items if d.kind == D.KUBE_NODE)
+    assert node_line.data["node"] == NODE and "providerID" in node_line.message
+    # cordon (and taint) before the first eviction
+    sent = requests_of(cluster)
+    first_eviction = next(i for i, r in enumerate(sent) if r.startswith("POST") and r.endswith("/eviction"))
+    assert any(r == f"PATCH /api/v1/nodes/{NODE}" for r in sent[:first_eviction])
+    node = cluster.node()
+    assert node["spec"]["unschedulable"] is True
+    assert {"key": TAINT_KEY, "effect": "NoSchedule"} in node["spec"]["taints"]
+    # DaemonSet and mirror pods never evicted; the others were, web-b only after 429s from the PDB
+    evicted = {(e.name, e.code) for e in cluster.state.evictions}
+    assert not {name for name, _ in evicted} & {"logs-x", "etcd-static"}
+    assert {("web-a", 200), ("web-b", 200), ("scratch", 200)} <= evicted
+    held = [name for name, code in evicted if code == 429]
+    assert held in (["web-a"], ["web-b"])  # the PDB held the second web pod back until the first was gone
+    # at the approval only the DaemonSet and mirror pods were left on the node
+    assert at_approval == [["etcd-static", "logs-x"]]
+    assert sorted(r.name for r in cluster.state.removals) == ["scratch", "web-a", "web-b"]
+    reasons = [e["reason"] for e in sorted(cluster.state.events(), key=lambda e: e["eventTime"])
+               if e.get("regarding", {}).get("name") == NODE]
+    assert reasons == ["TerminateNotice", "TerminateDrained"]
+    notice = next(e for e in cluster.state.events() if e["reason"] == "TerminateNotice")
+    assert eid in notice["note"] and "NotBefore" in notice["note"]
+    text = metrics.render()
+    assert "vmss_terminate_kubernetes_pods_evicted_total 3" in text
+    refused = sum(1 for e in cluster.state.evictions if e.code == 429)
+    assert f"vmss_terminate_kubernetes_evictions_refused_total {refused}" in text
+    assert f'vmss_terminate_kubernetes_node_cordoned{{node="{NODE}"}} 1' in text
+    assert "vmss_terminate_kubernetes_drain_seconds_count 1" in text
+
+
+def test_a_pod_that_cannot_go_is_named_and_the_approval_comes_at_the_deadline(cluster: Cluster) -> None:
+    cluster.state.add_replicaset("db", 1, labels={"app": "db"})
+    cluster.state.add_pod("db-0", NODE, labels={"app": "db"}, owner="ReplicaSet/db", grace=10)
+    cluster.state.add_pdb("db", selector={"app": "db"}, max_unavailable=0)  # zero voluntary disruptions
+    agent = cluster.agent(safety_margin=15)
+    not_before = float(int(cluster.clock.now()) + 60)  # whole seconds: NotBefore is sent as RFC 1123
+    eid = cluster.group.add_event("Terminate", [VM], not_before=not_before)
+    with Running(agent) as running:
+        assert running.decisions.wait_kind(D.APPROVAL_SENT, eid, timeout=30)
+    approved = cluster.group.approvals[0].at
+    assert not_before - 15 <= approved < not_before  # at the deadline, still before NotBefore
+    stuck = next(d for d in running.decisions.items if d.kind == D.KUBE_NOT_DRAINED)
+    assert stuck.data["not_evicted"] == ["default/db-0"] and "default/db-0" in stuck.message
+    failed = next(d for d in running.decisions.items if d.kind == D.HOOK_FAILED)
+    assert failed.data["hook"] == "kubernetes:drain" and failed.data["outcome"] == "deadline"
+    assert all(e.code == 429 for e in cluster.state.evictions) and len(cluster.state.evictions) >= 2
+    warning = [e for e in cluster.state.events() if e["reason"] == "TerminateDrainIncomplete"]
+    assert warning and warning[0]["type"] == "Warning"
+
+
+def test_a_cancelled_terminate_uncordons_what_this_agent_cordoned(cluster: Cluster) -> None:
+    workloads(cluster, min_available=3)  # web-a and web-b are held by the PDB: the drain waits
+    agent = cluster.agent()
+    eid = cluster.group.add_event("Terminate", [VM], not_before=cluster.clock.now() + 600)
+    with Running(agent) as running:
+        assert running.decisions.wait_kind(D.KUBE_EVICTION_REFUSED, eid, timeout=30)
+        assert cluster.node()["spec"].get("unschedulable") is True
+        cluster.group.remove_event(eid)  # the scale-in was cancelled
+        assert running.decisions.wait_kind(D.KUBE_UNCORDONED, eid, timeout=30)
+    node = cluster.node()
+    assert not node["spec"].get("unschedulable")
+    assert TAINT_KEY not in [t["key"] for t in node["spec"].get("taints") or []]
+    assert cluster.group.approvals == []
+    assert "TerminateCancelled" in [e["reason"] for e in cluster.state.events()]
+
+
+def test_a_node_cordoned_by_an_admin_stays_cordoned_after_a_cancel(cluster: Cluster) -> None:
+    from vmss_terminate.emulator.kube import NODES
+
+    cluster.state.patch(NODES, "", NODE, "application/merge-patch+json", {"spec": {"unschedulable": True}})
+    cluster.state.add_replicaset("db", 1, labels={"app": "db"})
+    cluster.state.add_pod("db-0", NODE, labels={"app": "db"}, owner="ReplicaSet/db", grace=10)
+    cluster.state.add_pdb("db", selector={"app": "db"}, max_unavailable=0)
+    agent = cluster.agent()
+    eid = cluster.group.add_event("Terminate", [VM], not_before=cluster.clock.now() + 600)
+    with Running(agent) as running:
+        assert running.decisions.wait_kind(D.KUBE_EVICTION_REFUSED, eid, timeout=30)
+        cordoned = next(d for d in running.decisions.items if d.kind == D.KUBE_CORDONED)
+        assert "cordoned already" in cordoned.message
+        cluster.group.remove_event(eid)
+        assert running.decisions.wait_kind(D.KUBE_UNCORDONED, eid, timeout=30)
+    node = cluster.node()
+    assert node["spec"].get("unschedulable") is True  # the admin's cordon stays
+    assert TAINT_KEY not in [t["key"] for t in node["spec"].get("taints") or []]  # our taint goes
+
+
+def test_a_restart_in_the_middle_of_the_drain_continues_it(cluster: Cluster, tmp_path: Path) -> None:
+    workloads(cluster)
+    at_approval = on_approval(cluster)
+    state_file = tmp_path / "state.json"
+    eid = cluster.group.add_event("Terminate", [VM], not_before=cluster.clock.now() + 600)
+    first = cluster.agent(state_file=str(state_file))
+    with Running(first) as running:  # stopped while web-b is held back by the PDB
+        assert running.decisions.wait_kind(D.KUBE_EVICTION_REFUSED, eid, timeout=30)
+    record = json.loads(state_file.read_text())["events"][eid]
+    assert record["kube_node"] == NODE and record["kube_cordoned"] is True
+    evicted_web = [key.split("/")[1] for key in record["kube_evicted"].values() if "/web-" in key]
+    assert len(evicted_web) == 1  # the PDB let one web pod go; the other was refused
+    first_web = evicted_web[0]
+    held_web = ({"web-a", "web-b"} - {first_web}).pop()
+    assert cluster.group.approvals == []
+    evictions_before = len(cluster.state.evictions)
+    restarted_at = cluster.clock.now()
+    second = cluster.agent(state_file=str(state_file), rerun_interrupted=False)  # the drain resumes anyway
+    with Running(second) as running:
+        assert running.decisions.wait_kind(D.APPROVAL_SENT, eid, timeout=30)
+    assert D.HOOK_RERUN in running.decisions.kinds(eid)
+    assert at_approval == [["etcd-static", "logs-x"]]
+    drained = next(d for d in running.decisions.items if d.kind == D.KUBE_DRAINED)
+    assert drained.data["seconds"] >= restarted_at - record["kube_drain_started"]  # counted from the first start
+    # the second agent did not start over: no second TerminateNotice, no second eviction of the first pod
+    assert [e["reason"] for e in cluster.state.events()].count("TerminateNotice") == 1
+    again = [e.name for e in cluster.state.evictions[evictions_before:] if e.code == 200]
+    assert first_web not in again and held_web in again
+
+
+def test_no_node_for_this_vm_is_said_and_the_terminate_approved_as_on_hook_failure_says(cluster: Cluster) -> None:
+    from vmss_terminate.emulator.kube import NODES
+
+    cluster.state.delete(NODES, "", NODE)
+    eid = cluster.group.add_event("Terminate", [VM], not_before=cluster.clock.now() + 600)
+    with Running(cluster.agent()) as running:
+        assert running.decisions.wait_kind(D.APPROVAL_SENT, eid, timeout=30)
+    missing = next(d for d in running.decisions.items if d.kind == D.KUBE_NODE_NOT_FOUND)
+    assert "no Kubernetes node is this VM" in missing.message and "--node-name" in missing.message
+    eid2 = cluster.group.add_event("Terminate", [VM], not_before=cluster.clock.now() + 600)
+    with Running(cluster.agent(on_hook_failure="wait")) as running:
+        assert running.decisions.wait_kind(D.APPROVAL_WITHHELD, eid2, timeout=30)
+    assert [a.event_id for a in cluster.group.approvals] == [eid]
+
+
+def test_the_drain_runs_after_the_hooks_and_even_after_a_failed_hook(cluster: Cluster) -> None:
+    cluster.state.add_pod("solo", NODE, grace=1)
+    order: List[str] = []
+    agent = cluster.agent(node_name=NODE)
+    lock = threading.Lock()
+
+    def hook(event: Any, context: Any) -> None:
+        with lock:
+            order.append("hook" if not cluster.state.evictions else "hook-after-eviction")
+        raise RuntimeError("deregistration failed")
+
+    agent.on("Terminate", hook)
+    eid = cluster.group.add_event("Terminate", [VM], not_before=cluster.clock.now() + 600)
+    with Running(agent) as running:
+        assert running.decisions.wait_kind(D.APPROVAL_SENT, eid, timeout=30)
+    assert order == ["hook"]
+    assert [(e.name, e.code) for e in cluster.state.evictions] == [("solo", 200)]
+    node_line = next(d for d in running.decisions.items if d.kind == D.KUBE_NODE)
+    assert "--node-name" in node_line.message
+
+
+def test_evictions_carry_the_token_and_only_to_the_api_server(cluster: Cluster) -> None:
+    cluster.state.add_pod("solo", NODE, grace=1)
+    eid = cluster.group.add_event("Terminate", [VM], not_before=cluster.clock.now() + 600)
+    with Running(cluster.agent()) as running:
+        assert running.decisions.wait_kind(D.APPROVAL_SENT, eid, timeout=30)
+    headers: List[Dict[str, str]] = [{k.lower(): v for k, v in r.headers.items()}
+                                     for r in cluster.kube.server.log.all()]
+    assert headers and all(h.get("authorization") == f"Bearer {cluster.kube.token}" for h in headers)
+    imds_auth = [r for r in cluster.imds_server.log.all() if "authorization" in {k.lower() for k in r.headers}]
+    assert imds_auth == []
