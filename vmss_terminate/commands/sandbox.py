@@ -32,9 +32,13 @@ from vmss_terminate.timeout import to_iso
 @click.option("--deadline", type=click.FloatRange(min=1.0), default=None,
               help="Real seconds the story may take before the demo fails "
                    "[default: 30 + (timeout + 30 s deletion) / speed].")
+@click.option("--kubernetes", is_flag=True,
+              help="The VMs are nodes of a local Kubernetes API emulator and every agent runs with --kubernetes: "
+                   "it cordons its node and evicts the pods (a PodDisruptionBudget holds one back until another "
+                   "is gone) before approving.")
 @output_option()
 def demo(instances: int, scale_in: int, timeout: int, speed: float, hook: Optional[str], deadline: Optional[float],
-         output: str) -> None:
+         kubernetes: bool, output: str) -> None:
     """Run the whole story on local emulators, no Azure: enable terminate notifications and upgrade
     (real control plane and Azure SDK), one real agent per instance with a drain hook, scale in,
     drain, approve, delete. Prints a timeline; exits 1 if the story does not complete."""
@@ -42,7 +46,7 @@ def demo(instances: int, scale_in: int, timeout: int, speed: float, hook: Option
     from vmss_terminate.sandbox.timeline import format_entry
 
     options = DemoOptions(instances=instances, scale_in=scale_in, timeout_minutes=timeout, speed=speed,
-                          deadline=deadline, hook=hook).validated()
+                          deadline=deadline, hook=hook, kubernetes=kubernetes).validated()
     printing = threading.Lock()
 
     def live(entry):  # type: ignore[no-untyped-def]

@@ -36,6 +36,8 @@ def demo_hook_command(python: Optional[str] = None) -> str:
 def _summary(decision: Decision) -> str:
     """A short line for the timeline; the agent's full message stays in the entry's data."""
     event = (decision.event_id or "")[:8]
+    if decision.data.get("hook") == "kubernetes:drain" and decision.kind in ("hook_started", "hook_finished"):
+        return f"Kubernetes node drain {'started' if decision.kind == 'hook_started' else 'finished'} for event {event}"
     if decision.kind == "hook_started":
         return f"drain hook started for event {event}"
     if decision.kind == "hook_finished":

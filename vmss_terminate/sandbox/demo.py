@@ -23,6 +23,7 @@ from vmss_terminate.clock import ScaledClock
 from vmss_terminate.errors import InvalidValue
 from vmss_terminate.sandbox.agents import SandboxAgents, demo_hook_command
 from vmss_terminate.sandbox.environment import Sandbox, SandboxConfig
+from vmss_terminate.sandbox.kubernetes import SandboxCluster
 from vmss_terminate.sandbox.timeline import HEADER as TIMELINE_HEADER
 from vmss_terminate.sandbox.timeline import Entry, Timeline
 from vmss_terminate.timeout import parse_timeout, to_iso
@@ -30,6 +31,9 @@ from vmss_terminate.timeout import parse_timeout, to_iso
 AGENT_KINDS_SHOWN = {
     "hook_started", "hook_finished", "hook_failed", "approval_sent", "approval_failed",
     "approval_withheld", "shared_not_approved",
+    # --kubernetes (a refusal by the PodDisruptionBudget is shown once per pod; the JSON has every retry)
+    "kube_node_not_found", "kube_cordoned", "kube_evicted", "kube_eviction_refused", "kube_eviction_failed",
+    "kube_drained", "kube_not_drained", "kube_uncordoned",
 }
 MIN_REAL_NOTICE_S = 5.0
 """Real seconds the NotBefore timeout must last for every agent to poll, drain and approve on a busy
@@ -56,6 +60,7 @@ class DemoOptions:
     speed: float = 60.0
     deadline: Optional[float] = None
     hook: Optional[str] = None  # None: the demo drain hook (python -m vmss_terminate.demo_hook)
+    kubernetes: bool = False  # the VMs are Kubernetes nodes; agents run with --kubernetes
 
     @property
     def real_deadline(self) -> float:
@@ -100,7 +105,7 @@ class DemoResult:
             "failure": self.failure,
             "options": {"instances": self.options.instances, "scale_in": self.options.scale_in,
                         "timeout": to_iso(self.options.timeout_minutes), "speed": self.options.speed,
-                        "deadline": self.options.real_deadline},
+                        "deadline": self.options.real_deadline, "kubernetes": self.options.kubernetes},
             "deleted": self.deleted,
             "totals": self.totals,
             "report": self.report,
@@ -112,6 +117,8 @@ def shown(entry: Entry) -> bool:
     """Entries the text timeline prints (the JSON output has all of them)."""
     if entry.source != "agent":
         return True
+    if entry.kind == "kube_eviction_refused":
+        return entry.data.get("attempt") == 1
     return entry.kind in AGENT_KINDS_SHOWN
 
 
@@ -128,25 +135,34 @@ def run_demo(options: DemoOptions = DemoOptions(), on_entry: Optional[Callable[[
     config = SandboxConfig(instances=options.instances, timeout_minutes=None, speed=options.speed)
     sandbox = Sandbox(config, clock=clock, timeline=timeline)
     agents: Optional[SandboxAgents] = None
+    cluster: Optional[SandboxCluster] = None
     failure: Optional[str] = None
     removed: List[str] = []
     scale_in_at: Optional[Entry] = None
     try:
         sandbox.start()
-        failure, removed, scale_in_at, agents = _story(sandbox, options, deadline)
+        if options.kubernetes:
+            cluster = SandboxCluster(sandbox).start()
+            cluster.add_demo_workload()
+        failure, removed, scale_in_at, agents = _story(sandbox, options, deadline, cluster)
     finally:
         if agents is not None:
             agents.stop()
+        if cluster is not None:
+            cluster.stop()
         sandbox.stop()
     if failure is None:
         failure = _check(sandbox, removed)
+    if failure is None and options.kubernetes:
+        failure = _check_kubernetes(sandbox, removed)
     totals = _totals(sandbox, options, removed, scale_in_at, time.monotonic() - real_start)
     timeline.record("demo", "done" if failure is None else "failed", "",
                     "story complete" if failure is None else failure)
     return DemoResult(failure is None, options, timeline.entries(), sandbox.report(), totals, failure, removed)
 
 
-def _story(sandbox: Sandbox, options: DemoOptions, deadline: float):  # type: ignore[no-untyped-def]
+def _story(sandbox: Sandbox, options: DemoOptions, deadline: float,  # type: ignore[no-untyped-def]
+           cluster: Optional[SandboxCluster] = None):
     from vmss_terminate.control import enable
     from vmss_terminate.control.scaleset import ScaleSetClient
 
@@ -161,11 +177,13 @@ def _story(sandbox: Sandbox, options: DemoOptions, deadline: float):  # type: ig
                         clock=sandbox.clock)
     record("control", "enabled", "", result.message, result=result.to_dict())
 
-    agents = SandboxAgents(sandbox, hooks=[options.hook or demo_hook_command()]).start()
+    kube: Dict[str, Any] = {} if cluster is None else {"kubernetes": True, "kubeconfig": cluster.kubeconfig}
+    agents = SandboxAgents(sandbox, hooks=[options.hook or demo_hook_command()], **kube).start()
     if not agents.wait_ready(max(0.0, deadline - time.monotonic())):
         return "the agents did not learn their VM names from IMDS in time", [], None, agents
     record("demo", "agents_ready", "", f"{len(agents.agents)} agents running, one per instance, each "
-                                       f"polling its own IMDS with a drain hook")
+                                       f"polling its own IMDS with a drain hook"
+                                       + (" and --kubernetes (cordon, evict, wait)" if cluster is not None else ""))
 
     target = options.instances - options.scale_in
     scale_in_at = record("control", "scale_in", "", f"scale in: PATCH sku.capacity {options.instances} -> {target}")
@@ -213,6 +231,23 @@ def _check(sandbox: Sandbox, removed: List[str]) -> Optional[str]:
     return None
 
 
+def _check_kubernetes(sandbox: Sandbox, removed: List[str]) -> Optional[str]:
+    """--kubernetes: every removed VM's node was drained before its approval, and the story's PDB
+    did hold an eviction back (the demo claims both)."""
+    entries = [e for e in sandbox.timeline.entries() if e.source == "agent"]
+    for vm in removed:
+        kinds = [e.kind for e in entries if e.vm == vm]
+        if "kube_drained" not in kinds:
+            stuck = next((e.message for e in entries if e.vm == vm and e.kind in ("kube_not_drained",
+                                                                                 "kube_node_not_found")), "")
+            return f"{vm}'s node was not drained before its deletion" + (f" ({stuck})" if stuck else "")
+        if "approval_sent" in kinds and kinds.index("approval_sent") < kinds.index("kube_drained"):
+            return f"{vm} was approved before its node was drained"
+    if not any(e.kind == "kube_eviction_refused" for e in entries):
+        return "no eviction was held back by the PodDisruptionBudget"
+    return None
+
+
 def _totals(sandbox: Sandbox, options: DemoOptions, removed: List[str], scale_in_at: Optional[Entry],
             real_elapsed: float) -> Dict[str, Any]:
     entries = sandbox.timeline.entries()
@@ -235,6 +270,10 @@ def _totals(sandbox: Sandbox, options: DemoOptions, removed: List[str], scale_in
         "foreign_approvals": len(sandbox.group.foreign_approvals()),
         "foreign_events_ignored": sum(1 for e in entries if e.source == "agent" and e.kind == "not_ours"),
         "held_back": sum(1 for e in entries if e.kind == "held_back"),
+        **({"pods_evicted": sum(1 for e in entries if e.source == "agent" and e.kind == "kube_evicted"),
+            "evictions_refused": sum(1 for e in entries if e.source == "agent" and e.kind == "kube_eviction_refused"),
+            "nodes_drained": sum(1 for e in entries if e.source == "agent" and e.kind == "kube_drained")}
+           if options.kubernetes else {}),
         "not_before_timeout_s": options.timeout_minutes * 60,
         "speed": options.speed,
         "real_s": round(real_elapsed, 2),
@@ -259,6 +298,10 @@ def render_text(result: DemoResult) -> List[str]:
         f"({t['foreign_approvals']} foreign), {t['foreign_events_ignored']} foreign events ignored by agents, "
         f"{t['instances_after']} instances left."
     )
+    if o.kubernetes:
+        lines.append(f"Kubernetes: {t['nodes_drained']} nodes cordoned and drained, {t['pods_evicted']} pods evicted "
+                     f"({t['evictions_refused']} evictions held back by the PodDisruptionBudget and retried), "
+                     f"DaemonSet pods left in place; each VM approved only after its node was drained.")
     if "scale_in_to_deleted_sandbox_s" in t:
         line = (f"Scale-in to last deletion: {t['scale_in_to_deleted_sandbox_s']:.0f} s sandbox time "
                 f"({t['scale_in_to_deleted_real_s']:.2f} s real)")

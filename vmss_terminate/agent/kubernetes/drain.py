@@ -123,7 +123,7 @@ class NodeDrain:
         data = {"node": node_name, "evicted": len(evicted), "not_evicted": sorted(not_evicted),
                 "still_terminating": sorted(left.values()), "refused": refused, "seconds": seconds}
         if not stuck:
-            self.report(D.KUBE_DRAINED, eid, f"node {node_name} drained in {seconds:g} s: {len(evicted)} pod(s) "
+            self.report(D.KUBE_DRAINED, eid, f"node {node_name} drained in {seconds:.1f} s: {len(evicted)} pod(s) "
                                              f"evicted and gone", **data)
             self._event(node, "TerminateDrained", f"Terminate {eid}: node drained ({len(evicted)} pod(s) evicted); "
                                                   f"the VM's deletion is approved next", eid)
@@ -134,7 +134,7 @@ class NodeDrain:
         if left:
             parts.append(f"{len(left)} evicted pod(s) still terminating: {rules.names(sorted(left.values()))}")
         detail = "; ".join(parts)
-        self.report(D.KUBE_NOT_DRAINED, eid, f"node {node_name} not fully drained after {seconds:g} s: {detail}",
+        self.report(D.KUBE_NOT_DRAINED, eid, f"node {node_name} not fully drained after {seconds:.1f} s: {detail}",
                     **data)
         self._event(node, "TerminateDrainIncomplete", f"Terminate {eid}: {detail}", eid, warning=True)
         return StepResult(DEADLINE if late else FAILED, detail)
@@ -242,6 +242,7 @@ class NodeDrain:
         url = path("api", "v1", "namespaces", str(meta.get("namespace")), "pods", str(meta.get("name")), "eviction")
         backoff = Backoff(base=1.0, cap=10.0, rng=self._rng)
         said_error = ""
+        refusals = 0
         while True:
             why = self._stop_reason(run)
             if why is not None:
@@ -265,6 +266,7 @@ class NodeDrain:
                 problem = answer.message()
                 if answer.status == 429:
                     refused[0] += 1
+                    refusals += 1
                 elif answer.status < 500 and answer.status != 401:  # 401: a rotated token; read it again
                     self.report(D.KUBE_EVICTION_FAILED, eid, f"eviction of pod {key} refused: {problem}; "
                                                               f"not retried", pod=key, status=answer.status)
@@ -272,7 +274,7 @@ class NodeDrain:
             delay = backoff.next()
             if answer is not None and answer.status == 429:
                 self.report(D.KUBE_EVICTION_REFUSED, eid, f"eviction of pod {key} refused ({problem}); "
-                                                          f"retrying in {delay:.1f} s", pod=key)
+                                                          f"retrying in {delay:.1f} s", pod=key, attempt=refusals)
             elif problem != said_error:  # said when it changes, not on every retry
                 said_error = problem
                 self.report(D.KUBE_ERROR, eid, f"eviction of pod {key} failed ({problem}); retrying until the "

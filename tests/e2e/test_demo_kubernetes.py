@@ -1,0 +1,56 @@
+"""`vmss-terminate demo --kubernetes`: the sandbox's VMs are nodes of the Kubernetes API emulator;
+on a scale-in each removed VM's agent cordons its node, evicts its pods (the PodDisruptionBudget
+holds one back until another is gone) and approves only then, within NotBefore."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Dict, List
+
+import pytest
+from helpers import invoke_cli
+
+from vmss_terminate.cli import main
+from vmss_terminate.sandbox.kubernetes import computer_name
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def test_demo_kubernetes_drains_each_node_before_its_approval() -> None:
+    result = invoke_cli(main, ["demo", "--kubernetes", "--instances", "3", "--scale-in", "2", "-o", "json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["ok"] and data["options"]["kubernetes"] is True
+    timeline: List[Dict[str, Any]] = data["timeline"]
+    for vm in data["deleted"]:
+        mine = [e for e in timeline if e["vm"] == vm and e["source"] == "agent"]
+        kinds = [e["kind"] for e in mine]
+        # cordon -> evictions -> drained -> approval, in that order
+        assert kinds.index("kube_cordoned") < kinds.index("kube_evicted") < kinds.index("kube_drained") \
+            < kinds.index("approval_sent")
+        evicted = {e["data"]["pod"] for e in mine if e["kind"] == "kube_evicted"}
+        node = next(e["data"]["node"] for e in mine if e["kind"] == "kube_cordoned")
+        assert node == computer_name("myvmss", vm.rsplit("_", 1)[1])  # found by spec.providerID
+        assert evicted == {f"default/web-{node}-a", f"default/web-{node}-b"}  # never the DaemonSet pod
+        approved = next(e["sandbox_s"] for e in mine if e["kind"] == "approval_sent")
+        published = next(e for e in timeline if e["vm"] == vm and e["kind"] == "event_published")
+        assert approved < published["sandbox_s"] + 300  # within NotBefore (PT5M)
+    # one eviction was held back by the PDB until another pod was gone, then it went through
+    refused = [e for e in timeline if e["kind"] == "kube_eviction_refused"]
+    assert refused and data["totals"]["evictions_refused"] == len(refused)
+    held = refused[0]["data"]["pod"]
+    first_gone = min(e["sandbox_s"] for e in timeline if e["kind"] == "kube_evicted")
+    assert any(e["kind"] == "kube_evicted" and e["data"]["pod"] == held and e["sandbox_s"] > first_gone
+               for e in timeline)
+    assert data["totals"]["pods_evicted"] == 4 and data["totals"]["nodes_drained"] == 2
+
+
+def test_demo_kubernetes_text_shows_the_drain_once_per_held_pod() -> None:
+    result = invoke_cli(main, ["demo", "--kubernetes", "--instances", "2", "--scale-in", "1"])
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert any("kube_cordoned" in line for line in lines)
+    assert any(line.startswith("Kubernetes: 1 nodes cordoned and drained, 2 pods evicted") for line in lines)
+    refused = [line for line in lines if "kube_eviction_refused" in line]
+    pods = [line.split("eviction of pod ")[1].split()[0] for line in refused]
+    assert len(pods) == len(set(pods))  # the first refusal of each pod; the JSON has every retry
