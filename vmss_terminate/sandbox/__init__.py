@@ -9,6 +9,8 @@ Azure's documented rules -- on a clock that can run a PT5M timeout in seconds.
             ...                                    # control plane against sb.connection()
         with SandboxAgents(sb, hooks=["drain.sh"]):   # one real agent per instance
             ...
+        with SandboxCluster(sb) as cluster:        # the VMs as Kubernetes nodes (agents: --kubernetes)
+            ...
         print("\\n".join(sb.report()))             # why each deletion happened when it did
 
 `run_demo()` is `vmss-terminate demo` as a function.
@@ -17,11 +19,12 @@ Azure's documented rules -- on a clock that can run a PT5M timeout in seconds.
 from vmss_terminate.sandbox.agents import SandboxAgents, demo_hook_command
 from vmss_terminate.sandbox.demo import DemoOptions, DemoResult, run_demo
 from vmss_terminate.sandbox.environment import Sandbox, SandboxConfig, notification_timeout
+from vmss_terminate.sandbox.kubernetes import SandboxCluster
 from vmss_terminate.sandbox.scheduler import Deletion, DeletionPlan, DeletionScheduler, plan_deletions
 from vmss_terminate.sandbox.timeline import Entry, Timeline, format_entry
 
 __all__ = [
     "Deletion", "DeletionPlan", "DeletionScheduler", "DemoOptions", "DemoResult", "Entry", "Sandbox",
-    "SandboxAgents", "SandboxConfig", "Timeline", "demo_hook_command", "format_entry", "notification_timeout",
+    "SandboxAgents", "SandboxCluster", "SandboxConfig", "Timeline", "demo_hook_command", "format_entry", "notification_timeout",
     "plan_deletions", "run_demo",
 ]
