@@ -42,9 +42,12 @@ What the emulator answers (ARM error bodies are always {"error": {"code", "messa
     own endpoints (ARM; the token endpoint as loginEndpoint) and Azure's ARM audiences.
   * GET/PUT/PATCH .../virtualMachineScaleSets/{name}: names are case-insensitive. PATCH merges the
     objects it carries (null = unchanged), answers 200 with provisioningState Updating and an
-    Azure-AsyncOperation header; PUT replaces virtualMachineProfile (201 when it creates) but
-    keeps what Compute keeps when a PUT leaves it out: storageProfile.imageReference (az drops it
-    on purpose) and a missing storageProfile.
+    Azure-AsyncOperation header; PUT replaces the model (201 when it creates) under putrules.py's
+    rules: unknown members 400, create-time properties 409 PropertyChangeNotAllowed, and what an
+    omitted property means (kept: storageProfile.imageReference -- az drops it on purpose -- and
+    whole storage/os/network sections, orchestrationMode, platformFaultDomainCount,
+    singlePlacementGroup; reset: tags, overprovision, other properties and profile members).
+    Bodies are complete models (defaults.py).
   * a terminateNotificationProfile without `enable` in a PUT/PATCH body is stored `enable: true`
     (Azure's recorded answer to `az vmss update --terminate-notification-time N`).
   * scheduledEventsProfile in a PUT/PATCH body with api-version < 2019-03-01: 400 BadRequest
@@ -54,6 +57,7 @@ What the emulator answers (ARM error bodies are always {"error": {"code", "messa
     the feature has no key at all. Re-enabling after a disable works (the GET shows it) unless
     `state.reenable_ignored` is set, which reproduces azure-docs#41434 (2019): the re-enable is
     accepted (200, LRO Succeeded) but ignored unless something else in virtualMachineProfile changes.
+  * GET .../virtualMachines/{id}/instanceView, and `$expand=instanceView` on the VM list and get.
   * GET .../virtualMachines: Uniform only, paged (`state.page_size`, nextLink with $skiptoken).
     Flexible: 409 OperationNotAllowed -- Flexible members are standalone VMs; list them with
     GET .../resourceGroups/{rg}/providers/Microsoft.Compute/virtualMachines (each carries
@@ -90,6 +94,7 @@ Decisions where the reference is silent:
 
 from __future__ import annotations
 
+import copy
 import re
 import ssl
 from dataclasses import dataclass
@@ -98,7 +103,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar, Union
 from urllib.parse import quote, urlencode
 
 from vmss_terminate.clock import Clock
-from vmss_terminate.emulator.arm import answer_faults, quota, resourcegraph, shapes
+from vmss_terminate.emulator.arm import answer_faults, defaults, putrules, quota, resourcegraph, shapes
 from vmss_terminate.emulator.arm.inventory import (
     UPGRADE_POLICIES,
     ArmState,
@@ -142,6 +147,7 @@ RG_SCALE_SETS = _path(_RG + r"/virtualmachinescalesets")
 SCALE_SET = _path(_VMSS)
 SCALE_SET_VMS = _path(_VMSS + r"/virtualmachines")
 SCALE_SET_VM = _path(_VMSS + r"/virtualmachines/(?P<iid>[^/]+)")
+VM_INSTANCE_VIEW = _path(_VMSS + r"/virtualmachines/(?P<iid>[^/]+)/instanceview")
 MANUAL_UPGRADE = _path(_VMSS + r"/manualupgrade")
 DELETE_INSTANCES = _path(_VMSS + r"/delete")
 STANDALONE_VMS = _path(_RG + r"/virtualmachines")
@@ -198,6 +204,7 @@ class ArmEmulator:
             Route("GET", SCALE_SET_VMS, self._vm_list_get),
             Route("GET", SCALE_SET_VM, self._vm_get),
             Route("DELETE", SCALE_SET_VM, self._vm_delete),
+            Route("GET", VM_INSTANCE_VIEW, self._vm_instance_view_get),
             Route("POST", MANUAL_UPGRADE, self._manualupgrade_post),
             Route("POST", DELETE_INSTANCES, self._delete_instances_post),
             Route("GET", STANDALONE_VMS, self._standalone_vms_get),
@@ -236,7 +243,7 @@ class ArmEmulator:
         except _Refusal as refusal:
             return refusal.response
         except ArmStateError as exc:
-            return shapes.error(exc.status, exc.code, exc.message, exc.target)
+            return shapes.error(exc.status, exc.code, exc.message, exc.target, details=exc.details)
 
     def _quota(self, request: Request) -> Tuple[Optional[Response], Dict[str, str], List[Tuple[str, str]]]:
         """Spend a token of every quota that applies (the subscription's ARM quota, Compute
@@ -401,7 +408,10 @@ class ArmEmulator:
         return Response.json(200, payload, self._lro_headers(request, op, api_version, location=False))
 
     def _scale_set_put(self, request: Request, api_version: str, sub: str, rg: str, name: str) -> Response:
+        """Create, or replace the whole model (putrules.py: unknown members, create-time
+        properties, what an omitted property means)."""
         body = _json_object(request)
+        putrules.check_members(body, request.body)
         properties = _object(body.get("properties"), "properties")
         vm_profile = properties.get("virtualMachineProfile")
         if vm_profile is not None:
@@ -409,26 +419,35 @@ class ArmEmulator:
             _check_scheduled_events(vm_profile, api_version)
         capacity = _capacity(body)
         mode = _upgrade_mode(properties)
+        top = putrules.top_level(body, properties)
         tags = body.get("tags") if isinstance(body.get("tags"), dict) else {}
+        sku_name = _object(body.get("sku"), "sku").get("name")
         ss = self.state.scale_set(sub, rg, name)
         if ss is None:
             if not self.state.has_resource_group(sub, rg):
                 raise _refuse(404, "ResourceGroupNotFound", f"Resource group '{rg}' could not be found.")
             if not body.get("location"):
                 raise _refuse(400, "LocationRequired", "The location property is required for this definition.")
-            orchestration = properties.get("orchestrationMode") or "Uniform"
-            if str(orchestration).lower() not in ("uniform", "flexible"):
-                raise _refuse(400, "InvalidParameter", f"Orchestration mode '{orchestration}' is not valid.",
-                              "orchestrationMode")
+            orchestration = top.orchestration or "Uniform"
+            putrules.check_create(top, orchestration)
             ss = self.state.add_scale_set(
                 sub, rg, name, orchestration=orchestration, upgrade_policy=mode or "Manual",
                 capacity=capacity or 0, location=body["location"], tags=tags,
-                sku=(body.get("sku") or {}).get("name") or "Standard_D2s_v3", vm_profile=vm_profile or {},
+                sku=sku_name or "Standard_D2s_v3", vm_profile=vm_profile or {}, zones=top.zones,
+                platform_fault_domain_count=top.platform_fault_domain_count,
+                single_placement_group=top.single_placement_group, overprovision=top.overprovision,
             )
+            with self.state.lock:
+                putrules.apply(ss, top)
             status, op = 201, self.state.begin_operation("create", ss)
         else:
             with self.state.lock:
                 new_profile = _keep_omitted(vm_profile, ss.vm_profile) if vm_profile is not None else ss.vm_profile
+                new_profile = defaults.fill_server_defaults(copy.deepcopy(new_profile))
+                putrules.check_changes(ss, top, new_profile)
+                putrules.apply(ss, top)
+                if sku_name:
+                    ss.sku = str(sku_name)
             self.state.apply_model(ss, new_profile, capacity=capacity, upgrade_policy=mode, tags=tags)
             status, op = 200, self.state.begin_operation("update", ss)
         with self.state.lock:
@@ -445,8 +464,9 @@ class ArmEmulator:
                           f"Scale Set '{ss.name}' since it uses orchestration mode 'Flexible'. List the "
                           f"virtual machines of the resource group instead.")
         keep = _vm_list_filter(request.param("$filter"))
+        expand = _expands_instance_view(request)
         return self._page(request, api_version, lambda: [i for i in ss.instances.values() if keep(i)],
-                          shapes.scale_set_vm, carry=("$filter",))
+                          lambda inst: shapes.scale_set_vm(inst, api_version, expand), carry=("$filter", "$expand"))
 
     def _standalone_vms_get(self, request: Request, api_version: str, sub: str, rg: str) -> Response:
         if not self.state.has_resource_group(sub, rg):
@@ -483,14 +503,25 @@ class ArmEmulator:
             raise _refuse(404, "NotFound", "The entity was not found in this Azure location.")
         return inst
 
-    def _vm_get(self, request: Request, api_version: str, sub: str, rg: str, name: str, iid: str) -> Response:
+    def _uniform_vm(self, sub: str, rg: str, name: str, iid: str, operation: str) -> InstanceRecord:
+        """A Uniform scale set's VM; Flexible members are standalone VMs (409 OperationNotAllowed)."""
         ss = self._scale_set(sub, rg, name, parent=True)
         if ss.orchestration == "Flexible":
             raise _refuse(409, "OperationNotAllowed",
-                          f"Operation 'VirtualMachineScaleSetVMs.GET' is not allowed on Virtual Machine Scale "
-                          f"Set '{ss.name}' since it uses orchestration mode 'Flexible'.")
+                          f"Operation '{operation}' is not allowed on Virtual Machine Scale Set '{ss.name}' "
+                          f"since it uses orchestration mode 'Flexible'.")
+        return self._instance(ss, iid)
+
+    def _vm_get(self, request: Request, api_version: str, sub: str, rg: str, name: str, iid: str) -> Response:
+        inst = self._uniform_vm(sub, rg, name, iid, "VirtualMachineScaleSetVMs.GET")
         with self.state.lock:
-            return Response.json(200, shapes.scale_set_vm(self._instance(ss, iid)))
+            return Response.json(200, shapes.scale_set_vm(inst, api_version, _expands_instance_view(request)))
+
+    def _vm_instance_view_get(self, request: Request, api_version: str, sub: str, rg: str, name: str,
+                              iid: str) -> Response:
+        inst = self._uniform_vm(sub, rg, name, iid, "VirtualMachineScaleSetVMs.GetInstanceView.GET")
+        with self.state.lock:
+            return Response.json(200, shapes.instance_view(inst))
 
     def _vm_delete(self, request: Request, api_version: str, sub: str, rg: str, name: str, iid: str) -> Response:
         ss = self._scale_set(sub, rg, name, parent=True)
@@ -574,8 +605,6 @@ def _vm_list_filter(text: Optional[str]) -> Callable[[InstanceRecord], bool]:
     return keep
 
 
-
-
 def _json_object(request: Request) -> Dict[str, Any]:
     try:
         body = request.json() if request.body else {}
@@ -595,6 +624,11 @@ def _object(value: Any, where: str) -> Dict[str, Any]:
         raise _refuse(400, "InvalidRequestContent",
                       f"The request content was invalid and could not be deserialized: '{where}' must be an object.")
     return value
+
+
+def _expands_instance_view(request: Request) -> bool:
+    """`$expand=instanceView` (the only value the VM list allows; the VM GET also takes it)."""
+    return any(part.strip().lower() == "instanceview" for part in (request.param("$expand") or "").split(","))
 
 
 def _instance_ids(request: Request) -> List[str]:
@@ -666,20 +700,23 @@ def _check_scheduled_events(vm_profile: Dict[str, Any], api_version: str) -> Non
                       f"PT{MAX_MINUTES}M.", "terminateNotificationProfile.notBeforeTimeout")
 
 
+KEPT_WHEN_OMITTED = ("storageProfile", "osProfile", "networkProfile")
+
+
 def _keep_omitted(new: Dict[str, Any], stored: Dict[str, Any]) -> Dict[str, Any]:
     """PUT semantics for what Compute keeps when a full PUT leaves it out: the image reference
     (`az vmss update` GETs, drops storageProfile.imageReference "to avoid unnecessary permission
-    check of image", then PUTs) and a storageProfile left out altogether."""
-    stored_storage = stored.get("storageProfile")
-    if not isinstance(stored_storage, dict):
-        return new
-    storage = new.get("storageProfile")
-    if storage is None:
-        return dict(new, storageProfile=stored_storage)
-    if isinstance(storage, dict) and storage.get("imageReference") is None \
+    check of image", then PUTs) and the storage, OS and network sections left out altogether
+    (the emulator's choice: a model without them is not one Azure can hold)."""
+    out = dict(new)
+    for section in KEPT_WHEN_OMITTED:
+        if out.get(section) is None and isinstance(stored.get(section), dict):
+            out[section] = stored[section]
+    storage, stored_storage = out.get("storageProfile"), stored.get("storageProfile")
+    if isinstance(storage, dict) and isinstance(stored_storage, dict) and storage.get("imageReference") is None \
             and stored_storage.get("imageReference") is not None:
-        return dict(new, storageProfile=dict(storage, imageReference=stored_storage["imageReference"]))
-    return new
+        out["storageProfile"] = dict(storage, imageReference=stored_storage["imageReference"])
+    return out
 
 
 def _merge(base: Dict[str, Any], patch: Dict[str, Any]) -> Dict[str, Any]:

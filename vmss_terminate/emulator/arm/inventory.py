@@ -44,6 +44,12 @@ Seed format (JSON file or dict; see examples/seed.json)::
                                              #   model (latestModelApplied false) ...
           "staleProfile": null,              # ... whose scheduledEventsProfile is this (null: absent)
           "priority": "Spot",                # optional: virtualMachineProfile.priority
+          "virtualMachineProfile": {...},    # optional: the model; sections it lacks (osProfile,
+                                             #   storageProfile, networkProfile) get defaults.py's
+          "zones": ["1", "2"],               # optional top-level fields (defaults as Azure's):
+          "platformFaultDomainCount": 5,     #   5 regional Uniform, 1 zonal or Flexible
+          "singlePlacementGroup": true,      #   Uniform true, Flexible false
+          "overprovision": true,             #   Uniform true, Flexible false
           "scaleInPolicy": {...},            # optional properties, served as given (e.g. forceDeletion)
           "automaticRepairsPolicy": {...}
         }
@@ -71,7 +77,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Union
 
 from vmss_terminate.clock import SYSTEM_CLOCK, Clock
-from vmss_terminate.emulator.arm import fleetgen
+from vmss_terminate.emulator.arm import defaults, fleetgen
 from vmss_terminate.emulator.arm.quota import Quotas, parse_limits
 from vmss_terminate.scheduled_events import DEFAULT_SUBSCRIPTION
 
@@ -88,28 +94,14 @@ Listener = Callable[[str, "ScaleSetRecord", List["InstanceRecord"]], None]
 class ArmStateError(Exception):
     """A request the state refuses; the HTTP layer maps it to an ARM error body."""
 
-    def __init__(self, status: int, code: str, message: str, target: Optional[str] = None) -> None:
+    def __init__(self, status: int, code: str, message: str, target: Optional[str] = None,
+                 details: Optional[List[Dict[str, str]]] = None) -> None:
         super().__init__(message)
         self.status = status
         self.code = code
         self.message = message
         self.target = target
-
-
-def _default_vm_profile(name: str) -> Dict[str, Any]:
-    return {
-        "osProfile": {"computerNamePrefix": name[:9], "adminUsername": "azureuser"},
-        "storageProfile": {
-            "imageReference": {
-                "publisher": "Canonical",
-                "offer": "0001-com-ubuntu-server-jammy",
-                "sku": "22_04-lts-gen2",
-                "version": "latest",
-            },
-            "osDisk": {"createOption": "FromImage", "caching": "ReadWrite",
-                       "managedDisk": {"storageAccountType": "Standard_LRS"}},
-        },
-    }
+        self.details = details
 
 
 @dataclass(eq=False)
@@ -157,6 +149,9 @@ class InstanceRecord:
     sequence: int
     vm_id: str = field(default_factory=lambda: str(uuid.uuid4()))
     provisioning_state: str = "Succeeded"
+    # The virtualMachineProfile it runs, shared with the scale set (never edited in place: the
+    # state replaces `vm_profile` on every change), for the VM's storage/os/network profiles.
+    model: Dict[str, Any] = field(default_factory=dict)
 
     @property
     def latest_model_applied(self) -> bool:
@@ -199,7 +194,17 @@ class ScaleSetRecord:
     unique_id: str = field(default_factory=lambda: str(uuid.uuid4()))
     instances: Dict[str, InstanceRecord] = field(default_factory=dict)
     was_disabled: bool = False  # enable:false was applied at some point (azure-docs#41434)
-    extra_properties: Dict[str, Any] = field(default_factory=dict)  # scaleInPolicy, automaticRepairsPolicy
+    # Other `properties` Compute stores as sent (scaleInPolicy, automaticRepairsPolicy, ...)
+    extra_properties: Dict[str, Any] = field(default_factory=dict)
+    # The top-level fields a GET returns (issue 18): create-time or change-restricted ones
+    zones: List[str] = field(default_factory=list)
+    platform_fault_domain_count: int = 5
+    single_placement_group: bool = True
+    overprovision: bool = True
+    time_created: float = 0.0
+    sku_tier: str = "Standard"
+    upgrade_policy_extra: Dict[str, Any] = field(default_factory=dict)  # rollingUpgradePolicy, ...
+    extra_resource: Dict[str, Any] = field(default_factory=dict)  # identity, plan, ... as sent
     next_instance_number: int = 0
     _rng: random.Random = field(default_factory=random.Random)
 
@@ -350,12 +355,21 @@ class ArmState:
         stale_profile: Optional[Dict[str, Any]] = None,
         priority: Optional[str] = None,
         extra_properties: Optional[Dict[str, Any]] = None,
+        zones: Optional[List[str]] = None,
+        platform_fault_domain_count: Optional[int] = None,
+        single_placement_group: Optional[bool] = None,
+        overprovision: Optional[bool] = None,
     ) -> ScaleSetRecord:
         """Create a scale set with `capacity` instances running its model (the last
-        `stale_instances` of them run an older model whose profile is `stale_profile`)."""
+        `stale_instances` of them run an older model whose profile is `stale_profile`).
+        A profile missing sections gets the defaults a real scale set has (`defaults.py`);
+        the top-level fields default as Azure's do."""
         orchestration = _canonical(orchestration, ORCHESTRATIONS, "orchestration")
         upgrade_policy = _canonical(upgrade_policy, UPGRADE_POLICIES, "upgrade_policy")
-        profile = copy.deepcopy(vm_profile) if vm_profile is not None else _default_vm_profile(name)
+        profile = defaults.complete_vm_profile(vm_profile or {}, subscription, resource_group, name)
+        zones = [str(z) for z in zones or []]
+        if platform_fault_domain_count is None:
+            platform_fault_domain_count = defaults.platform_fault_domain_default(orchestration, zones)
         if scheduled_events_profile is not None:
             profile["scheduledEventsProfile"] = copy.deepcopy(scheduled_events_profile)
         if priority is not None:
@@ -365,7 +379,12 @@ class ArmState:
             orchestration=orchestration, upgrade_policy=upgrade_policy,
             location=location or self.location, sku=sku, capacity=capacity, vm_profile=profile,
             tags=dict(tags or {}), automatic_delay=automatic_delay, rolling_delay=rolling_delay,
-            extra_properties=copy.deepcopy(extra_properties or {}),
+            extra_properties=copy.deepcopy(extra_properties or {}), zones=zones,
+            platform_fault_domain_count=int(platform_fault_domain_count),
+            single_placement_group=(orchestration == "Uniform") if single_placement_group is None
+            else bool(single_placement_group),
+            overprovision=(orchestration == "Uniform") if overprovision is None else bool(overprovision),
+            time_created=self.clock.now(),
         )
         ss._rng.seed(f"{subscription}/{resource_group}/{name}".lower())
         ss.vm_profile = self._normalise_profile(ss, profile)
@@ -443,6 +462,10 @@ class ArmState:
             stale_profile=entry.get("staleProfile"),
             priority=entry.get("priority"),
             extra_properties={key: entry[key] for key in EXTRA_PROPERTIES if key in entry},
+            zones=entry.get("zones"),
+            platform_fault_domain_count=entry.get("platformFaultDomainCount"),
+            single_placement_group=entry.get("singlePlacementGroup"),
+            overprovision=entry.get("overprovision"),
         )
 
     def _load_fleet_options(self, seed: Dict[str, Any]) -> None:
@@ -693,6 +716,7 @@ class ArmState:
             if inst.model_version != ss.model_version:
                 inst.model_version = ss.model_version
                 inst.applied_profile = copy.deepcopy(profile)
+                inst.model = ss.vm_profile
                 upgraded.append(inst)
         return upgraded
 
@@ -712,7 +736,8 @@ class ArmState:
                 iid = name
             self._sequence += 1
             inst = InstanceRecord(iid, name, ss, ss.model_version, copy.deepcopy(ss.scheduled_events_profile),
-                                  now, self._sequence, vm_id=str(uuid.UUID(int=ss._rng.getrandbits(128))))
+                                  now, self._sequence, vm_id=str(uuid.UUID(int=ss._rng.getrandbits(128))),
+                                  model=ss.vm_profile)
             ss.instances[iid] = inst
             created.append(inst)
         return created
