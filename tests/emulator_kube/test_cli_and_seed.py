@@ -12,11 +12,10 @@ from typing import Any, Dict, List
 
 import pytest
 from helpers import interrupt, invoke_cli
+from kube_helpers import KUBECTL, needs_kubectl
 
 from vmss_terminate.cli import main
 from vmss_terminate.emulator.kube import DAEMON_SETS, NODES, PDBS, PODS, KubeState, load_seed
-
-from .conftest import KUBECTL, needs_kubectl
 
 SEED: Dict[str, Any] = {
     "nodes": [{"name": "vmss000000", "providerID": "azure:///subscriptions/s/resourceGroups/rg/providers/"

@@ -7,10 +7,9 @@ from __future__ import annotations
 from typing import Tuple
 
 import pytest
+from kube_helpers import Kubectl, needs_kubectl
 
 from vmss_terminate.emulator.kube import NODES, PODS, KubeServers
-
-from .conftest import Kubectl, needs_kubectl
 
 pytestmark = needs_kubectl
 Cluster = Tuple[KubeServers, Kubectl]

@@ -1,13 +1,15 @@
-"""`vmss-terminate render`: print the terminate-notification setting for your own IaC (thin over iac.render)."""
+"""`vmss-terminate render`: print the terminate-notification setting, or the agent's Kubernetes
+manifests, for your own IaC (thin over iac.render)."""
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Tuple
 
 import click
 
-from vmss_terminate.commands.options import TIMEOUT
+from vmss_terminate.commands.options import TIMEOUT, int_range
 from vmss_terminate.errors import UsageError
+from vmss_terminate.iac import kubernetes
 from vmss_terminate.iac.render import FORMATS, render
 
 
@@ -15,24 +17,52 @@ from vmss_terminate.iac.render import FORMATS, render
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default=None,
               help="arm/bicep: the scheduledEventsProfile fragment; terraform: the termination_notification "
                    "block; rest: the exact PATCH body `enable` sends; cli: the az and vmss-terminate commands; policy: an Azure "
-                   "Policy definition auditing scale sets for this timeout. "
-                   "Required.")
+                   "Policy definition auditing scale sets for this timeout; kubernetes: the agent's DaemonSet, "
+                   "ServiceAccount and least RBAC (no --timeout). Required.")
 @click.option("--timeout", type=TIMEOUT, default=None,
               help="Delay Azure waits before deleting an instance: 5..15 minutes (10, 10m, PT10M). "
                    "Required unless --disable.")
 @click.option("--disable", is_flag=True, help="Render the setting that turns terminate notifications off.")
 @click.option("-g", "--resource-group", default=None, help="Resource group for --format cli (default: $RESOURCE_GROUP).")
 @click.option("-n", "--name", default=None, help="Scale set name for --format cli (default: $VMSS_NAME).")
+@click.option("--image", default=None,
+              help=f"Agent image for --format kubernetes (default: {kubernetes.DEFAULT_IMAGE}; build it from "
+                   "templates/kubernetes/Dockerfile).")
+@click.option("--namespace", default=None,
+              help=f"Namespace of the DaemonSet and its ServiceAccount for --format kubernetes "
+                   f"(default: {kubernetes.DEFAULT_NAMESPACE}).")
+@click.option("--metrics-port", type=int_range("metrics-port", 1, 65535), default=None,
+              help=f"Port of the agent's /metrics, /healthz, /readyz for --format kubernetes "
+                   f"(default: {kubernetes.DEFAULT_PORT}; host network, so free on every node).")
+@click.option("--agent-arg", "agent_args", multiple=True, metavar="ARG",
+              help="Append ARG to the DaemonSet's `agent run --kubernetes ...` (repeatable), "
+                   "e.g. --agent-arg=--taint --agent-arg=example.com/draining=true:NoSchedule.")
 def render_command(fmt: str, timeout: Optional[int], disable: bool,
-                   resource_group: Optional[str], name: Optional[str]) -> None:
+                   resource_group: Optional[str], name: Optional[str], image: Optional[str],
+                   namespace: Optional[str], metrics_port: Optional[int], agent_args: Tuple[str, ...]) -> None:
     """Print a snippet to paste into your own template or pipeline.
 
     \b
     vmss-terminate render --format terraform --timeout 10m
     vmss-terminate render --format rest --timeout PT10M > body.json
+    vmss-terminate render --format kubernetes --image myregistry.azurecr.io/vmss-terminate:0.1.0 | kubectl apply -f -
     """
     if fmt is None:  # checked here, not by click, whose message spans several lines
         raise UsageError(f"--format is required: one of {', '.join(FORMATS)}")
+    kube_options = {"--image": image, "--namespace": namespace, "--metrics-port": metrics_port,
+                    "--agent-arg": agent_args or None}
+    if fmt == "kubernetes":
+        if timeout is not None or disable:
+            raise UsageError("--format kubernetes takes no --timeout or --disable: the timeout is the scale set's "
+                             "(render it with --format arm|bicep|terraform|rest|cli)")
+        text = render(fmt, None, image=image or kubernetes.DEFAULT_IMAGE,
+                      namespace=namespace or kubernetes.DEFAULT_NAMESPACE,
+                      metrics_port=metrics_port or kubernetes.DEFAULT_PORT, agent_args=agent_args)
+        click.echo(text, nl=False)
+        return
+    given = [option for option, value in kube_options.items() if value is not None]
+    if given:
+        raise UsageError(f"{', '.join(given)}: only with --format kubernetes")
     if timeout is None and not disable:
         raise UsageError("--timeout is required (5..15 minutes, e.g. 10m) unless --disable")
     if timeout is not None and disable:

@@ -10,14 +10,14 @@ from __future__ import annotations
 import json
 import re
 import shlex
-from typing import Any, Callable, Dict, List, Optional, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
 from vmss_terminate.control import body
 from vmss_terminate.errors import UsageError
-from vmss_terminate.iac import azure_policy
+from vmss_terminate.iac import azure_policy, kubernetes
 from vmss_terminate.timeout import parse_timeout
 
-FORMATS = ("arm", "bicep", "terraform", "rest", "cli", "policy")
+FORMATS = ("arm", "bicep", "terraform", "rest", "cli", "policy", "kubernetes")
 
 # azurerm spells the two ARM fields differently inside `termination_notification { }`.
 TERRAFORM_FIELDS = {"enable": "enabled", "notBeforeTimeout": "timeout"}
@@ -34,14 +34,25 @@ def render(
     enable: bool = True,
     resource_group: Optional[str] = None,
     name: Optional[str] = None,
+    namespace: str = kubernetes.DEFAULT_NAMESPACE,
+    image: str = kubernetes.DEFAULT_IMAGE,
+    metrics_port: int = kubernetes.DEFAULT_PORT,
+    agent_args: Sequence[str] = (),
 ) -> str:
     """Return the snippet for `fmt` (one of FORMATS), ending with a newline.
 
     `minutes` is anything `vmss_terminate.timeout.parse_timeout` accepts (10, "10m", "PT10M");
     it is required when enabling and must be None when `enable` is False. `resource_group` and
     `name` only fill in the `cli` format (shell variables are printed when they are None).
+    `kubernetes` is the agent's DaemonSet with its RBAC (`iac/kubernetes.py`: `namespace`, `image`,
+    `metrics_port`, `agent_args`); it takes no timeout, which is the scale set's setting.
     Raises UsageError (exit 2) for an unknown format or a bad timeout.
     """
+    if fmt == "kubernetes":
+        if minutes is not None or not enable:
+            raise UsageError("--format kubernetes renders the agent's DaemonSet: the timeout is the scale set's "
+                             "(render it with --format arm|bicep|terraform|rest|cli); give no --timeout or --disable")
+        return kubernetes.render_kubernetes(namespace, image, metrics_port, agent_args)
     renderer = _RENDERERS.get(fmt)
     if renderer is None:
         raise UsageError(f"unknown format {fmt!r}: choose one of {', '.join(FORMATS)}")

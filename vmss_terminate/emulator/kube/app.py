@@ -22,7 +22,8 @@ protobuf, OpenAPI documents (`/openapi/v2`, `/openapi/v3` are 404: use `kubectl 
 authorization (a valid token may do everything).
 
 Authentication: when the emulator has a token, every other request needs `Authorization: Bearer
-<token>` (401 Unauthorized Status otherwise).
+<token>` -- that token, or the token of a service-account-token Secret (the emulator fills them
+like the token controller) -- else 401 Unauthorized.
 """
 
 from __future__ import annotations
@@ -97,7 +98,10 @@ class KubeEmulator:
     def _authenticate(self, request: Request) -> None:
         header = request.header("Authorization") or ""
         scheme, _, credential = header.partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(credential.strip(), self.token or ""):
+        credential = credential.strip()
+        if scheme.lower() != "bearer" or not credential:
+            raise unauthorized()
+        if not hmac.compare_digest(credential, self.token or "") and not self.state.token_is_valid(credential):
             raise unauthorized()
 
     # -- resources ------------------------------------------------------------------------

@@ -142,6 +142,7 @@ class KubeServers:
         suite can share one running server."""
         self.server.reset()
         self.state = self.app.state = state if state is not None else KubeState()
+        self.state.ca_pem = self.ca_pem
         return self.state
 
     def stop(self) -> None:
@@ -177,6 +178,7 @@ def start_kube(
         state = KubeState(clock=clock) if clock is not None else KubeState()
     elif clock is not None:
         state.clock = clock
+    state.ca_pem = ca_pem
     if seed is not None:
         load_seed(state, seed)
     if token is None:

@@ -20,8 +20,11 @@ What it models beyond storing objects:
 
 from __future__ import annotations
 
+import base64
 import copy
+import hmac
 import random
+import secrets
 import threading
 import time
 import uuid
@@ -41,6 +44,8 @@ from vmss_terminate.emulator.kube.kinds import (
     PDBS,
     PODS,
     REPLICA_SETS,
+    SECRETS,
+    SERVICE_ACCOUNTS,
     STATEFUL_SETS,
     Kind,
     kind_named,
@@ -61,6 +66,7 @@ Obj = Dict[str, Any]
 DEFAULT_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 DEFAULT_GRACE = 30
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
+SA_TOKEN_TYPE = "kubernetes.io/service-account-token"
 _SUFFIX = "bcdfghjklmnpqrstvwxz2456789"  # the API server's generateName alphabet
 _REPLACED_BY = {"ReplicaSet", "ReplicationController", "StatefulSet", "DaemonSet"}
 _SCALED = {"ReplicaSet": REPLICA_SETS, "StatefulSet": STATEFUL_SETS, "Deployment": DEPLOYMENTS}
@@ -103,6 +109,7 @@ class KubeState:
     def __init__(self, clock: Clock = SYSTEM_CLOCK, replace_pods: bool = True) -> None:
         self.clock = clock
         self.replace_pods = replace_pods
+        self.ca_pem: Optional[bytes] = None  # the serving CA, for service-account-token Secrets' ca.crt
         self.evictions: List[EvictionRecord] = []
         self.removals: List[Removal] = []
         self._objects: Dict[Tuple[str, str], Dict[Tuple[str, str], Obj]] = {kind.key: {} for kind in KINDS}
@@ -213,6 +220,8 @@ class KubeState:
             metadata.pop("resourceVersion", None)
             metadata.pop("deletionTimestamp", None)
             _defaults(kind, obj)
+            if kind is SECRETS and obj.get("type") == SA_TOKEN_TYPE:
+                self._fill_token(obj)
             if dry_run:
                 metadata["resourceVersion"] = ""
                 return self._view(kind, obj)
@@ -396,6 +405,34 @@ class KubeState:
             if all(_tolerated(taint, tolerations) for taint in taints):
                 return name
         return None
+
+    # -- service-account tokens (the token controller) ------------------------------------
+
+    def _fill_token(self, secret: Obj) -> None:
+        """A `kubernetes.io/service-account-token` Secret naming an existing ServiceAccount gets
+        `data.token`, `data.ca.crt` and `data.namespace`, as the token controller fills it; the
+        token then authenticates (see `token_is_valid`)."""
+        metadata = secret["metadata"]
+        account = (metadata.get("annotations") or {}).get("kubernetes.io/service-account.name")
+        if not account or (metadata["namespace"], account) not in self._objects[SERVICE_ACCOUNTS.key]:
+            return
+        def b64(text: bytes) -> str:
+            return base64.b64encode(text).decode("ascii")
+        secret["data"] = {"ca.crt": b64(self.ca_pem or b""), "namespace": b64(metadata["namespace"].encode()),
+                          "token": b64(secrets.token_urlsafe(32).encode())}
+
+    def token_is_valid(self, token: str) -> bool:
+        """True for the token of a service-account-token Secret whose ServiceAccount still exists."""
+        with self._lock:
+            for (namespace, _), secret in self._objects[SECRETS.key].items():
+                if secret.get("type") != SA_TOKEN_TYPE:
+                    continue
+                stored = base64.b64decode((secret.get("data") or {}).get("token", "")).decode("ascii", "replace")
+                account = (secret["metadata"].get("annotations") or {}).get("kubernetes.io/service-account.name")
+                if stored and hmac.compare_digest(stored, token) and \
+                        (namespace, account) in self._objects[SERVICE_ACCOUNTS.key]:
+                    return True
+            return False
 
     # -- eviction --------------------------------------------------------------------------
 

@@ -1,0 +1,61 @@
+"""The real kubectl against the Kubernetes API emulator, for any test package (import as
+`from kube_helpers import ...`). kubectl sends bearer tokens only over HTTPS, so `serve_for_kubectl`
+serves HTTPS with a throwaway CA; every bit of kubectl state (kubeconfig, discovery cache, HOME)
+stays in the test's directory."""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import ssl
+import subprocess
+from pathlib import Path
+from typing import Any, List, Optional, Tuple
+
+import pytest
+
+from vmss_terminate.emulator.kube import KubeServers, KubeState, start_kube
+
+KUBECTL = shutil.which("kubectl")
+SKIP_REASON = "kubectl is not installed (CI has v1.32 at /usr/bin/kubectl)"
+needs_kubectl = pytest.mark.skipif(KUBECTL is None, reason=SKIP_REASON)
+
+
+@functools.lru_cache(maxsize=1)
+def throwaway_ca() -> Tuple[Any, bytes]:
+    """One trustme CA per test process, and its PEM."""
+    trustme = pytest.importorskip("trustme")
+    ca = trustme.CA()
+    return ca, ca.cert_pem.bytes()
+
+
+def serve_for_kubectl(state: Optional[KubeState] = None) -> KubeServers:
+    """The emulator over HTTPS on loopback (random port, random bearer token); stop it when done."""
+    if KUBECTL is None:
+        pytest.skip(SKIP_REASON)
+    ca, ca_pem = throwaway_ca()
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ca.issue_cert("127.0.0.1").configure_cert(context)
+    return start_kube(state if state is not None else KubeState(), ssl_context=context, ca_pem=ca_pem)
+
+
+class Kubectl:
+    """Runs the real kubectl against one emulator with a kubeconfig, cache and HOME under `directory`
+    (no ~/.kube, no KUBECONFIG from the environment)."""
+
+    def __init__(self, servers: KubeServers, directory: Path) -> None:
+        assert KUBECTL is not None
+        self.kubeconfig = servers.write_kubeconfig(directory / "kubeconfig")
+        self.cache = directory / "kube-cache"
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith("KUBE")}
+        self.env["HOME"] = str(directory / "home")
+
+    def run(self, *args: str, timeout: float = 60, stdin: Optional[str] = None) -> "subprocess.CompletedProcess[str]":
+        command: List[Any] = [KUBECTL, "--kubeconfig", str(self.kubeconfig), "--cache-dir", str(self.cache), *args]
+        return subprocess.run(command, capture_output=True, text=True, env=self.env, timeout=timeout, input=stdin)
+
+    def ok(self, *args: str, timeout: float = 60, stdin: Optional[str] = None) -> str:
+        result = self.run(*args, timeout=timeout, stdin=stdin)
+        assert result.returncode == 0, f"kubectl {' '.join(args)}: {result.stdout}{result.stderr}"
+        return result.stdout
