@@ -30,8 +30,8 @@ PROGRAM = "python tests/test_layers.py --write"
 SHARED = "shared modules"
 """Stands for the rows of the shared modules at the package root (`SHARED_MODULES`) in a row's list."""
 
-SHARED_MODULES = ("__init__.py", "extras.py", "timeout.py", "params.py", "scheduled_events.py", "clock.py",
-                  "net.py", "errors.py")
+SHARED_MODULES = ("__init__.py", "extras.py", "timeout.py", "params.py", "signals.py", "scheduled_events.py",
+                  "clock.py", "net.py", "errors.py")
 
 EXTERNAL = {
     "azure": "`azure` (the Azure SDK)",
@@ -65,6 +65,7 @@ LAYERS: Dict[str, Tuple[str, ...]] = {
     "extras.py": ("errors.py",),
     "timeout.py": ("errors.py",),
     "params.py": ("errors.py",),
+    "signals.py": ("errors.py",),
     "scheduled_events.py": (),
     "clock.py": (),
     "net.py": (),

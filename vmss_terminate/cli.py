@@ -14,7 +14,6 @@ does not load the control plane; a command that needs the `[control]` extra says
 from __future__ import annotations
 
 import os
-import signal
 import sys
 from typing import Any, Optional, Sequence
 
@@ -23,7 +22,8 @@ import click
 from vmss_terminate import __version__
 from vmss_terminate.commands.lazy import Lazy, LazyGroup
 from vmss_terminate.commands.output import report_error, requested_output
-from vmss_terminate.errors import Interrupted, StopSignal, VmssTerminateError, interrupt_exit_code, interrupt_name
+from vmss_terminate.errors import Interrupted, VmssTerminateError, interrupt_exit_code, interrupt_name
+from vmss_terminate.signals import StopOnSignals, raise_stop_signal
 
 CONTROL = "control"  # the extra of vmss_terminate/extras.py (not imported here: the agent does not need it)
 
@@ -69,14 +69,13 @@ class _Root(LazyGroup):
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         argv = list(sys.argv[1:] if args is None else args)
-        previous = _raise_on_sigterm()
-        try:
-            code = super().main(argv, prog_name, complete_var, standalone_mode=False, **extra)
-        except BaseException as exc:  # noqa: BLE001 - the one place every failure is reported
-            code = _report(exc, requested_output(argv))
-        finally:
-            if previous is not None:
-                signal.signal(signal.SIGTERM, previous)
+        # SIGTERM interrupts like Ctrl-C (as `StopSignal`), so work in progress is reported and the
+        # exit code is 143; commands that serve in the foreground install their own handler.
+        with StopOnSignals(("SIGTERM",), then=raise_stop_signal):
+            try:
+                code = super().main(argv, prog_name, complete_var, standalone_mode=False, **extra)
+            except BaseException as exc:  # noqa: BLE001 - the one place every failure is reported
+                code = _report(exc, requested_output(argv))
         sys.exit(code if isinstance(code, int) else 0)
 
     def invoke(self, ctx: click.Context) -> Any:
@@ -118,19 +117,6 @@ def _report(exc: BaseException, output: str) -> int:
     report_error(f"unexpected {type(exc).__name__}: {exc} (set VMSS_TERMINATE_DEBUG=1 for a traceback)", 1,
                  "runtime", output)
     return 1
-
-
-def _raise_on_sigterm() -> Any:
-    """SIGTERM interrupts like Ctrl-C (as `StopSignal`), so work in progress is reported and the
-    exit code is 143; commands that serve in the foreground install their own handler."""
-
-    def handler(signum: int, frame: Any) -> None:
-        raise StopSignal(signum)
-
-    try:
-        return signal.signal(signal.SIGTERM, handler)
-    except ValueError:  # not the main thread (an embedding application): leave signals alone
-        return None
 
 
 @click.group(cls=_Root, lazy=COMMANDS, context_settings={"help_option_names": ["-h", "--help"]})

@@ -13,15 +13,14 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import signal
 import sys
-import threading
 from dataclasses import dataclass
 from typing import Any, Collection, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from vmss_terminate.agent.config import AgentConfig
 from vmss_terminate.errors import UsageError, VmssTerminateError
 from vmss_terminate.params import Option, option, options_of
+from vmss_terminate.signals import STOP_SIGNALS, StopOnSignals
 
 COMMAND_PATH = "vmss-terminate agent run"
 
@@ -127,32 +126,17 @@ def run(config: AgentConfig, options: RunOptions = RunOptions(), given: Collecti
         from vmss_terminate.agent.probes import serve
 
         server = serve(agent, options.listen)
-    stop = threading.Event()
-    _stop_on_signals(stop)
+    # SIGTERM / Ctrl-C (and Ctrl-Break on Windows) end the loop cleanly. CLI only: the library never
+    # installs handlers, so agents can run in threads.
     try:
-        if options.once:
-            agent.run_once(stop, retry_for=options.retry_for)
-        else:
-            agent.run(stop)
+        with StopOnSignals(STOP_SIGNALS + ("SIGBREAK",)) as signals:
+            if options.once:
+                agent.run_once(signals.stop, retry_for=options.retry_for)
+            else:
+                agent.run(signals.stop)
     finally:
         if server is not None:
             server.close()
-
-
-def _stop_on_signals(stop: threading.Event) -> None:
-    """SIGTERM / Ctrl-C (and Ctrl-Break on Windows) end the loop cleanly. CLI only: the library
-    never installs handlers, so agents can run in threads."""
-
-    def handler(signum: int, frame: Any) -> None:
-        stop.set()
-
-    for name in ("SIGTERM", "SIGINT", "SIGBREAK"):
-        sig = getattr(signal, name, None)
-        if sig is not None:
-            try:
-                signal.signal(sig, handler)
-            except (ValueError, OSError):  # not the main thread, or unsupported here
-                pass
 
 
 def main(argv: Sequence[str]) -> int:

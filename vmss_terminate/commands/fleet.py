@@ -26,6 +26,7 @@ from vmss_terminate.errors import StopSignal, interrupt_exit_code, interrupt_nam
 from vmss_terminate.fleet.findings import IGNORABLE
 from vmss_terminate.fleet.options import AuditOptions, RolloutOptions
 from vmss_terminate.fleet.scope import Scope
+from vmss_terminate.signals import StopOnSignals
 
 
 def _scope(subscriptions: Sequence[str], management_groups: Sequence[str], resource_groups: Sequence[str],
@@ -150,7 +151,9 @@ def rollout_command(scope: Scope, connection: Connection, options: RolloutOption
             for line in plan.lines():
                 click.echo(line)
 
-    with _stop_on_interrupt(stop) as interrupt:
+    # Ctrl-C or SIGTERM sets `stop` instead of raising: in-flight calls finish, nothing new starts,
+    # and the report says what remains; the handlers go back at once, so a second signal interrupts.
+    with StopOnSignals(stop=stop, then=_announce_stop, once=True) as interrupt:
         result = rollout(scope, options, connection=connection, progress=display, on_plan=show_plan, stop=stop)
     if display is not None:
         display.finish()
@@ -168,7 +171,7 @@ def rollout_command(scope: Scope, connection: Connection, options: RolloutOption
         if resume:
             click.echo(f"{len(result.remaining)} set(s) remaining; resume with: {resume}")
     if result.interrupted:
-        click.get_current_context().exit(interrupt_exit_code(StopSignal(interrupt.signum)))
+        click.get_current_context().exit(interrupt_exit_code(StopSignal(interrupt.signum or signal.SIGINT)))
     if not result.dry_run and (result.failed or result.remaining):
         click.get_current_context().exit(1)
 
@@ -200,37 +203,10 @@ def _resume_command(args: Sequence[str], journal: Optional[str]) -> str:
     return command
 
 
-class _stop_on_interrupt:
-    """Ctrl-C (SIGINT) or SIGTERM sets `stop` instead of raising: in-flight calls finish, nothing new
-    starts, and the report says what remains. A second signal restores the previous handlers and
-    interrupts at once. `signum` is the signal that stopped the work (the exit code is 128 + it)."""
-
-    SIGNALS = (signal.SIGINT, signal.SIGTERM)
-
-    def __init__(self, stop: threading.Event) -> None:
-        self.stop = stop
-        self.signum: int = signal.SIGINT
-        self.previous: Dict[int, Any] = {}
-
-    def _handler(self, signum: int, frame: Any) -> None:
-        self.stop.set()
-        self.signum = signum
-        sys.stderr.write(f"\nstopping: no new work is started; waiting for calls in flight "
-                         f"({interrupt_name(StopSignal(signum))}; Ctrl-C again to abort at once)\n")
-        self._restore()
-
-    def _restore(self) -> None:
-        for signum, handler in self.previous.items():
-            signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
-        self.previous = {}
-
-    def __enter__(self) -> "_stop_on_interrupt":
-        if threading.current_thread() is threading.main_thread():
-            self.previous = {signum: signal.signal(signum, self._handler) for signum in self.SIGNALS}
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self._restore()
+def _announce_stop(signum: int) -> None:
+    """The first Ctrl-C (SIGINT) or SIGTERM of a rollout stops it gently; a second one interrupts."""
+    sys.stderr.write(f"\nstopping: no new work is started; waiting for calls in flight "
+                     f"({interrupt_name(StopSignal(signum))}; Ctrl-C again to abort at once)\n")
 
 
 class _RolloutProgress:

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import signal
-import threading
 import time
 from types import TracebackType
-from typing import Any, Callable, Optional, Type
+from typing import Callable, Optional, Type
+
+from vmss_terminate.signals import StopOnSignals
 
 
 class Foreground:
@@ -20,16 +20,16 @@ class Foreground:
     """
 
     def __init__(self) -> None:
-        self._stop = threading.Event()
-        self._previous: Any = None
+        self._signals = StopOnSignals(("SIGTERM",))  # Ctrl-C stays a KeyboardInterrupt, caught on exit
+        self._stop = self._signals.stop
 
     def __enter__(self) -> "Foreground":
-        self._previous = signal.signal(signal.SIGTERM, lambda *_: self._stop.set())
+        self._signals.install()
         return self
 
     def __exit__(self, kind: Optional[Type[BaseException]], exc: Optional[BaseException],
                  tb: Optional[TracebackType]) -> bool:
-        signal.signal(signal.SIGTERM, self._previous)
+        self._signals.restore()
         return kind is not None and issubclass(kind, KeyboardInterrupt)
 
     def wait(self, every: Optional[Callable[[], None]] = None, interval: float = 0.2,

@@ -1,0 +1,71 @@
+"""Stop on SIGINT / SIGTERM: the one place a command installs signal handlers (stdlib only, no click).
+
+`StopOnSignals` is a context manager: inside the block the named signals set its `stop` event (and
+remember which one came, `signum`), optionally call `then(signum)` (print a notice, or raise
+`StopSignal` to interrupt like Ctrl-C); on exit the previous handlers come back. `once=True` puts
+them back at the first signal, so a second Ctrl-C interrupts at once. Outside the main thread (an
+application embedding us) signals are left alone. Each use owns its state: nothing is kept at
+module level, so the library never installs a handler and agents can run in threads.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from types import FrameType, TracebackType
+from typing import Any, Callable, Dict, Optional, Sequence, Type
+
+from vmss_terminate.errors import StopSignal
+
+STOP_SIGNALS = ("SIGINT", "SIGTERM")
+"""Ctrl-C and SIGTERM; the agent adds SIGBREAK (Ctrl-Break on Windows)."""
+
+
+def raise_stop_signal(signum: int) -> None:
+    """A `then` that interrupts like Ctrl-C (KeyboardInterrupt as `StopSignal`): work in progress is
+    reported the same way for both, and the exit code is 128 + `signum`."""
+    raise StopSignal(signum)
+
+
+class StopOnSignals:
+    """Handlers for `signals` (names; those this platform lacks are skipped) while the block runs."""
+
+    def __init__(self, signals: Sequence[str] = STOP_SIGNALS, stop: Optional[threading.Event] = None, *,
+                 then: Optional[Callable[[int], None]] = None, once: bool = False) -> None:
+        self.stop = stop if stop is not None else threading.Event()
+        self.signum: Optional[int] = None
+        self._signals = [sig for sig in (getattr(signal, name, None) for name in signals) if sig is not None]
+        self._then, self._once = then, once
+        self._previous: Dict[int, Any] = {}
+
+    def _handler(self, signum: int, frame: Optional[FrameType]) -> None:
+        self.signum = signum
+        self.stop.set()
+        if self._once:
+            self.restore()
+        if self._then is not None:
+            self._then(signum)
+
+    def install(self) -> "StopOnSignals":
+        """Install the handlers (main thread only; elsewhere, or where a signal is unsupported, skip it)."""
+        if threading.current_thread() is not threading.main_thread():
+            return self
+        for sig in self._signals:
+            try:
+                self._previous[int(sig)] = signal.signal(sig, self._handler)
+            except (ValueError, OSError):  # unsupported here
+                pass
+        return self
+
+    def restore(self) -> None:
+        """Put the previous handlers back (once; later calls do nothing)."""
+        previous, self._previous = self._previous, {}
+        for signum, handler in previous.items():
+            signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
+
+    def __enter__(self) -> "StopOnSignals":
+        return self.install()
+
+    def __exit__(self, kind: Optional[Type[BaseException]], exc: Optional[BaseException],
+                 tb: Optional[TracebackType]) -> None:
+        self.restore()
