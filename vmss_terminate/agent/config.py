@@ -60,10 +60,6 @@ class AgentConfig:
     Python-only fields: `kill_grace` (seconds a stopped hook gets between SIGTERM and SIGKILL) and
     `max_requests_per_second` (the client-side IMDS rate limit; IMDS allows 5/s per VM).
     `state_file` ":memory:" keeps state in memory only.
-    The Kubernetes fields (`kubernetes`, `kubeconfig`, `node_name`, `taint`): drain the node this VM
-    is after the hooks (docs/kubernetes.md); `kubeconfig` None: the in-cluster service account, else
-    $KUBECONFIG; `node_name` None: $NODE_NAME, else found by providerID / computer name; `taint`
-    KEY[=VALUE]:EFFECT is added with the cordon.
     """
 
     imds_url: Optional[str] = option(
@@ -122,10 +118,20 @@ class AgentConfig:
         help="Read timeout of the first Scheduled Events call (IMDS may take 2 minutes to enable).")
     kill_grace: float = seconds(5.0, 0, 3600.0)
     max_requests_per_second: int = 4
-    kubernetes: bool = False
-    kubeconfig: Optional[str] = None
-    node_name: Optional[str] = None
-    taint: str = DEFAULT_TAINT
+    kubernetes: bool = option(
+        False, help="Drain the Kubernetes node this VM is before approving, after the hooks: cordon, taint, "
+                    "evict its pods (PodDisruptionBudgets respected; DaemonSet and mirror pods stay) and wait "
+                    "until they are gone, within the hooks' deadline (docs/kubernetes.md).")
+    kubeconfig: Optional[str] = option(
+        kind="file", metavar="FILE",
+        help="--kubernetes: the cluster and credentials (token or client certificate) [default: the "
+             "in-cluster service account, else $KUBECONFIG].")
+    node_name: Optional[str] = option(
+        metavar="NAME", help="--kubernetes: the node to drain [env NODE_NAME; default: the node whose "
+                             "spec.providerID is this VM, else the one named like its computer name].")
+    taint: str = option(
+        DEFAULT_TAINT, metavar="KEY[=VALUE]:EFFECT", show_default=True,
+        help="--kubernetes: the taint added with the cordon (removed again if the Terminate is cancelled).")
 
     def validated(self) -> "AgentConfig":
         """A normalised copy; UsageError (exit 2) on any bad value, before any request."""
@@ -160,8 +166,12 @@ class AgentConfig:
         if isinstance(self.state_file, str) and not self.state_file.strip():
             raise UsageError("empty --state-file: pass a file path (or :memory: to keep state in memory only)")
         parse_taint(self.taint)
-        if (self.kubeconfig is not None or self.node_name is not None) and not self.kubernetes:
-            raise UsageError("--kubeconfig and --node-name apply to --kubernetes: add --kubernetes to drain the node")
+        given = [flag for flag, value in (("--kubeconfig", self.kubeconfig), ("--node-name", self.node_name),
+                                          ("--taint", None if self.taint == DEFAULT_TAINT else self.taint))
+                 if value is not None]
+        if given and not self.kubernetes:
+            raise UsageError(f"{' and '.join(given)} appl{'ies' if len(given) == 1 else 'y'} to --kubernetes: "
+                             f"add --kubernetes to drain the node")
         node_name = self.node_name
         if node_name is None and self.kubernetes:
             node_name = os.environ.get(NODE_NAME_ENV, "").strip() or None

@@ -7,15 +7,20 @@ deadline), the cordon undone when the scale-in is cancelled, a restart that cont
 from __future__ import annotations
 
 import json
+import ssl
 import threading
 from pathlib import Path
 from typing import Any, Dict, List
 
+import pytest
+
 from vmss_terminate.agent import decisions as D
+from vmss_terminate.agent.kubernetes import credentials
 from vmss_terminate.agent.kubernetes.rules import DEFAULT_TAINT
 from vmss_terminate.agent.metrics import AgentMetrics
+from vmss_terminate.emulator.kube import start_kube
 
-from ..conftest import Running
+from ..conftest import Running, run_cli
 from .conftest import NODE, OTHER, VM, Cluster
 
 TAINT_KEY = DEFAULT_TAINT.split(":")[0]
@@ -228,3 +233,69 @@ def test_evictions_carry_the_token_and_only_to_the_api_server(cluster: Cluster) 
     assert headers and all(h.get("authorization") == f"Bearer {cluster.kube.token}" for h in headers)
     imds_auth = [r for r in cluster.imds_server.log.all() if "authorization" in {k.lower() for k in r.headers}]
     assert imds_auth == []
+
+
+def test_agent_run_kubernetes_from_the_command_line(cluster: Cluster) -> None:
+    """The console script's click-free path: `agent run --kubernetes --kubeconfig FILE --once` drains
+    the node (found by providerID through IMDS), approves, exits 0."""
+    cluster.state.add_pod("solo", NODE, grace=1)
+    eid = cluster.group.add_event("Terminate", [VM], not_before=cluster.clock.now() + 600)
+    done = run_cli("run", "--once", "--kubernetes", "--kubeconfig", str(cluster.kubeconfig), "--imds-url",
+                   cluster.imds_url, "--state-file", ":memory:", "--log-format", "json", timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert [a.event_id for a in cluster.group.approvals] == [eid]
+    kinds = [json.loads(line).get("kind") for line in done.stderr.splitlines() if line.startswith("{")]
+    assert kinds.index("kube_cordoned") < kinds.index("kube_drained") < kinds.index("approval_sent")
+    assert cluster.node()["spec"]["unschedulable"] is True
+
+
+def test_kubernetes_options_are_checked_before_anything_runs(cluster: Cluster, tmp_path: Path) -> None:
+    for args, message in [
+        (("--node-name", NODE), "error: --node-name applies to --kubernetes"),
+        (("--kubernetes", "--taint", "nope"), "error: invalid --taint 'nope'"),
+        (("--kubernetes", "--node-name", "Not_A_Node"), "error: invalid --node-name 'Not_A_Node'"),
+        (("--kubernetes", "--kubeconfig", str(tmp_path / "missing")), "error: cannot read --kubeconfig"),
+    ]:
+        done = run_cli("run", "--imds-url", cluster.imds_url, "--state-file", ":memory:", *args, timeout=60)
+        assert done.returncode == 2 and done.stderr.startswith(message), (args, done.stderr)
+    assert cluster.kube.server.log.all() == [] and cluster.imds_server.log.all() == []
+
+
+def test_in_cluster_credentials_over_https_with_a_rotating_token(cluster: Cluster, tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """The DaemonSet way: KUBERNETES_SERVICE_HOST/PORT, the service-account token and CA from the
+    (injected) service-account directory, NODE_NAME from the downward API; the kubelet rotates the
+    token mid-drain and the agent's next requests carry the new one."""
+    trustme = pytest.importorskip("trustme")
+    authority = trustme.CA()
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    authority.issue_cert("127.0.0.1").configure_cert(context)
+    account = tmp_path / "serviceaccount"
+    account.mkdir()
+    (account / "token").write_text("first-token\n")
+    authority.cert_pem.write_to_path(str(account / "ca.crt"))
+    cluster.state.add_replicaset("db", 1, labels={"app": "db"})
+    cluster.state.add_pod("db-0", NODE, labels={"app": "db"}, owner="ReplicaSet/db", grace=10)
+    cluster.state.add_pdb("db", selector={"app": "db"}, max_unavailable=0)  # the drain keeps retrying
+    with start_kube(cluster.state, ssl_context=context, token="first-token") as kube:
+        monkeypatch.setattr(credentials, "SERVICE_ACCOUNT_DIR", str(account))
+        monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "127.0.0.1")
+        monkeypatch.setenv("KUBERNETES_SERVICE_PORT", str(kube.server.port))
+        monkeypatch.setenv("NODE_NAME", NODE)
+        agent = cluster.agent(kubeconfig=None)
+        eid = cluster.group.add_event("Terminate", [VM], not_before=cluster.clock.now() + 600)
+        with Running(agent) as running:
+            assert running.decisions.wait_kind(D.KUBE_EVICTION_REFUSED, eid, timeout=30)
+            kube.app.token = "second-token"  # the kubelet renewed the projected token
+            (account / "token").write_text("second-token\n")
+            rotated = len(kube.server.log.all())
+            seen = len([d for d in running.decisions.items if d.kind == D.KUBE_EVICTION_REFUSED])
+            assert running.decisions.wait_for(
+                lambda items: len([d for d in items if d.kind == D.KUBE_EVICTION_REFUSED]) >= seen + 2, timeout=30)
+            cluster.group.remove_event(eid)
+            assert running.decisions.wait_kind(D.KUBE_UNCORDONED, eid, timeout=30)
+        later = kube.server.log.all()[rotated + 1:]
+        assert later and all(r.headers.get("Authorization") == "Bearer second-token" for r in later)
+    node_line = next(d for d in running.decisions.items if d.kind == D.KUBE_NODE)
+    assert "--node-name" in node_line.message  # NODE_NAME, as a DaemonSet passes it
+    assert not cluster.node()["spec"].get("unschedulable")

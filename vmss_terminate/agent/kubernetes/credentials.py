@@ -54,27 +54,29 @@ class Access:
 
 
 def load_access(kubeconfig: Optional[str] = None, environ: Optional[Mapping[str, str]] = None,
-                service_account_dir: str = SERVICE_ACCOUNT_DIR) -> Access:
+                service_account_dir: Optional[str] = None) -> Access:
     """`--kubeconfig FILE`, else in-cluster (KUBERNETES_SERVICE_HOST set), else $KUBECONFIG;
-    UsageError naming what is missing otherwise."""
+    UsageError naming what is missing otherwise. `service_account_dir` None: SERVICE_ACCOUNT_DIR,
+    read when called (tests point it at a directory of their own)."""
     env = os.environ if environ is None else environ
     if kubeconfig is not None:
         return from_kubeconfig(kubeconfig)
     if env.get("KUBERNETES_SERVICE_HOST"):
-        return in_cluster(env, service_account_dir)
+        return in_cluster(env, service_account_dir or SERVICE_ACCOUNT_DIR)
     if env.get("KUBECONFIG"):
         return from_kubeconfig(env["KUBECONFIG"].split(os.pathsep)[0])
     raise UsageError("--kubernetes needs cluster credentials: run the agent in a pod (service account, "
                      "KUBERNETES_SERVICE_HOST) or pass --kubeconfig FILE")
 
 
-def in_cluster(environ: Mapping[str, str], directory: str = SERVICE_ACCOUNT_DIR) -> Access:
+def in_cluster(environ: Mapping[str, str], directory: Optional[str] = None) -> Access:
     """The pod's service account: host and port from the environment, token and CA from `directory`."""
     host = environ.get("KUBERNETES_SERVICE_HOST", "").strip()
     port = (environ.get("KUBERNETES_SERVICE_PORT") or environ.get("KUBERNETES_SERVICE_PORT_HTTPS") or "443").strip()
     if not host or not port.isdigit():
         raise UsageError(f"in-cluster Kubernetes credentials: KUBERNETES_SERVICE_HOST={host!r} / "
                          f"KUBERNETES_SERVICE_PORT={port!r} do not name an API server")
+    directory = directory or SERVICE_ACCOUNT_DIR
     token_file = Path(directory) / "token"
     if not token_file.is_file():
         raise UsageError(f"in-cluster Kubernetes credentials: no service-account token at {token_file} "
