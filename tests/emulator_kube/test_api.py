@@ -265,11 +265,18 @@ def test_events_are_created_and_validated(api: requests.Session, state: KubeStat
     assert created.status_code == 201, created.text
     assert created.json()["metadata"]["name"].startswith("vmss000000.")
     assert [e["reason"] for e in state.list(NEW_EVENTS)] == ["TerminateNotice"]
+    # one resource in two shapes: kubectl get events / describe read the core v1 one
+    (core,) = api.get(_url(api, "/api/v1/namespaces/default/events"), timeout=5,
+                      params={"fieldSelector": "involvedObject.kind=Node,involvedObject.name=vmss000000"}).json()["items"]
+    assert (core["involvedObject"]["name"], core["message"], core["reportingComponent"], core["source"]) == \
+        ("vmss000000", "Terminate event X, NotBefore ...", "vmss-terminate", {"component": "vmss-terminate"})
     missing = api.post(url, json=_event(reportingController=None), timeout=5)
     assert (missing.status_code, missing.json()["reason"]) == (422, "Invalid")
     assert api.post(_url(api, "/api/v1/namespaces/default/events"), timeout=5, json={
         "metadata": {"name": "e1"}, "reason": "TerminateNotice", "message": "m",
         "involvedObject": {"kind": "Node", "name": "vmss000000"}}).status_code == 201
+    new = api.get(_url(api, "/apis/events.k8s.io/v1/namespaces/default/events/e1"), timeout=5).json()
+    assert (new["apiVersion"], new["regarding"]["name"], new["note"]) == ("events.k8s.io/v1", "vmss000000", "m")
     assert api.post(_url(api, "/apis/events.k8s.io/v1/namespaces/nowhere/events"), json=_event(),
                     timeout=5).status_code == 404
 

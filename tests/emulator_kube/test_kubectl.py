@@ -9,7 +9,7 @@ from typing import Tuple
 import pytest
 from kube_helpers import Kubectl, needs_kubectl
 
-from vmss_terminate.emulator.kube import NODES, PODS, KubeServers
+from vmss_terminate.emulator.kube import NEW_EVENTS, NODES, PODS, KubeServers
 
 pytestmark = needs_kubectl
 Cluster = Tuple[KubeServers, Kubectl]
@@ -137,3 +137,18 @@ def test_pods_listed_by_node_with_a_field_selector(kubectl_cluster: Cluster) -> 
     out = kubectl.ok("get", "pods", "-A", "--field-selector", "spec.nodeName=b", "-o", "name")
     assert out.split() == ["pod/pod-b"]
     assert kube.state.get(PODS, "default", "pod-a")
+
+
+def test_get_events_shows_the_events_k8s_io_events_of_a_node(kubectl_cluster: Cluster) -> None:
+    kube, kubectl = kubectl_cluster
+    node = kube.state.add_node("vmss000000")
+    kube.state.create(NEW_EVENTS, "default", {
+        "metadata": {"generateName": "vmss000000."}, "eventTime": "2026-11-24T07:00:00.000000Z",
+        "reportingController": "vmss-terminate", "reportingInstance": "vmss-terminate-vmss000000",
+        "action": "Drain", "reason": "TerminateNotice", "type": "Normal", "note": "draining before Terminate",
+        "regarding": {"apiVersion": "v1", "kind": "Node", "name": "vmss000000", "uid": node["metadata"]["uid"]}})
+    lines = kubectl.ok("get", "events", "-n", "default").splitlines()
+    assert lines[0].split() == ["LAST", "SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"]
+    assert lines[1].split()[1:] == ["Normal", "TerminateNotice", "node/vmss000000", "draining", "before", "Terminate"]
+    described = kubectl.ok("describe", "node", "vmss000000")
+    assert "TerminateNotice" in described.split("Events:")[1]

@@ -27,7 +27,8 @@ then, and the kubeconfig trusts the CA), or plain http without a token (`start_k
 
 `KubeState` holds the cluster (no HTTP; `state.py`); `KubeEmulator` is the HTTP app (`app.py`),
 served by `vmss_terminate.emulator.server.EmulatorServer`; `start_kube`/`KubeServers` and the seed
-format are in `launch.py`. The kinds served are listed in `kinds.py`.
+format are in `launch.py`. The kinds served are listed in `kinds.py`; events are stored once and
+served as core v1 and events.k8s.io/v1 (`events.py`).
 """
 
 from vmss_terminate.emulator.kube.app import KubeEmulator

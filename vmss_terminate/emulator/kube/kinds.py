@@ -39,6 +39,7 @@ class Kind:
     categories: Tuple[str, ...] = ()
     fields: Tuple[str, ...] = ()   # field-selector labels beyond metadata.name / metadata.namespace
     subresources: Tuple[Subresource, ...] = ()
+    stored_as: Optional[Tuple[str, str]] = None  # the (group, plural) whose storage it shares
 
     @property
     def api_version(self) -> str:
@@ -54,8 +55,8 @@ class Kind:
 
     @property
     def key(self) -> Tuple[str, str]:
-        """Storage key: objects of one kind served at two versions would share it."""
-        return (self.group, self.plural)
+        """Storage key: one resource served in two groups (events) shares one."""
+        return self.stored_as or (self.group, self.plural)
 
 
 _POD_FIELDS = ("spec.nodeName", "spec.restartPolicy", "spec.schedulerName", "spec.serviceAccountName",
@@ -77,7 +78,8 @@ EVENTS = Kind("", "v1", "events", "Event", True, short_names=("ev",), fields=_EV
 SERVICE_ACCOUNTS = Kind("", "v1", "serviceaccounts", "ServiceAccount", True, short_names=("sa",))
 CONFIG_MAPS = Kind("", "v1", "configmaps", "ConfigMap", True, short_names=("cm",))
 SECRETS = Kind("", "v1", "secrets", "Secret", True, fields=("type",))
-NEW_EVENTS = Kind("events.k8s.io", "v1", "events", "Event", True, short_names=("ev",), fields=_NEW_EVENT_FIELDS)
+NEW_EVENTS = Kind("events.k8s.io", "v1", "events", "Event", True, short_names=("ev",), fields=_NEW_EVENT_FIELDS,
+                  stored_as=("", "events"))
 PDBS = Kind("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", True, short_names=("pdb",),
             subresources=(Subresource("status", "PodDisruptionBudget", ("get", "patch", "update")),))
 DAEMON_SETS = Kind("apps", "v1", "daemonsets", "DaemonSet", True, short_names=("ds",), categories=("all",),

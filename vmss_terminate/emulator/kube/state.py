@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from vmss_terminate.clock import SYSTEM_CLOCK, Clock, wait_until
-from vmss_terminate.emulator.kube import disruption
+from vmss_terminate.emulator.kube import disruption, events
 from vmss_terminate.emulator.kube.kinds import (
     DAEMON_SETS,
     DEPLOYMENTS,
@@ -67,6 +67,7 @@ DEFAULT_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease"
 DEFAULT_GRACE = 30
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 SA_TOKEN_TYPE = "kubernetes.io/service-account-token"
+NODE_CAPACITY = {"cpu": "2", "memory": "8145492Ki", "pods": "110", "ephemeral-storage": "30308240Ki"}
 _SUFFIX = "bcdfghjklmnpqrstvwxz2456789"  # the API server's generateName alphabet
 _REPLACED_BY = {"ReplicaSet", "ReplicationController", "StatefulSet", "DaemonSet"}
 _SCALED = {"ReplicaSet": REPLICA_SETS, "StatefulSet": STATEFUL_SETS, "Deployment": DEPLOYMENTS}
@@ -113,6 +114,7 @@ class KubeState:
         self.evictions: List[EvictionRecord] = []
         self.removals: List[Removal] = []
         self._objects: Dict[Tuple[str, str], Dict[Tuple[str, str], Obj]] = {kind.key: {} for kind in KINDS}
+        # a NEW_EVENTS object is stored in core v1 shape (events.py) under EVENTS' key
         self._removal_at: Dict[str, float] = {}  # pod uid -> clock time it leaves
         self._version = 1000
         self._lock = threading.RLock()
@@ -157,7 +159,7 @@ class KubeState:
 
     def _view(self, kind: Kind, obj: Obj) -> Obj:
         """A copy as served: apiVersion/kind, and computed status where Kubernetes' controllers keep it."""
-        view = copy.deepcopy(obj)
+        view = events.to_new(obj) if kind is NEW_EVENTS else copy.deepcopy(obj)
         view["apiVersion"], view["kind"] = kind.api_version, kind.kind
         if kind is PDBS:
             view["status"] = self._budget(obj).status(
@@ -222,10 +224,12 @@ class KubeState:
             _defaults(kind, obj)
             if kind is SECRETS and obj.get("type") == SA_TOKEN_TYPE:
                 self._fill_token(obj)
+            if kind is NEW_EVENTS:
+                obj = events.to_core(obj)
             if dry_run:
-                metadata["resourceVersion"] = ""
+                obj["metadata"]["resourceVersion"] = ""
                 return self._view(kind, obj)
-            metadata["resourceVersion"] = self._bump()
+            obj["metadata"]["resourceVersion"] = self._bump()
             self._objects[kind.key][key] = obj
             return self._view(kind, obj)
 
@@ -290,6 +294,9 @@ class KubeState:
         _validate(kind, new)
         if "generation" in metadata and subresource != "status" and new.get("spec") != current.get("spec"):
             metadata["generation"] = int(metadata["generation"]) + 1
+        if kind is NEW_EVENTS:
+            new = events.to_core(new)
+            metadata = new["metadata"]
         if dry_run:
             return self._view(kind, new)
         metadata["resourceVersion"] = self._bump()
@@ -525,7 +532,8 @@ class KubeState:
                                "operatingSystem": "linux", "architecture": "amd64",
                                "containerRuntimeVersion": "containerd://1.7.0", "kernelVersion": "6.5.0",
                                "machineID": "", "systemUUID": "", "bootID": ""},
-                  "addresses": [{"type": "Hostname", "address": name}]}
+                  "addresses": [{"type": "Hostname", "address": name}],
+                  "capacity": dict(NODE_CAPACITY), "allocatable": dict(NODE_CAPACITY)}
         return self.create(NODES, "", {"metadata": {"name": name, "labels": node_labels}, "spec": spec,
                                        "status": status})
 
@@ -601,8 +609,8 @@ class KubeState:
         return self.create(kind, namespace if kind.namespaced else "", obj)
 
     def events(self) -> List[Obj]:
-        """Every event, in events.k8s.io/v1 and core v1 shape as created."""
-        return self.list(NEW_EVENTS) + self.list(EVENTS)
+        """Every event, in events.k8s.io/v1 shape (`list(EVENTS)` gives the core v1 shape)."""
+        return self.list(NEW_EVENTS)
 
     def wait_for(self, check: Callable[["KubeState"], bool], timeout: float) -> bool:
         """Block until `check(state)` holds (re-checked on every change and tick) or `timeout` real seconds."""

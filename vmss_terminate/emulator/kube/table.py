@@ -10,7 +10,7 @@ import calendar
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from vmss_terminate.emulator.kube.kinds import NODES, PDBS, PODS, Kind
+from vmss_terminate.emulator.kube.kinds import EVENTS, NODES, PDBS, PODS, Kind
 
 Obj = Dict[str, Any]
 Column = Tuple[str, str, int, Callable[[Obj, float], Any]]  # name, type, priority, cell
@@ -91,6 +91,17 @@ def _spec(field: str, absent: str = "N/A") -> Callable[[Obj, float], Any]:
     return lambda obj, now: (obj.get("spec") or {}).get(field, absent)
 
 
+def _event_seen(event: Obj, now: float) -> str:
+    stamp = event.get("lastTimestamp") or event.get("deprecatedLastTimestamp") or event.get("eventTime") \
+        or event["metadata"].get("creationTimestamp")
+    return human_duration(now - _parse_time(stamp)) if stamp else "<unknown>"
+
+
+def _event_object(event: Obj, now: float) -> str:
+    about = event.get("involvedObject") or event.get("regarding") or {}
+    return f"{str(about.get('kind', '')).lower()}/{about.get('name', '')}"
+
+
 _NAME: Column = ("Name", "string", 0, lambda obj, now: obj["metadata"]["name"])
 _AGE: Column = ("Age", "string", 0, _age)
 COLUMNS: Dict[Tuple[str, str], Sequence[Column]] = {
@@ -100,6 +111,9 @@ COLUMNS: Dict[Tuple[str, str], Sequence[Column]] = {
     PODS.key: (_NAME, ("Ready", "string", 0, _pod_ready), ("Status", "string", 0, _pod_status),
                ("Restarts", "string", 0, _restarts), _AGE,
                ("Node", "string", 1, lambda obj, now: (obj.get("spec") or {}).get("nodeName") or "<none>")),
+    EVENTS.key: (("Last Seen", "string", 0, _event_seen), ("Type", "string", 0, lambda e, now: e.get("type", "")),
+                 ("Reason", "string", 0, lambda e, now: e.get("reason", "")), ("Object", "string", 0, _event_object),
+                 ("Message", "string", 0, lambda e, now: e.get("message", e.get("note", "")))),
     PDBS.key: (_NAME, ("Min Available", "string", 0, _spec("minAvailable")),
                ("Max Unavailable", "string", 0, _spec("maxUnavailable")),
                ("Allowed Disruptions", "integer", 0,
