@@ -2,11 +2,20 @@
 every worker, plugged into the Azure SDK pipeline as a per-retry policy.
 
 Why not leave 429s to azure-core's RetryPolicy: it sleeps in the worker that got the 429 while the
-other workers of the same subscription keep spending the empty bucket, and it sleeps in real time
-(untestable). Here a 429 closes that subscription's gate for `Retry-After` seconds for everyone,
-other subscriptions carry on, and the waiting is done on the injectable clock. The
-`x-ms-ratelimit-remaining-subscription-*` header keeps the gate from sending more requests at once
-than the bucket still holds.
+other workers of the same subscription keep spending the empty bucket, it sleeps in real time
+(untestable), and it does not retry a PATCH/POST 429 that carries no Retry-After. Here a 429 closes
+that subscription's gate for `Retry-After` seconds (without one: 1 s doubled per 429 in a row, up to
+60 s) for everyone, other subscriptions carry on, and the waiting is done on the injectable clock.
+
+Pacing: the remaining counts every answer carries (`x-ms-ratelimit-remaining-subscription-*`, and
+Compute's `x-ms-ratelimit-remaining-resource` policies, the lowest of them) keep the gate from
+sending more requests at once than the bucket still holds, and the gate learns the bucket's refill
+rate (from how the count moves between answers, and from a Retry-After: a token is back within it).
+As the count runs out, requests are spread at that rate, one token at a time; when a Retry-After
+ends, one request goes and the rest follow at the rate instead of in a burst that empties the bucket
+again (measured: 47 % of a throttled subscription's writes were 429s before, see docs/benchmarks.md).
+Compute's per-resource policies are counted with the subscription's (the lowest count paces the
+subscription): conservative, and the issue's rule is per subscription.
 """
 
 from __future__ import annotations
@@ -20,16 +29,55 @@ from vmss_terminate.clock import SYSTEM_CLOCK, Clock
 
 READS, WRITES = "reads", "writes"
 REMAINING_HEADER = "x-ms-ratelimit-remaining-subscription-{}"
-DEFAULT_RETRY_AFTER = 5.0  # seconds, when a 429 carries no Retry-After
+RESOURCE_HEADER = "x-ms-ratelimit-remaining-resource"  # Compute: Microsoft.Compute/<Policy>;<remaining>[,...]
+BACKOFF_FIRST = 1.0  # seconds, after a 429 without Retry-After; doubled per 429 in a row ...
+BACKOFF_MAX = 60.0  # ... up to this
+NAP_SECONDS = 0.25  # a paced request re-checks its gate this often while it waits
 MAX_RETRIES = 30  # per request; a request still throttled after that is answered with its 429
 _SUBSCRIPTION = re.compile(r"/subscriptions/([^/?]+)", re.IGNORECASE)
+_POLICY_COUNT = re.compile(r";\s*(-?\d+)\s*$")
 
 
 @dataclass
 class _Gate:
+    """What one (subscription, kind) gate knows of its bucket: `tokens` left as of `at` (None:
+    unknown, nothing limits), the refill `rate` in tokens per second (None: not learnt yet)."""
+
     blocked_until: float = 0.0
-    remaining: Optional[int] = None  # tokens the last answer said were left
+    tokens: Optional[float] = None
+    at: float = 0.0
+    rate: Optional[float] = None
+    bucket: float = 1.0  # the most tokens ever seen: what the refill cannot exceed
     in_flight: int = 0
+    answered: int = 0  # answers since `at` (each spent a token)
+    in_a_row: int = 0  # 429s in a row (the backoff without Retry-After doubles with them)
+    heard: bool = False  # an answer came back: until then one request at a time finds out the count
+
+    def available(self, now: float) -> Optional[float]:
+        """Tokens the next request may use: the last count, refilled at the learnt rate, less what
+        requests in flight will spend."""
+        if self.tokens is None:
+            return None
+        refilled = self.tokens + (self.rate or 0.0) * max(0.0, now - self.at)
+        return min(refilled, max(self.bucket, self.tokens)) - self.in_flight
+
+    def learn(self, remaining: int, now: float) -> None:
+        """A fresh count from an answer: learn the refill rate from how the count moved since the
+        last one (answers since then each spent a token), then restart from it. Only a count above
+        zero says tokens came back faster than they were spent (Azure reports whole tokens, so a 0
+        proves nothing): the rate then rises, at most doubling per answer, so one early answer does
+        not make it burst; it falls smoothly, and a 429 halves it."""
+        span = max(0.1, 0.5 / self.rate) if self.rate else 0.1  # at least half a token's refill time
+        if self.tokens is not None and remaining >= 1 and now - self.at >= span and self.tokens < self.bucket - 1:
+            refill = (remaining - (self.tokens - self.answered - 1)) / (now - self.at)
+            if self.rate is None:
+                self.rate = refill
+            elif refill > self.rate:
+                self.rate = min(refill, 2 * self.rate)
+            else:
+                self.rate = 0.5 * (self.rate + refill)
+        self.bucket = max(self.bucket, remaining + 1.0)  # it held this one's token too
+        self.tokens, self.at, self.answered = float(remaining), now, 0
 
 
 @dataclass
@@ -40,10 +88,11 @@ class ThrottleStats:
     retried: Dict[str, int] = field(default_factory=dict)  # 429s retried
     gave_up: int = 0  # requests answered with a 429 after MAX_RETRIES
     waited_seconds: float = 0.0
+    paced: int = 0  # requests held back to spread them over the bucket's refill (no 429 needed)
 
     def to_dict(self) -> Dict[str, Any]:
         return {"throttled": sum(self.throttled.values()), "retried": sum(self.retried.values()),
-                "gave_up": self.gave_up, "waited_seconds": round(self.waited_seconds, 3),
+                "gave_up": self.gave_up, "waited_seconds": round(self.waited_seconds, 3), "paced": self.paced,
                 "throttled_by_subscription": dict(self.throttled)}
 
 
@@ -65,46 +114,72 @@ class SubscriptionThrottle:
         return gate
 
     def acquire(self, subscription: str, kind: str) -> None:
-        """Wait until the subscription's gate is open and the bucket (as last reported) has a token
-        not already claimed by a request in flight."""
+        """Wait until the subscription's gate is open and its bucket (as last reported, refilled at
+        the learnt rate) has a token no request in flight has claimed. When the count runs low the
+        requests are spread at the refill rate, one token at a time, instead of all being sent the
+        moment a Retry-After ends; with the rate still unknown, one request at a time probes, and
+        the first request of a gate goes alone (its answer tells what the bucket holds)."""
         key = (subscription.lower(), kind)
-        waited = 0.0
+        waited, held = 0.0, False
         while True:
             with self._changed:
                 gate = self._gate(key)
                 now = self.clock.now()
+                available = gate.available(now)
                 if gate.blocked_until > now:
                     pause = gate.blocked_until - now
-                elif gate.remaining is not None and gate.in_flight >= max(1, gate.remaining):
-                    pause = -1.0  # wait for an in-flight answer to refresh `remaining`
-                else:
+                elif (available is None and (gate.heard or gate.in_flight == 0)) or (
+                        available is not None and available >= 1) or (gate.rate is None and gate.in_flight == 0):
                     gate.in_flight += 1
-                    if waited:
-                        self.stats.waited_seconds += waited
+                    self.stats.waited_seconds += waited
+                    self.stats.paced += int(held)
                     return
+                elif gate.rate is None or available is None:
+                    pause = -1.0  # wait for an in-flight answer to tell what is left
+                else:
+                    pause = (1.0 - available) / gate.rate
+                held = True
                 if pause < 0:
                     self._changed.wait(self.slice)
                     continue
+            pause = min(pause, NAP_SECONDS)  # re-check: an answer may have taught a faster rate
             self.clock.sleep(pause)
             waited += pause
 
     def release(self, subscription: str, kind: str, status: Optional[int], headers: Any) -> Optional[float]:
-        """Record an answer; returns the seconds to back off when it was a 429 (the gate is then closed)."""
+        """Record an answer; returns the seconds to back off when it was a 429 (the gate is then
+        closed): its Retry-After, or without one BACKOFF_FIRST doubled per 429 in a row."""
         key = (subscription.lower(), kind)
         with self._changed:
             gate = self._gate(key)
             gate.in_flight = max(0, gate.in_flight - 1)
-            remaining = _int(_header(headers, REMAINING_HEADER.format(kind)))
-            if remaining is not None:
-                gate.remaining = remaining
+            gate.heard = gate.heard or status is not None
+            now = self.clock.now()
+            remaining = remaining_count(headers, kind)
             backoff = None
             if status == 429:
-                backoff = _float(_header(headers, "Retry-After"))
-                backoff = DEFAULT_RETRY_AFTER if backoff is None else backoff
-                gate.blocked_until = max(gate.blocked_until, self.clock.now() + backoff)
-                gate.remaining = None  # unknown until the next answer after the pause
+                gate.in_a_row += 1
+                retry_after = _float(_header(headers, "Retry-After"))
+                if retry_after is None:
+                    backoff = min(BACKOFF_MAX, BACKOFF_FIRST * 2 ** (gate.in_a_row - 1))
+                else:
+                    backoff = retry_after
+                if gate.rate is not None and gate.blocked_until <= now:  # once per pause, not per answer
+                    gate.rate *= 0.5  # it was sent too early: the refill is slower than we thought
+                elif retry_after:
+                    gate.rate = 1.0 / retry_after  # a first guess: one token per Retry-After
+                gate.blocked_until = max(gate.blocked_until, now + backoff)
+                # when the pause ends one token is back (that is what Retry-After says); the next ones
+                # come at the learnt rate: one request goes, the others are spread, none burst
+                gate.tokens, gate.at, gate.answered = 1.0, gate.blocked_until, 0
                 sub = subscription.lower()
                 self.stats.throttled[sub] = self.stats.throttled.get(sub, 0) + 1
+            elif status is not None:
+                gate.in_a_row = 0
+                if remaining is not None:
+                    gate.learn(remaining, now)
+                else:
+                    gate.answered += 1
             self._changed.notify_all()
             return backoff
 
@@ -151,6 +226,22 @@ class SubscriptionThrottle:
                         body.seek(position)
 
         return SubscriptionThrottlePolicy()
+
+
+def remaining_count(headers: Any, kind: str) -> Optional[int]:
+    """The lowest remaining count an answer reports for its kind: ARM's
+    `x-ms-ratelimit-remaining-subscription-reads|writes` and every Compute policy of
+    `x-ms-ratelimit-remaining-resource` (`Microsoft.Compute/<Policy>;<n>`, one header per policy --
+    which HTTP clients join with commas -- or several comma-separated in one). None: none reported."""
+    counts = []
+    arm = _int(_header(headers, REMAINING_HEADER.format(kind)))
+    if arm is not None:
+        counts.append(arm)
+    for value in (_header(headers, RESOURCE_HEADER) or "").split(","):
+        found = _POLICY_COUNT.search(value)
+        if found:
+            counts.append(int(found.group(1)))
+    return min(counts) if counts else None
 
 
 def _header(headers: Any, name: str) -> Optional[str]:
