@@ -8,7 +8,7 @@ from typing import Any, Dict, Iterator, List
 
 import requests
 
-from vmss_terminate.control.pipeline import build_compute_client, build_credential
+from vmss_terminate.control.pipeline import build_compute_client
 from vmss_terminate.sandbox import Sandbox, SandboxConfig
 
 NO_PROXY = {"http": None, "https": None}
@@ -25,16 +25,14 @@ def running(**config: Any) -> Iterator[Sandbox]:
 
 @contextlib.contextmanager
 def compute_client(box: Sandbox) -> Iterator[Any]:
-    """azure-mgmt-compute's client, built by the control plane's own factory, with DefaultAzureCredential
-    reaching the sandbox's token endpoint through the environment."""
-    with box.azure_env():
-        credential = build_credential()
-        client = build_compute_client(box.connection().resolve(), credential)
-        try:
-            yield client
-        finally:
-            client.close()
-            credential.close()
+    """azure-mgmt-compute's client, built by the control plane's own factory, with the sandbox's
+    credential (its token endpoint; the process environment is left alone)."""
+    connection = box.connection()
+    client = build_compute_client(connection.resolve(), connection.credential)
+    try:
+        yield client
+    finally:
+        client.close()
 
 
 def imds_events(url: str) -> Dict[str, Any]:

@@ -65,10 +65,9 @@ def test_unapproved_pending_deletion_holds_back_an_approved_one() -> None:
         rg, name = box.config.resource_group, box.config.name
         # myvmss_2 runs a PT10M model, myvmss_3 still PT5M: distinct NotBefore whatever the timing,
         # so this is the "pending" case, not the "simultaneous" one.
-        with box.azure_env():
-            enable(rg, name, 10, connection=box.connection(), options=UpgradeOptions(upgrade=False))
-            with ScaleSetClient(box.connection(), rg, name) as client:
-                client.manual_upgrade(["2"])
+        enable(rg, name, 10, connection=box.connection(), options=UpgradeOptions(upgrade=False))
+        with ScaleSetClient(box.connection(), rg, name) as client:
+            client.manual_upgrade(["2"])
         agents = SandboxAgents(box, vm_names=["myvmss_2"]).start()  # myvmss_3 has no agent: never approves
         try:
             assert agents.wait_ready(10)
@@ -94,8 +93,7 @@ def test_unapproved_pending_deletion_holds_back_an_approved_one() -> None:
         assert any(e.kind == "held_back" and e.vm == "myvmss_2" for e in box.timeline.entries())
         assert_only_own_events_approved(box)
         # Gone from ARM (VM list through the SDK) and from the network.
-        with box.azure_env():
-            listed = status(box.config.resource_group, box.config.name, connection=box.connection())
+        listed = status(box.config.resource_group, box.config.name, connection=box.connection())
         assert sorted(i.name for i in listed.instances) == ["myvmss_0", "myvmss_1"]
         for vm in ("myvmss_2", "myvmss_3"):
             assert box.wait_imds_gone(vm, 5)
@@ -110,7 +108,7 @@ def test_every_instance_sees_every_event_and_deleted_imds_stops_answering() -> N
         events_url = f"{urls['myvmss_2']}/metadata/scheduledevents"
         poll = {"params": {"api-version": "2019-01-01"}, "headers": {"Metadata": "true"}, "timeout": 5}
         assert agent_like.get(events_url, **poll).status_code == 200
-        with box.azure_env(), ScaleSetClient(box.connection(), box.config.resource_group, box.config.name) as c:
+        with ScaleSetClient(box.connection(), box.config.resource_group, box.config.name) as c:
             c.patch(b'{"sku": {"capacity": 1}}')
         views = [resources_by_event(imds_events(url)) for url in urls.values()]
         assert all(view == views[0] for view in views)
@@ -135,10 +133,9 @@ def test_every_instance_sees_every_event_and_deleted_imds_stops_answering() -> N
 def test_stale_instance_gets_the_old_timeout_and_unconfigured_one_none() -> None:
     with running(instances=4, timeout_minutes=5, speed=10.0) as box:
         rg, name = box.config.resource_group, box.config.name
-        with box.azure_env():
-            enable(rg, name, 10, connection=box.connection(), options=UpgradeOptions(upgrade=False))
-            with ScaleSetClient(box.connection(), rg, name) as client:
-                client.manual_upgrade(["0"])  # only myvmss_0 runs the PT10M model
+        enable(rg, name, 10, connection=box.connection(), options=UpgradeOptions(upgrade=False))
+        with ScaleSetClient(box.connection(), rg, name) as client:
+            client.manual_upgrade(["0"])  # only myvmss_0 runs the PT10M model
         with compute_client(box) as compute:
             compute.virtual_machine_scale_sets.begin_delete_instances(rg, name, {"instanceIds": ["0", "1"]})
         assert box.timeline.wait_for(lambda es: sum(e.kind == "event_published" for e in es) == 2, 5)
@@ -155,8 +152,7 @@ def test_stale_instance_gets_the_old_timeout_and_unconfigured_one_none() -> None
 def test_never_upgraded_instance_gets_no_event_and_goes_at_once() -> None:
     with running(instances=3, timeout_minutes=None, speed=10.0, delete_duration=5.0) as box:
         rg, name = box.config.resource_group, box.config.name
-        with box.azure_env():
-            enable(rg, name, 5, connection=box.connection(), options=UpgradeOptions(upgrade=False))
+        enable(rg, name, 5, connection=box.connection(), options=UpgradeOptions(upgrade=False))
         with compute_client(box) as compute:
             compute.virtual_machine_scale_set_vms.begin_delete(rg, name, "2").result()
         deletion = box.scheduler.find("myvmss_2")
@@ -170,10 +166,9 @@ def test_after_disable_and_upgrade_deletions_are_immediate() -> None:
         agents = SandboxAgents(box).start()
         try:
             assert agents.wait_ready(10)
-            with box.azure_env():
-                result = disable(rg, name, connection=box.connection())
+            result = disable(rg, name, connection=box.connection())
             assert result.changed
-            with box.azure_env(), ScaleSetClient(box.connection(), rg, name) as client:
+            with ScaleSetClient(box.connection(), rg, name) as client:
                 client.patch(b'{"sku": {"capacity": 1}}')
             assert box.scheduler.wait_deleted(["myvmss_1", "myvmss_2"], 10)
         finally:

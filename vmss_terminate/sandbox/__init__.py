@@ -5,8 +5,7 @@ Azure's documented rules -- on a clock that can run a PT5M timeout in seconds.
     from vmss_terminate.sandbox import Sandbox, SandboxConfig, SandboxAgents, run_demo, DemoOptions
 
     with Sandbox(SandboxConfig(instances=4, timeout_minutes=5, speed=60)) as sb:
-        with sb.azure_env():                       # DefaultAzureCredential -> the sandbox
-            ...                                    # control plane against sb.connection()
+        enable("rg", "myvmss", 10, connection=sb.connection())  # carries the sandbox's credential
         with SandboxAgents(sb, hooks=["drain.sh"]):   # one real agent per instance
             ...
         with SandboxCluster(sb) as cluster:        # the VMs as Kubernetes nodes (agents: --kubernetes)

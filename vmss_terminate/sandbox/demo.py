@@ -1,8 +1,8 @@
 """`vmss-terminate demo`: the whole story on local emulators, with the production code paths.
 
 1. a sandbox scale set (Manual upgrade policy) without terminate notifications;
-2. the real control plane (`vmss_terminate.control.enable`, Azure SDK + DefaultAzureCredential
-   against the sandbox's token endpoint) enables the timeout and upgrades every instance;
+2. the real control plane (`vmss_terminate.control.enable`, Azure SDK, a managed-identity token
+   from the sandbox's token endpoint) enables the timeout and upgrades every instance;
 3. one real agent per instance, each polling its own IMDS, with a real command hook;
 4. a scale-in (PATCH sku.capacity through the SDK);
 5. each removed instance's agent drains and approves its own event; the sandbox deletes them by
@@ -172,9 +172,8 @@ def _story(sandbox: Sandbox, options: DemoOptions, deadline: float,  # type: ign
 
     record("control", "enable", "", f"vmss-terminate enable --timeout {to_iso(options.timeout_minutes)} "
                                     f"(PATCH scheduledEventsProfile, then upgrade every instance)")
-    with sandbox.azure_env():
-        result = enable(cfg.resource_group, cfg.name, options.timeout_minutes, connection=connection,
-                        clock=sandbox.clock)
+    result = enable(cfg.resource_group, cfg.name, options.timeout_minutes, connection=connection,
+                    clock=sandbox.clock)
     record("control", "enabled", "", result.message, result=result.to_dict())
 
     kube: Dict[str, Any] = {} if cluster is None else {"kubernetes": True, "kubeconfig": cluster.kubeconfig}
@@ -187,7 +186,7 @@ def _story(sandbox: Sandbox, options: DemoOptions, deadline: float,  # type: ign
 
     target = options.instances - options.scale_in
     scale_in_at = record("control", "scale_in", "", f"scale in: PATCH sku.capacity {options.instances} -> {target}")
-    with sandbox.azure_env(), ScaleSetClient(connection, cfg.resource_group, cfg.name) as client:
+    with ScaleSetClient(connection, cfg.resource_group, cfg.name) as client:
         client.patch(json.dumps({"sku": {"capacity": target}}).encode("utf-8"))
     removed = [d.vm_name for d in sandbox.scheduler.deletions()]
     if len(removed) != options.scale_in:

@@ -1,7 +1,8 @@
 """The sandbox: a local ARM endpoint and one IMDS per instance, linked the way Azure links them.
 
     with Sandbox(SandboxConfig(instances=4, speed=60)) as sb:
-        sb.env()          # VMSS_TERMINATE_ARM_ENDPOINT, AZURE_SUBSCRIPTION_ID, IDENTITY_ENDPOINT/HEADER
+        sb.connection()   # the control plane's Connection, with the sandbox's own credential
+        sb.env()          # for a child process: VMSS_TERMINATE_ARM_ENDPOINT, AZURE_SUBSCRIPTION_ID, IDENTITY_*
         sb.imds_urls()    # {"myvmss_0": "http://127.0.0.1:PORT", ...}
         ...               # run the control plane and agents against them
         sb.report()       # what happened to every deleted instance, and why
@@ -15,12 +16,13 @@ completes the sandbox removes the instance from ARM and stops its IMDS server.
 
 from __future__ import annotations
 
+import json
 import logging
-import os
 import threading
-from contextlib import contextmanager
+import urllib.parse
+import urllib.request
 from dataclasses import dataclass
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Dict, List, NamedTuple, Optional
 
 from vmss_terminate.clock import Clock, ScaledClock
 from vmss_terminate.control import body
@@ -29,7 +31,7 @@ from vmss_terminate.control.profile import parse_scheduled_events_profile
 from vmss_terminate.emulator.arm.app import ArmServers, ArmState, InstanceRecord, ScaleSetRecord, start_arm
 from vmss_terminate.emulator.imds.app import ImdsEmulator, PlacementGroup
 from vmss_terminate.emulator.server import EmulatorServer
-from vmss_terminate.errors import InvalidValue
+from vmss_terminate.errors import AzureError, InvalidValue
 from vmss_terminate.sandbox.scheduler import Deletion, DeletionScheduler
 from vmss_terminate.sandbox.timeline import Timeline
 from vmss_terminate.scheduled_events import DEFAULT_SUBSCRIPTION
@@ -39,13 +41,37 @@ log = logging.getLogger(__name__)
 
 MAX_INSTANCES = 100
 
-HIDDEN_CREDENTIAL_VARS = (
-    # Anything that would make DefaultAzureCredential pick another identity (or reach real Azure)
-    # before the managed-identity endpoint of the sandbox.
-    "AZURE_CLIENT_ID", "AZURE_CLIENT_SECRET", "AZURE_TENANT_ID", "AZURE_CLIENT_CERTIFICATE_PATH",
-    "AZURE_CLIENT_CERTIFICATE_PASSWORD", "AZURE_USERNAME", "AZURE_PASSWORD", "AZURE_FEDERATED_TOKEN_FILE",
-    "AZURE_AUTHORITY_HOST", "MSI_ENDPOINT", "MSI_SECRET", "IMDS_ENDPOINT", "IDENTITY_SERVER_THUMBPRINT",
-)
+class AccessToken(NamedTuple):
+    """What azure-core expects of `get_token` (its own AccessToken's fields)."""
+
+    token: str
+    expires_on: int
+
+
+class TokenEndpointCredential:
+    """An azure-core TokenCredential asking one App Service-style managed-identity endpoint (the
+    sandbox's) for tokens, with the request azure-identity's managed-identity credential sends.
+    Why not DefaultAzureCredential: it finds the endpoint only in `os.environ` (at every token
+    request), and the sandbox never changes the process environment; the printed `env()` is how
+    the real credential chain reaches the sandbox from another process."""
+
+    def __init__(self, endpoint: str, secret: str, timeout_s: float = 10.0) -> None:
+        self.endpoint, self._secret, self._timeout_s = endpoint, secret, timeout_s
+
+    def get_token(self, *scopes: str, **kwargs: Any) -> AccessToken:
+        resource = scopes[0][: -len("/.default")] if scopes[0].endswith("/.default") else scopes[0]
+        query = urllib.parse.urlencode({"api-version": "2019-08-01", "resource": resource})
+        request = urllib.request.Request(f"{self.endpoint}?{query}", headers={"X-IDENTITY-HEADER": self._secret})
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback: never a proxy
+        try:
+            with opener.open(request, timeout=self._timeout_s) as answer:
+                body = json.loads(answer.read())
+            return AccessToken(str(body["access_token"]), int(body["expires_on"]))
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise AzureError(f"the sandbox token endpoint gave no token for {resource}: {exc}") from None
+
+    def close(self) -> None:
+        """Nothing to release (one request per token); here because credentials are closed."""
 
 
 @dataclass(frozen=True)
@@ -193,33 +219,18 @@ class Sandbox:
         return env
 
     def connection(self, **overrides: Any) -> Connection:
-        """The control plane's Connection to this sandbox (credential: DefaultAzureCredential)."""
+        """The control plane's Connection to this sandbox, with `credential()` (no environment needed)."""
         overrides.setdefault("subscription_id", self.config.subscription)
         overrides.setdefault("arm_endpoint", self.arm_url)
+        overrides.setdefault("credential", self.credential())
         return Connection(**overrides)
 
-    @contextmanager
-    def azure_env(self) -> Iterator[Dict[str, str]]:
-        """Point DefaultAzureCredential and the SDK at this sandbox through the process environment,
-        for the duration of the block only (restored afterwards, also on error). Ambient Azure
-        credentials are hidden meanwhile, so nothing can reach real Azure."""
-        wanted = self.env()
-        loopback = "127.0.0.1,localhost"
-        no_proxy = os.environ.get("NO_PROXY") or os.environ.get("no_proxy")
-        wanted["NO_PROXY"] = wanted["no_proxy"] = f"{no_proxy},{loopback}" if no_proxy else loopback
-        names = set(wanted) | set(HIDDEN_CREDENTIAL_VARS)
-        saved = {name: os.environ.get(name) for name in names}
-        try:
-            for name in HIDDEN_CREDENTIAL_VARS:
-                os.environ.pop(name, None)
-            os.environ.update(wanted)
-            yield wanted
-        finally:
-            for name, value in saved.items():
-                if value is None:
-                    os.environ.pop(name, None)
-                else:
-                    os.environ[name] = value
+    def credential(self) -> "TokenEndpointCredential":
+        """A credential for this sandbox's token endpoint, handed to the control plane explicitly
+        (`connection()` carries it): nothing reads or changes the process environment. A child
+        process gets `env()` instead, where the real DefaultAzureCredential finds the endpoint."""
+        env = self._servers().env
+        return TokenEndpointCredential(env["IDENTITY_ENDPOINT"], env["IDENTITY_HEADER"])
 
     def imds_urls(self) -> Dict[str, str]:
         """Live instances' IMDS base URLs (VMSS_TERMINATE_IMDS_URL of each), by VM name."""
