@@ -9,7 +9,8 @@
 2. `pip install 'vmss-terminate[control]'`: the same figures, for the record.
 3. In the lean venv: the agent's steady RSS (`vmss-terminate agent run`, idle polling against the
    local IMDS emulator) next to `python -c "import requests"`. Target: <= 1.1x. Also with
-   `--listen` (the metrics and probe server), for the record.
+   `--listen` (the metrics and probe server) and with `--kubernetes` (the node drain, pointed at the
+   local Kubernetes API emulator), for the record, and the size once those have run.
 
 usage: python benchmarks/footprint.py [--idle 10]     (Linux: RSS is read from /proc)
 """
@@ -28,6 +29,7 @@ from pathlib import Path
 from typing import Dict, List, Tuple
 
 from vmss_terminate.emulator.imds.app import ImdsEmulator, PlacementGroup
+from vmss_terminate.emulator.kube import KubeState, start_kube
 from vmss_terminate.emulator.server import EmulatorServer
 
 REPO = Path(__file__).resolve().parents[1]
@@ -159,6 +161,15 @@ def main() -> None:
               f"ratio {listening['median'] / floor:.2f}x")
         after = size_bytes(site)
         print(f"  site-packages after the agent ran (its modules' .pyc written): {after / MB:.2f} MB "
+              f"[target <= 6 MB: {_verdict(after <= 6 * MB)}]")
+        with start_kube(KubeState()) as kube:  # --kubernetes: the drain's modules loaded at start
+            kube.state.add_node("node-3")
+            kubeconfig = kube.write_kubeconfig(Path(tmp) / "kubeconfig")
+            drain = agent_rss(lean, args.idle, "--kubernetes", "--kubeconfig", str(kubeconfig), "--node-name", "node-3")
+        print(f"  RSS agent idle with --kubernetes median {drain['median'] / MIB:.1f} MiB, "
+              f"ratio {drain['median'] / floor:.2f}x")
+        after = size_bytes(site)
+        print(f"  site-packages after the agent ran with --kubernetes too: {after / MB:.2f} MB "
               f"[target <= 6 MB: {_verdict(after <= 6 * MB)}]")
 
         control, control_s = make_venv(Path(tmp) / "control", f"{REPO}[control]")
