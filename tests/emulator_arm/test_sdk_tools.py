@@ -361,3 +361,15 @@ def test_vm_list_carries_the_profiles_a_real_get_returns(arm: ArmServers, identi
     assert nic.startswith(vm.id + "/networkInterfaces/")
     assert vm.network_profile_configuration.network_interface_configurations[0].primary is True
     assert len({v.vm_id for v in vms}) == 4
+
+
+def test_flexible_members_carry_their_profiles_too(arm: ArmServers, identity: Any) -> None:
+    arm.state.add_scale_set(SUB, "rg", "flex", orchestration="Flexible", capacity=1)
+    with _compute(arm, identity) as client:
+        vm = list(client.virtual_machines.list("rg"))[0]
+        with pytest.raises(Exception, match="OperationNotAllowed"):
+            client.virtual_machine_scale_set_vms.get_instance_view("rg", "flex", vm.name)
+    assert vm.virtual_machine_scale_set.id.endswith("/virtualMachineScaleSets/flex")
+    assert vm.storage_profile.os_disk.managed_disk.id.endswith(vm.storage_profile.os_disk.name)
+    assert "/Microsoft.Network/networkInterfaces/" in vm.network_profile.network_interfaces[0].id
+    assert vm.os_profile.admin_username == "azureuser"

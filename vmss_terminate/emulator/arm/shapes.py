@@ -271,7 +271,11 @@ def instance_view(inst: InstanceRecord) -> Dict[str, Any]:
 def standalone_vm(inst: InstanceRecord) -> Dict[str, Any]:
     """A Flexible scale set member, which ARM exposes as a plain Microsoft.Compute/virtualMachines."""
     ss = inst.scale_set
-    vm = _vm(inst, {"hardwareProfile": {"vmSize": ss.sku}, "virtualMachineScaleSet": {"id": ss.resource_id}})
+    nics = [{"id": f"/subscriptions/{ss.subscription}/resourceGroups/{ss.resource_group}/providers"
+                   f"/Microsoft.Network/networkInterfaces/{inst.name}-{nic.get('name')}"}
+            for nic in _nic_configurations(inst)]
+    vm = _vm(inst, {"hardwareProfile": {"vmSize": ss.sku}, "virtualMachineScaleSet": {"id": ss.resource_id},
+                    "storageProfile": _vm_storage_profile(inst), "networkProfile": {"networkInterfaces": nics}})
     vm["properties"]["timeCreated"] = iso_time(inst.created_at)
     return vm
 
