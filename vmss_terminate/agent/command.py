@@ -117,6 +117,10 @@ def run(config: AgentConfig, options: RunOptions = RunOptions(), given: Collecti
 
     configure(options.log_format)
     check_retry_for(options.retry_for)
+    if options.listen is not None:
+        from vmss_terminate.agent.probes import parse_listen
+
+        parse_listen(options.listen, any_port=False)  # bad input before the agent starts; port 0 refused
     if not options.once and "retry_for" in given:
         raise UsageError("--retry-for applies to run --once (and to events / approve): a long-running agent "
                          "retries IMDS until it is stopped and logs each outage (start, every minute, end)")

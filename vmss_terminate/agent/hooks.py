@@ -15,7 +15,9 @@ deadline has its whole process tree stopped; a Python callable cannot be killed,
 
 from __future__ import annotations
 
+import errno
 import json
+import logging
 import os
 import threading
 from dataclasses import dataclass, field
@@ -32,6 +34,13 @@ DEADLINE = "deadline"
 CANCELLED = "cancelled"
 
 _WAKE_EVERY = 1.0  # clock seconds between re-reading the deadline while a step runs
+#: A hook that cannot start for lack of one of these (descriptors, processes, memory) is tried
+#: again until its deadline: the shortage is usually brief, and failing at once would let
+#: --on-hook-failure approve the VM undrained.
+RESOURCE_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.EAGAIN})
+_START_RETRY_EVERY = 0.5  # clock seconds between such tries
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -136,14 +145,17 @@ class CommandHook:
     def run(self, run: Run) -> StepResult:
         env = hook_env(run.event, run.vm_name, run.deadline())
         stdin = json.dumps(run.event.to_json()).encode("utf-8")
-        try:
-            proc = process.start(self.command, env, stdin)
-        except (OSError, ValueError, UnicodeError) as exc:  # ValueError: "embedded null byte"
-            return StepResult(FAILED, f"cannot start: {exc}")
+        started = self._start(run, env, stdin)
+        if isinstance(started, StepResult):
+            return started
+        proc = started
         if run.on_process is not None:
             run.on_process(proc.pid)
-        threading.Thread(target=_wake_on_exit, args=(proc, run.wake), daemon=True,
-                         name=f"hook-wait:{proc.pid}").start()
+        try:
+            threading.Thread(target=_wake_on_exit, args=(proc, run.wake), daemon=True,
+                             name=f"hook-wait:{proc.pid}").start()
+        except RuntimeError:  # no thread to spare: run.wait still looks every _WAKE_EVERY
+            pass
         outcome = run.wait(lambda: proc.poll() is not None)
         if outcome != OK:
             process.stop_tree(proc, grace=run.kill_grace)
@@ -153,6 +165,32 @@ class CommandHook:
         if code == 0:
             return StepResult(OK, "exit 0", 0)
         return StepResult(FAILED, f"exit {code}", code)
+
+
+    def _start(self, run: Run, env: Dict[str, str], stdin: bytes) -> Any:
+        """The started process, or the StepResult that ends the step: a start that failed for lack
+        of a resource (RESOURCE_ERRNOS) is tried again every _START_RETRY_EVERY s until the
+        deadline or cancellation; any other failure ends it at once."""
+        said = False
+        while True:
+            try:
+                return process.start(self.command, env, stdin)
+            except OSError as exc:
+                if exc.errno not in RESOURCE_ERRNOS:
+                    return StepResult(FAILED, f"cannot start: {exc}")
+                reason = exc.strerror or str(exc)
+            except (ValueError, UnicodeError) as exc:  # ValueError: "embedded null byte"
+                return StepResult(FAILED, f"cannot start: {exc}")
+            if not said:
+                said = True
+                log.warning("hook %s cannot start (%s); trying again until its deadline", self.name, reason)
+            if run.cancelled.is_set():
+                return StepResult(CANCELLED, f"not started ({reason}): agent stopping")
+            deadline = run.deadline()
+            left = _START_RETRY_EVERY if deadline is None else deadline - run.clock.now()
+            if left <= 0:
+                return StepResult(FAILED, f"cannot start: {reason} (tried again until the deadline)")
+            run.clock.wait(run.cancelled, min(left, _START_RETRY_EVERY))
 
 
 def _first_word_windows(command: str) -> str:

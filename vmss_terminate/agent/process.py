@@ -62,7 +62,10 @@ def start(command: str, env: Dict[str, str], stdin: bytes) -> subprocess.Popen[b
         kwargs["start_new_session"] = True
     proc: subprocess.Popen[bytes] = subprocess.Popen(  # type: ignore[call-overload]
         split_command(command), stdin=subprocess.PIPE, env=env, shell=False, close_fds=True, **kwargs)
-    threading.Thread(target=_feed, args=(proc, stdin), name=f"hook-stdin:{proc.pid}", daemon=True).start()
+    try:
+        threading.Thread(target=_feed, args=(proc, stdin), name=f"hook-stdin:{proc.pid}", daemon=True).start()
+    except RuntimeError:  # no thread to spare: the event JSON fits a pipe's buffer, so this cannot block
+        _feed(proc, stdin)
     return proc
 
 
