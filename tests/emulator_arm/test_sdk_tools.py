@@ -315,6 +315,17 @@ def test_unknown_members_are_refused(arm: ArmServers, http: requests.Session) ->
     assert "'ResourceDefinition'. Path 'resources'" in answer.json()["error"]["message"]
 
 
+def test_a_put_to_another_location_is_refused(arm: ArmServers, http: requests.Session) -> None:
+    body = _raw(arm, "myvmss")
+    body["location"] = "West US"  # ARM's display name of westus: the same region
+    assert http.put(vmss_url(arm), params={"api-version": API}, json=body).status_code == 200
+    body["location"] = "eastus"
+    answer = http.put(vmss_url(arm), params={"api-version": API}, json=body)
+    assert (answer.status_code, answer.json()["error"]["code"]) == (409, "InvalidResourceLocation")
+    assert "cannot be created in location 'eastus'" in answer.json()["error"]["message"]
+    assert _raw(arm, "myvmss")["location"] == "westus"
+
+
 def test_a_fault_domain_count_of_zero_is_refused_not_dropped(arm: ArmServers, http: requests.Session) -> None:
     body = copy.deepcopy(EXAMPLE_REQUEST)
     body["properties"]["platformFaultDomainCount"] = 0

@@ -444,6 +444,7 @@ class ArmEmulator:
             with self.state.lock:
                 new_profile = _keep_omitted(vm_profile, ss.vm_profile) if vm_profile is not None else ss.vm_profile
                 new_profile = defaults.fill_server_defaults(copy.deepcopy(new_profile))
+                putrules.check_location(ss, body.get("location"))
                 putrules.check_changes(ss, top, new_profile)
                 putrules.apply(ss, top)
                 if sku_name:
@@ -466,7 +467,7 @@ class ArmEmulator:
         keep = _vm_list_filter(request.param("$filter"))
         expand = _expands_instance_view(request)
         return self._page(request, api_version, lambda: [i for i in ss.instances.values() if keep(i)],
-                          lambda inst: shapes.scale_set_vm(inst, api_version, expand), carry=("$filter", "$expand"))
+                          lambda inst: shapes.scale_set_vm(inst, expand), carry=("$filter", "$expand"))
 
     def _standalone_vms_get(self, request: Request, api_version: str, sub: str, rg: str) -> Response:
         if not self.state.has_resource_group(sub, rg):
@@ -515,7 +516,7 @@ class ArmEmulator:
     def _vm_get(self, request: Request, api_version: str, sub: str, rg: str, name: str, iid: str) -> Response:
         inst = self._uniform_vm(sub, rg, name, iid, "VirtualMachineScaleSetVMs.GET")
         with self.state.lock:
-            return Response.json(200, shapes.scale_set_vm(inst, api_version, _expands_instance_view(request)))
+            return Response.json(200, shapes.scale_set_vm(inst, _expands_instance_view(request)))
 
     def _vm_instance_view_get(self, request: Request, api_version: str, sub: str, rg: str, name: str,
                               iid: str) -> Response:

@@ -141,6 +141,21 @@ def check_create(top: TopLevel, orchestration: str) -> None:
                             "are: False.", "singlePlacementGroup")
 
 
+def check_location(ss: ScaleSetRecord, location: Any) -> None:
+    """ARM's answer to a PUT naming another location (message as quoted in azure-docs#70422; the
+    409 status is the emulator's choice). Names compare as ARM normalises them ("West US" = westus)."""
+    if location is None or _region(location) == _region(ss.location):
+        return
+    raise ArmStateError(409, "InvalidResourceLocation",
+                        f"The resource '{ss.name}' already exists in location '{ss.location}' in resource group "
+                        f"'{ss.resource_group}'. A resource with the same name cannot be created in location "
+                        f"'{location}'. Please select a new resource name.")
+
+
+def _region(location: Any) -> str:
+    return str(location).replace(" ", "").lower()
+
+
 def check_changes(ss: ScaleSetRecord, top: TopLevel, vm_profile: Dict[str, Any]) -> None:
     """409 PropertyChangeNotAllowed for a create-time property the PUT changes (module docstring)."""
     if top.orchestration is not None and top.orchestration != ss.orchestration:

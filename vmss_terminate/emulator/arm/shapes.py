@@ -211,7 +211,7 @@ def _vm(inst: InstanceRecord, properties: Dict[str, Any], **extra: Any) -> Dict[
     return out
 
 
-def scale_set_vm(inst: InstanceRecord, api_version: str = "", expand_instance_view: bool = False) -> Dict[str, Any]:
+def scale_set_vm(inst: InstanceRecord, expand_instance_view: bool = False) -> Dict[str, Any]:
     """A Uniform scale set VM (VirtualMachineScaleSetVM) as in the 2024-11-01 Get example: model
     state, the NIC configurations of its model, hardware/storage/os/network profiles; the
     instance view with `$expand=instanceView`."""
