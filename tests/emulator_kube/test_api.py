@@ -3,7 +3,8 @@ Eviction subresource's PodDisruptionBudget arithmetic and the pod life cycle on 
 
 from __future__ import annotations
 
-from typing import Any, Dict, Optional
+import json
+from typing import Any, Dict, List, Optional
 
 import pytest
 import requests
@@ -281,7 +282,33 @@ def test_events_are_created_and_validated(api: requests.Session, state: KubeStat
                     timeout=5).status_code == 404
 
 
-def test_watch_is_refused_plainly(api: requests.Session) -> None:
-    answer = api.get(_url(api, "/api/v1/pods"), params={"watch": "true"}, timeout=5)
+def _watch(api: requests.Session, **params: str) -> List[Json]:
+    answer = api.get(_url(api, "/api/v1/namespaces/default/pods"), timeout=10,
+                     params={"watch": "true", "timeoutSeconds": "0", **params})
+    assert answer.status_code == 200, answer.text
+    return [json.loads(line) for line in answer.text.splitlines()]
+
+
+def test_a_watch_sees_an_eviction_and_the_pod_leaving(api: requests.Session, state: KubeState,
+                                                        clock: ManualClock) -> None:
+    state.add_node("n1")
+    state.add_pod("other", "n1")
+    state.add_pod("p", "n1", grace=5)
+    first = _watch(api, fieldSelector="metadata.name=p", allowWatchBookmarks="true")
+    assert [(e["type"], e["object"]["metadata"]["name"]) for e in first[:-1]] == [("ADDED", "p")]
+    since = first[-1]["object"]["metadata"]["resourceVersion"]
+    assert first[-1]["type"] == "BOOKMARK" and since == state.resource_version
+    assert _watch(api, resourceVersion=since, fieldSelector="metadata.name=p") == []  # nothing yet
+    assert _evict(api, "p").status_code == 200
+    clock.advance(5)
+    changes = _watch(api, resourceVersion=since, fieldSelector="metadata.name=p")
+    assert [e["type"] for e in changes] == ["MODIFIED", "DELETED"]
+    assert changes[0]["object"]["metadata"]["deletionTimestamp"]
+    assert int(changes[1]["object"]["metadata"]["resourceVersion"]) > int(changes[0]["object"]["metadata"]["resourceVersion"])
+
+
+def test_a_watch_on_one_object_path_is_refused(api: requests.Session, state: KubeState) -> None:
+    state.add_node("n1")
+    state.add_pod("p", "n1")
+    answer = api.get(_url(api, "/api/v1/namespaces/default/pods/p"), params={"watch": "true"}, timeout=5)
     assert answer.status_code == 405
-    assert "watch is not supported" in answer.json()["message"]

@@ -90,6 +90,7 @@ def test_drain_refuses_daemonset_pods_without_ignore_daemonsets(kubectl_cluster:
     assert kube.state.evictions == []
 
 
+@pytest.mark.slow  # kubectl retries a refused eviction after 5 real seconds
 def test_a_pdb_holds_one_pod_back_until_the_other_is_gone(kubectl_cluster: Cluster) -> None:
     """maxUnavailable 1 over two pods on the node: the second eviction is refused (429) while the
     first pod terminates; once it is gone and replaced elsewhere, kubectl's retry succeeds."""
@@ -152,3 +153,32 @@ def test_get_events_shows_the_events_k8s_io_events_of_a_node(kubectl_cluster: Cl
     assert lines[1].split()[1:] == ["Normal", "TerminateNotice", "node/vmss000000", "draining", "before", "Terminate"]
     described = kubectl.ok("describe", "node", "vmss000000")
     assert "TerminateNotice" in described.split("Events:")[1]
+
+
+@pytest.mark.slow  # two pods' real 1 s grace periods
+def test_delete_and_wait_watch_until_the_pod_is_gone(kubectl_cluster: Cluster) -> None:
+    kube, kubectl = kubectl_cluster
+    kube.state.add_node("vmss000000")
+    kube.state.add_pod("web-1", "vmss000000", grace=1)
+    kube.state.add_pod("web-2", "vmss000000", grace=1)
+    result = kubectl.run("delete", "pod", "web-1", "--timeout=20s")
+    assert (result.returncode, result.stdout.strip()) == (0, 'pod "web-1" deleted'), result.stderr
+    assert "Unhandled Error" not in result.stderr
+    assert [r.name for r in kube.state.removals] == ["web-1"]
+    kubectl.ok("delete", "pod", "web-2", "--wait=false")
+    kubectl.ok("wait", "--for=delete", "pod/web-2", "--timeout=20s")
+    assert kube.state.find(PODS, "default", "web-2") is None
+
+
+def test_drain_without_eviction_deletes_with_the_grace_period_given(kubectl_cluster: Cluster) -> None:
+    """--disable-eviction DELETEs through kubectl's typed client, whose DeleteOptions are protobuf:
+    the emulator reads the grace period from them (the pod's own 600 s would outlast --timeout)."""
+    kube, kubectl = kubectl_cluster
+    kube.state.add_node("vmss000000")
+    kube.state.add_pod("web-1", "vmss000000", owner="ReplicaSet/web", grace=600)
+    kube.state.add_pdb("web", selector={}, min_available=1)  # bypassed: no eviction, no budget
+    result = kubectl.run("drain", "vmss000000", "--disable-eviction", "--grace-period=0", "--timeout=20s")
+    assert result.returncode == 0, result.stderr
+    assert kube.state.evictions == [] and [r.name for r in kube.state.removals] == ["web-1"]
+    deletes = kube.server.log.find("DELETE", "/pods/web-1")
+    assert [d.headers["Content-Type"] for d in deletes] == ["application/vnd.kubernetes.protobuf"]

@@ -17,7 +17,13 @@ What is served:
 * `Accept: application/json;as=Table;...` (what `kubectl get` asks for): a meta.k8s.io/v1 Table
   with the columns kubectl prints for nodes and pods, NAME/AGE for the rest (`table.py`).
 
-Not served: watch (`?watch=true` answers 405 with a Status saying so), server-side apply,
+Watch (`?watch=true` on a collection) is a long poll: the changes after `resourceVersion` (the
+current objects as ADDED without one), waiting up to `WATCH_WAIT` seconds for the first, one JSON
+object a line, then the answer ends and client-go watches again from where it got to (a BOOKMARK
+says where when `allowWatchBookmarks` is asked); too old a resourceVersion is an ERROR event with
+a 410 Expired Status, so the client lists again.
+
+Not served: server-side apply,
 protobuf, OpenAPI documents (`/openapi/v2`, `/openapi/v3` are 404: use `kubectl --validate=false`),
 authorization (a valid token may do everything).
 
@@ -31,9 +37,9 @@ from __future__ import annotations
 import base64
 import hmac
 import json
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
-from vmss_terminate.emulator.kube import discovery, table
+from vmss_terminate.emulator.kube import discovery, protobuf, table
 from vmss_terminate.emulator.kube.kinds import GROUPS, NODES, PODS, Kind, find_kind
 from vmss_terminate.emulator.kube.patch import PATCH_TYPES
 from vmss_terminate.emulator.kube.selectors import SelectorError, parse_field_selector, parse_label_selector
@@ -52,6 +58,7 @@ from vmss_terminate.emulator.server import Request, Response
 __all__ = ["KubeEmulator"]
 
 _OPEN = ("/healthz", "/livez", "/readyz", "/version")
+WATCH_WAIT = 1.0  # real seconds a watch waits for a change before answering (and the client re-watches)
 _RESOURCE = r"(?P<rest>(?:/[^/]+){1,5})"
 CORE = path_pattern(r"/api/(?P<version>v1)" + _RESOURCE + "/?")
 GROUPED = path_pattern(r"/apis/(?P<group>[^/]+)/(?P<version>[^/]+)" + _RESOURCE + "/?")
@@ -133,7 +140,9 @@ class KubeEmulator:
     def _list_or_get(self, request: Request, version: str, rest: str, group: str = "") -> Response:
         kind, namespace, name, sub = self._resolve(request, version, rest, group)
         if request.param("watch") in ("true", "1"):
-            raise method_not_allowed("watch is not supported by the vmss-terminate Kubernetes emulator")
+            if name is not None:
+                raise method_not_allowed("watch a collection (fieldSelector=metadata.name=NAME), not one object")
+            return self._watch(request, kind, namespace)
         if name is None:
             return self._list(request, kind, namespace)
         if sub not in (None, "status"):
@@ -143,14 +152,31 @@ class KubeEmulator:
             return Response.json(200, table.render(kind, [obj], self.state.clock.now(), self.state.resource_version))
         return Response.json(200, obj)
 
-    def _list(self, request: Request, kind: Kind, namespace: str) -> Response:
+    def _watch(self, request: Request, kind: Kind, namespace: str) -> Response:
+        """A watch answered as a long poll: the changes after `resourceVersion` (waiting up to
+        WATCH_WAIT seconds for the first), newline-delimited, then the response ends and the client
+        watches again from where it got to (client-go does; a BOOKMARK tells it where, when asked)."""
         try:
-            labels = parse_label_selector(request.param("labelSelector"))
-            fields = parse_field_selector(request.param("fieldSelector"), kind.fields)
-        except SelectorError as exc:
-            raise bad_request(str(exc)) from None
-        items = self.state.list(kind, namespace or None,
-                                lambda obj: labels(obj["metadata"].get("labels") or {}) and fields(obj))
+            timeout = float(request.param("timeoutSeconds") or WATCH_WAIT)
+        except ValueError:
+            raise bad_request("timeoutSeconds must be a number") from None
+        try:
+            changes, version = self.state.watch(kind, namespace or None, request.param("resourceVersion"),
+                                                _selection(request, kind), min(max(timeout, 0.0), WATCH_WAIT))
+        except ApiError as error:
+            if error.code != 410:
+                raise
+            lines = [{"type": "ERROR", "object": error.body()}]
+        else:
+            lines = [{"type": change, "object": obj} for change, obj in changes]
+            if request.param("allowWatchBookmarks") in ("true", "1"):
+                lines.append({"type": "BOOKMARK", "object": {"kind": kind.kind, "apiVersion": kind.api_version,
+                                                             "metadata": {"resourceVersion": version}}})
+        body = "".join(json.dumps(line) + "\n" for line in lines).encode("utf-8")
+        return Response(200, body, {"Content-Type": "application/json"})
+
+    def _list(self, request: Request, kind: Kind, namespace: str) -> Response:
+        items = self.state.list(kind, namespace or None, _selection(request, kind))
         version = self.state.resource_version
         start, limit = _page(request)
         page = items[start:start + limit] if limit else items[start:]
@@ -221,7 +247,7 @@ class KubeEmulator:
         kind, namespace, name, sub = self._resolve(request, version, rest, group)
         if name is None or sub is not None:
             raise method_not_allowed()
-        options = _body(request) if request.body else {}
+        options = _delete_options(request)
         grace = request.param("gracePeriodSeconds")
         if grace is None and options.get("gracePeriodSeconds") is not None:
             grace = str(options["gracePeriodSeconds"])
@@ -234,6 +260,16 @@ class KubeEmulator:
             return Response.json(200, obj)  # the API server answers a delete with the object
         return Response.json(200, success(200, {"name": name, "group": kind.group, "kind": kind.plural,
                                                 "uid": obj["metadata"]["uid"]}))
+
+
+def _selection(request: Request, kind: Kind) -> Callable[[Dict[str, Any]], bool]:
+    """The list's `labelSelector` and `fieldSelector` as one predicate (400 when unreadable)."""
+    try:
+        labels = parse_label_selector(request.param("labelSelector"))
+        fields = parse_field_selector(request.param("fieldSelector"), kind.fields)
+    except SelectorError as exc:
+        raise bad_request(str(exc)) from None
+    return lambda obj: labels(obj["metadata"].get("labels") or {}) and fields(obj)
 
 
 def not_found_path() -> ApiError:
@@ -258,6 +294,19 @@ def _body(request: Request) -> Dict[str, Any]:
     if not isinstance(body, dict):
         raise bad_request("the request body must be a JSON object")
     return body
+
+
+def _delete_options(request: Request) -> Dict[str, Any]:
+    """DeleteOptions from a DELETE's body: JSON, or the protobuf kubectl's typed clients send."""
+    if not request.body:
+        return {}
+    media = (request.header("Content-Type") or "").split(";")[0].strip().lower()
+    if media != protobuf.MEDIA_TYPE:
+        return _body(request)
+    try:
+        return protobuf.delete_options(request.body)
+    except (protobuf.ProtobufError, UnicodeDecodeError) as exc:
+        raise bad_request(f"unreadable protobuf DeleteOptions: {exc}") from None
 
 
 def _check_body_kind(kind: Kind, body: Dict[str, Any]) -> None:

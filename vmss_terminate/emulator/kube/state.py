@@ -21,6 +21,7 @@ What it models beyond storing objects:
 from __future__ import annotations
 
 import base64
+import collections
 import copy
 import hmac
 import random
@@ -29,7 +30,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from vmss_terminate.clock import SYSTEM_CLOCK, Clock, wait_until
 from vmss_terminate.emulator.kube import disruption, events
@@ -67,6 +68,7 @@ DEFAULT_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease"
 DEFAULT_GRACE = 30
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 SA_TOKEN_TYPE = "kubernetes.io/service-account-token"
+CHANGES_KEPT = 10_000  # changes a watch can resume from; older resource versions are 410 Expired
 NODE_CAPACITY = {"cpu": "2", "memory": "8145492Ki", "pods": "110", "ephemeral-storage": "30308240Ki"}
 _SUFFIX = "bcdfghjklmnpqrstvwxz2456789"  # the API server's generateName alphabet
 _REPLACED_BY = {"ReplicaSet", "ReplicationController", "StatefulSet", "DaemonSet"}
@@ -117,6 +119,7 @@ class KubeState:
         # a NEW_EVENTS object is stored in core v1 shape (events.py) under EVENTS' key
         self._removal_at: Dict[str, float] = {}  # pod uid -> clock time it leaves
         self._version = 1000
+        self._changes: Deque[Tuple[int, str, Tuple[str, str], Obj]] = collections.deque(maxlen=CHANGES_KEPT)
         self._lock = threading.RLock()
         self.changed = threading.Condition(self._lock)
         self._random = random.Random()
@@ -187,6 +190,46 @@ class KubeState:
         self.changed.notify_all()
         return str(self._version)
 
+    def _log(self, key: Tuple[str, str], change: str, obj: Obj) -> str:
+        """A write: the next resource version, stamped on `obj`, and the change kept for watches."""
+        version = self._bump()
+        obj["metadata"]["resourceVersion"] = version
+        self._changes.append((int(version), change, key, copy.deepcopy(obj)))
+        return version
+
+    def watch(self, kind: Kind, namespace: Optional[str], since: Optional[str], where: Callable[[Obj], bool],
+              wait: float) -> Tuple[List[Tuple[str, Obj]], str]:
+        """The changes a watch from resourceVersion `since` sees: ("ADDED"|"MODIFIED"|"DELETED", object)
+        after it, waiting up to `wait` real seconds for the first; with no `since` (or "0"), the
+        current objects as ADDED. Returns them and the resource version they bring the client to.
+        Raises ApiError 410 Expired when `since` is older than the changes kept."""
+        with self._lock:
+            self.tick()
+            if not since or since == "0":
+                return [("ADDED", view) for view in self.list(kind, namespace, where)], self.resource_version
+            try:
+                start = int(since)
+            except ValueError:
+                raise bad_request(f"invalid resourceVersion {since!r}") from None
+            if len(self._changes) == self._changes.maxlen and start < self._changes[0][0] - 1:
+                raise ApiError(410, "Expired", f"too old resource version: {start} ({self._changes[0][0] - 1})")
+            deadline = time.monotonic() + wait
+            while True:
+                found = []
+                for version, change, key, obj in self._changes:
+                    if version <= start or key != kind.key:
+                        continue
+                    if namespace is not None and obj["metadata"].get("namespace", "") != namespace:
+                        continue
+                    view = self._view(kind, obj)
+                    if where(view):
+                        found.append((change, view))
+                remaining = deadline - time.monotonic()
+                if found or remaining <= 0:
+                    return found, self.resource_version
+                self.changed.wait(min(remaining, 0.2))  # and look at the clock again: pods leave on it
+                self.tick()
+
     def create(self, kind: Kind, namespace: str, body: Obj, dry_run: bool = False) -> Obj:
         with self._lock:
             self.tick()
@@ -229,8 +272,8 @@ class KubeState:
             if dry_run:
                 obj["metadata"]["resourceVersion"] = ""
                 return self._view(kind, obj)
-            obj["metadata"]["resourceVersion"] = self._bump()
             self._objects[kind.key][key] = obj
+            self._log(kind.key, "ADDED", obj)
             return self._view(kind, obj)
 
     def replace(self, kind: Kind, namespace: str, name: str, body: Obj, dry_run: bool = False,
@@ -299,9 +342,9 @@ class KubeState:
             metadata = new["metadata"]
         if dry_run:
             return self._view(kind, new)
-        metadata["resourceVersion"] = self._bump()
         key = (metadata.get("namespace", ""), metadata["name"])
         self._objects[kind.key][key] = new
+        self._log(kind.key, "MODIFIED", new)
         return self._view(kind, new)
 
     def delete(self, kind: Kind, namespace: str, name: str, grace: Optional[int] = None,
@@ -315,6 +358,7 @@ class KubeState:
             if kind is PODS:
                 return self._terminate(current, grace)
             del self._objects[kind.key][(namespace if kind.namespaced else "", name)]
+            self._log(kind.key, "DELETED", current)
             if kind is NODES:
                 for pod in list(self._objects[PODS.key].values()):
                     if (pod.get("spec") or {}).get("nodeName") == name:
@@ -323,10 +367,8 @@ class KubeState:
                 for other in KINDS:
                     if other.namespaced:
                         for key in [k for k in self._objects[other.key] if k[0] == name]:
-                            del self._objects[other.key][key]
-            view = self._view(kind, current)
-            self._bump()
-            return view
+                            self._log(other.key, "DELETED", self._objects[other.key].pop(key))
+            return self._view(kind, current)
 
     def _terminate(self, pod: Obj, grace: Optional[int]) -> Obj:
         metadata = pod["metadata"]
@@ -340,7 +382,7 @@ class KubeState:
             metadata["deletionTimestamp"] = rfc3339(leaves)
         metadata["deletionGracePeriodSeconds"] = max(0, int(round(leaves - now)))
         self._removal_at[metadata["uid"]] = leaves
-        metadata["resourceVersion"] = self._bump()
+        self._log(PODS.key, "MODIFIED", pod)
         view = self._view(PODS, pod)
         self.tick()
         return view
@@ -366,7 +408,7 @@ class KubeState:
         node = (pod.get("spec") or {}).get("nodeName", "")
         self.removals.append(Removal(metadata["namespace"], metadata["name"], metadata["uid"], node,
                                      self.clock.now()))
-        self._bump()
+        self._log(PODS.key, "DELETED", pod)
         if self.replace_pods:
             self._replace(pod)
 
