@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Optional, Tuple, Union
 
-from vmss_terminate.control.upgrade import DEFAULT_BATCH, BatchSize
+from vmss_terminate.control.upgrade import DEFAULT_BATCH, BatchSize, UpgradeOptions
 from vmss_terminate.errors import UsageError
 from vmss_terminate.fleet.findings import FINDINGS, SKIPPED_BY_DEFAULT
 from vmss_terminate.params import option, whole_number
@@ -69,7 +69,7 @@ class RolloutOptions:
     include_skipped: Iterable[str] = option(
         (), multiple=True, metavar="CODE", choices=SKIPPED_BY_DEFAULT,
         help="Also change sets skipped by default for this finding (repeatable).")
-    wait_timeout: float = 1800.0
+    wait_timeout: float = UpgradeOptions.wait_timeout  # the bound `enable --wait` has
 
     def __post_init__(self) -> None:
         if self.timeout is None:
