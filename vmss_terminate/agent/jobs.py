@@ -8,6 +8,8 @@ which hook to rerun. `cancel()` (the agent stopping) stops the running step and 
 the runner calls `then(event_id)` when the steps are over, the drain delay (`policy.drain_until`,
 counted from when the drain began, so it runs in parallel with the hooks) has passed, and the job
 was not cancelled. A job may have no steps: then it only waits for the drain delay.
+A failed step ends the chain, except for the steps marked `always` (the Kubernetes node drain,
+which is last): they still run, as long as their deadline has not passed.
 """
 
 from __future__ import annotations

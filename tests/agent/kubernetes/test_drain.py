@@ -299,3 +299,51 @@ def test_in_cluster_credentials_over_https_with_a_rotating_token(cluster: Cluste
     node_line = next(d for d in running.decisions.items if d.kind == D.KUBE_NODE)
     assert "--node-name" in node_line.message  # NODE_NAME, as a DaemonSet passes it
     assert not cluster.node()["spec"].get("unschedulable")
+
+
+def test_a_node_named_like_the_computer_name_is_found_and_readyz_is_503_while_it_drains(
+        cluster: Cluster, _kube_imds: Any) -> None:
+    """No providerID (a kubeadm node, say): the node named like IMDS osProfile.computerName in lower
+    case is this VM. /readyz answers 503 from the moment the Terminate is seen, during the drain."""
+    from vmss_terminate.emulator.imds.app import ImdsEmulator
+    from vmss_terminate.emulator.kube import NODES
+
+    cluster.state.delete(NODES, "", NODE)  # the node with this VM's providerID
+    _kube_imds.reset(ImdsEmulator(cluster.group, vm_name=VM, vmss_name="myvmss", rate_limit=None,
+                                  compute={"osProfile": {"computerName": "MYVMSS000003"}}))
+    cluster.state.add_node("myvmss000003")
+    cluster.state.add_replicaset("db", 1, labels={"app": "db"})
+    cluster.state.add_pod("db-0", "myvmss000003", labels={"app": "db"}, owner="ReplicaSet/db", grace=10)
+    cluster.state.add_pdb("db", selector={"app": "db"}, max_unavailable=0)
+    agent = cluster.agent()
+    metrics = AgentMetrics(agent).attach()
+    eid = cluster.group.add_event("Terminate", [VM], not_before=cluster.clock.now() + 600)
+    with Running(agent) as running:
+        assert running.decisions.wait_kind(D.KUBE_EVICTION_REFUSED, eid, timeout=30)
+        ready, reason = metrics.readiness()
+        assert not ready and eid in reason
+        cluster.group.remove_event(eid)
+        assert running.decisions.wait_kind(D.KUBE_UNCORDONED, eid, timeout=30)
+        assert running.decisions.wait_kind(D.DRAIN_ENDED, eid, timeout=30)
+        assert metrics.readiness()[0]
+    node_line = next(d for d in running.decisions.items if d.kind == D.KUBE_NODE)
+    assert node_line.data["node"] == "myvmss000003" and "computer name" in node_line.message
+    assert 'vmss_terminate_kubernetes_node_cordoned{node="myvmss000003"} 0' in metrics.render()
+
+
+def test_api_failures_are_retried_and_404_means_already_gone(cluster: Cluster) -> None:
+    cluster.state.add_pod("flaky", NODE, grace=1)
+    cluster.state.add_pod("vanished", NODE, grace=1)
+    faults = cluster.kube.server.faults
+    faults.add(status=503, times=2, path_contains="/pods/flaky/eviction")
+    faults.add(status=404, times=1, path_contains="/pods/vanished/eviction")
+    faults.add(status=500, times=1, path_contains="/api/v1/nodes/")
+    eid = cluster.group.add_event("Terminate", [VM], not_before=cluster.clock.now() + 600)
+    with Running(cluster.agent()) as running:
+        assert running.decisions.wait_kind(D.APPROVAL_SENT, eid, timeout=30)
+    assert faults.pending() == 0
+    drained = next(d for d in running.decisions.items if d.kind == D.KUBE_DRAINED)
+    assert drained.data["evicted"] == 1 and drained.data["not_evicted"] == []  # 'vanished' counted as gone
+    errors = [d.message for d in running.decisions.items if d.kind == D.KUBE_ERROR]
+    assert any("flaky" in m and "503" in m for m in errors) and any("500" in m for m in errors)
+    assert [e.name for e in cluster.state.evictions if e.code == 200] == ["flaky"]
