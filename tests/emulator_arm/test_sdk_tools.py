@@ -235,7 +235,8 @@ def test_get_modify_put_changes_only_the_terminate_notification(arm: ArmServers,
         == "PT10M"
     after = _raw(arm, "rich")
     tnp = ("properties", "virtualMachineProfile", "scheduledEventsProfile")
-    assert _without(after, tnp) == _without(before, tnp)  # everything else byte for byte
+    assert _without(_without(after, tnp), ("etag",)) == _without(_without(before, tnp), ("etag",))  # byte for byte
+    assert (before["etag"], after["etag"]) == ('"1"', '"2"')  # Azure's etag moves with every write
     assert after["properties"]["virtualMachineProfile"]["scheduledEventsProfile"] == {
         "terminateNotificationProfile": {"enable": True, "notBeforeTimeout": "PT10M"}}
     sent = [r for r in arm.arm_server.log.all() if r.method == "PUT"]
@@ -251,6 +252,30 @@ def _without(body: Dict[str, Any], path: Tuple[str, ...]) -> Dict[str, Any]:
         node = node[key]
     node.pop(path[-1], None)
     return out
+
+
+def test_a_put_with_a_stale_etag_is_refused(arm: ArmServers, identity: Any) -> None:
+    """A tool guarding its GET -> PUT against a concurrent writer sends If-Match (Compute >= 2023-09-01)."""
+    from azure.core import MatchConditions
+    from azure.core.exceptions import HttpResponseError
+
+    _rich(arm)
+    unchanged = MatchConditions.IfNotModified
+    with _compute(arm, identity, retry_total=0) as client:
+        vmss = client.virtual_machine_scale_sets.get("rg", "rich")
+        assert vmss.etag == '"1"'
+        client.virtual_machine_scale_sets.begin_update("rg", "rich", {"tags": {"by": "someone else"}}).result()
+        with pytest.raises(HttpResponseError) as caught:
+            client.virtual_machine_scale_sets.begin_create_or_update("rg", "rich", vmss, etag=vmss.etag,
+                                                                     match_condition=unchanged).result()
+        assert (caught.value.status_code, caught.value.error.code) == (412, "PreconditionFailed")
+        assert caught.value.error.message == 'Etag provided in if-match header "1" does not match etag "2" of resource.'
+        fresh = client.virtual_machine_scale_sets.get("rg", "rich")
+        client.virtual_machine_scale_sets.begin_create_or_update("rg", "rich", fresh, etag=fresh.etag,
+                                                                 match_condition=unchanged).result()
+    assert _raw(arm, "rich")["etag"] == '"3"'
+    sent = [r.headers.get("If-Match") for r in arm.arm_server.log.all() if r.method == "PUT"]
+    assert sent == ['"1"', '"2"']
 
 
 @pytest.mark.parametrize("change, target", [

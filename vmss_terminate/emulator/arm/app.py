@@ -392,6 +392,7 @@ class ArmEmulator:
 
     def _scale_set_patch(self, request: Request, api_version: str, sub: str, rg: str, name: str) -> Response:
         ss = self._scale_set(sub, rg, name)
+        putrules.check_preconditions(ss, request.header("If-Match"), request.header("If-None-Match"))
         body = _json_object(request)
         properties = _object(body.get("properties"), "properties")
         vm_patch = _object(properties.get("virtualMachineProfile"), "properties.virtualMachineProfile")
@@ -401,6 +402,7 @@ class ArmEmulator:
         tags = body.get("tags") if isinstance(body.get("tags"), dict) else None
         with self.state.lock:
             new_profile = _merge(ss.vm_profile, vm_patch)
+            ss.etag += 1
         self.state.apply_model(ss, new_profile, capacity=capacity, upgrade_policy=mode, tags=tags)
         op = self.state.begin_operation("update", ss)
         with self.state.lock:
@@ -423,6 +425,7 @@ class ArmEmulator:
         tags = body.get("tags") if isinstance(body.get("tags"), dict) else {}
         sku_name = _object(body.get("sku"), "sku").get("name")
         ss = self.state.scale_set(sub, rg, name)
+        putrules.check_preconditions(ss, request.header("If-Match"), request.header("If-None-Match"))
         if ss is None:
             if not self.state.has_resource_group(sub, rg):
                 raise _refuse(404, "ResourceGroupNotFound", f"Resource group '{rg}' could not be found.")
@@ -447,6 +450,7 @@ class ArmEmulator:
                 putrules.check_location(ss, body.get("location"))
                 putrules.check_changes(ss, top, new_profile)
                 putrules.apply(ss, top)
+                ss.etag += 1
                 if sku_name:
                     ss.sku = str(sku_name)
             self.state.apply_model(ss, new_profile, capacity=capacity, upgrade_policy=mode, tags=tags)

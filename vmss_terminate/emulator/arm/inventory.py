@@ -205,6 +205,7 @@ class ScaleSetRecord:
     sku_tier: str = "Standard"
     upgrade_policy_extra: Dict[str, Any] = field(default_factory=dict)  # rollingUpgradePolicy, ...
     extra_resource: Dict[str, Any] = field(default_factory=dict)  # identity, plan, ... as sent
+    etag: int = 1  # bumped by every accepted PUT/PATCH (If-Match checks it)
     next_instance_number: int = 0
     _rng: random.Random = field(default_factory=random.Random)
 

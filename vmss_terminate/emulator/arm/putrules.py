@@ -22,6 +22,8 @@ read against their sources, listed in docs/emulators.md.
   other virtualMachineProfile members (scheduledEventsProfile included). Omitted zones on a zonal
   set -> 409, not kept. Read-only values sent back (provisioningState, uniqueId, timeCreated, id,
   name, type, etag, systemData) are ignored.
+* `If-Match` / `If-None-Match` (Compute since 2023-09-01): 412 PreconditionFailed
+  (cloud-provider-azure#9728).
 """
 
 from __future__ import annotations
@@ -139,6 +141,22 @@ def check_create(top: TopLevel, orchestration: str) -> None:
         raise ArmStateError(400, "InvalidParameter",
                             "The value 'True' of parameter 'singlePlacementGroup' is not allowed. Allowed values "
                             "are: False.", "singlePlacementGroup")
+
+
+def check_preconditions(ss: Optional[ScaleSetRecord], if_match: Optional[str], if_none_match: Optional[str]) -> None:
+    """Optimistic concurrency (Compute since 2023-09-01): `If-Match` must name the current etag
+    (`*`: any existing set), `If-None-Match: *` refuses an existing one. 412 PreconditionFailed with
+    the message quoted in cloud-provider-azure#9728 (the If-None-Match message is the emulator's)."""
+    if if_match is not None and if_match.strip():
+        wanted = if_match.strip()
+        current = f'"{ss.etag}"' if ss is not None else None
+        if current is None or (wanted != "*" and wanted != current):
+            raise ArmStateError(412, "PreconditionFailed",
+                                f"Etag provided in if-match header {wanted} does not match etag "
+                                f"{current if current is not None else 'null'} of resource.")
+    if ss is not None and (if_none_match or "").strip() == "*":
+        raise ArmStateError(412, "PreconditionFailed",
+                            f"If-None-Match '*' was provided but the resource '{ss.name}' already exists.")
 
 
 def check_location(ss: ScaleSetRecord, location: Any) -> None:

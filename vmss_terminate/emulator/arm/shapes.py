@@ -20,6 +20,7 @@ from vmss_terminate.emulator.server import Response
 SCHEDULED_EVENTS_MIN_API = "2019-03-01"
 ORCHESTRATION_MODE_MIN_API = "2020-12-01"
 TIME_CREATED_MIN_API = "2021-11-01"
+ETAG_MIN_API = "2023-09-01"
 _API_VERSION = re.compile(r"^\d{4}-\d{2}-\d{2}(-preview)?$")
 CLOUD_NAME = "VmssTerminateEmulator"
 MEMBER_NOT_FOUND = "Could not find member 'scheduledEventsProfile' on object of type 'VirtualMachineProfile'"
@@ -134,6 +135,8 @@ def scale_set(ss: ScaleSetRecord, api_version: str) -> Dict[str, Any]:
     }
     if ss.zones:
         out["zones"] = list(ss.zones)
+    if api_version[:10] >= ETAG_MIN_API:
+        out["etag"] = f'"{ss.etag}"'
     out.update(ss.extra_resource)
     out["properties"] = properties
     if ss.tags:
