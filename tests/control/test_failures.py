@@ -78,7 +78,7 @@ def test_upgrade_failure_in_batch_2_reports_and_rerun_finishes_the_rest(arm: Arm
     result = run("enable", "-g", RG, "-n", "web", "--timeout", "10m", "--batch-size", "3")
     line = _one_error_line(result)
     assert "profile changed; upgrade incomplete: 3 done, 7 remaining" in line
-    assert "re-run `vmss-terminate upgrade -g rg -n web`" in line
+    assert f"re-run `vmss-terminate upgrade -g rg -n web --subscription {SUB} --arm-endpoint " in line
     assert "VMAgentNotReady" in line
     assert "upgraded 3 instance(s) in 1 batch(es); 7 remaining" in result.stdout  # the report is printed
     stale = sorted(i.instance_id for i in ss.instances.values() if not i.latest_model_applied)

@@ -40,7 +40,7 @@ def test_ctrl_c_during_an_upgrade_reports_done_remaining_and_resume_exit_130(arm
     errors = lines[lines.index("--") + 1:]
     assert len(errors) == 1 and errors[0].startswith("error: upgrade incomplete: 0 done, 6 remaining"), lines
     assert "interrupted by Ctrl-C while batch 1 (2 instance(s)) was in flight" in errors[0]
-    assert "re-run `vmss-terminate upgrade -g rg -n web`" in errors[0]
+    assert f"re-run `vmss-terminate upgrade -g rg -n web --subscription {SUB} --arm-endpoint " in errors[0]
     assert "Aborted" not in "\n".join(lines) and "Traceback" not in "\n".join(lines)
 
 

@@ -90,7 +90,8 @@ def test_a_failed_set_is_named_and_a_rerun_with_the_journal_finishes(arm: ArmSer
                 "--concurrency", "1")
     assert first.exit_code == 1, first.output
     assert "failed rg-web/" in first.stdout and "upgrade went wrong" in first.stdout
-    resume = f"vmss-terminate fleet rollout --subscription {PROD} --concurrency 1 --timeout 10 --journal {journal}"
+    resume = (f"vmss-terminate fleet rollout --subscription {PROD} --arm-endpoint {arm.arm_url} --concurrency 1 "
+              f"--timeout 10 --journal {journal}")  # the endpoint from the environment too: runs in any shell
     assert f"resume with: {resume}" in first.stdout
     entries = [json.loads(line) for line in journal.read_text().splitlines()]
     assert entries[0]["event"] == "rollout" and entries[0]["timeout"] == "PT10M"
@@ -213,3 +214,25 @@ def test_work_is_shared_fairly_across_subscriptions() -> None:
     assert sorted(first) == [0, 3, 4]  # one per subscription before a second from "a"
     queue.done("b")
     assert queue.pop() == 1 and queue.pop() == 2 and not queue
+
+
+def test_the_resume_line_without_a_journal_runs_as_printed(arm: ArmServers, state: ArmState, tmp_path: Path) -> None:
+    """No --journal given: none is added (an old rollout.journal of another timeout in the directory
+    would make the hint fail); pasted into a shell in that directory, without the endpoint in the
+    environment, it finishes the rollout."""
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "rollout.journal").write_text('{"event": "rollout", "timeout": "PT5M"}\n')
+    state.fail_next_lro("InternalExecutionError", "upgrade went wrong", kind="manualupgrade")
+    first = run("fleet", "rollout", "--subscription", PROD, "--timeout", "10", "--concurrency", "1")
+    assert first.exit_code == 1, first.output
+    resume = first.stdout.split("resume with: ", 1)[1].strip()
+    assert "--journal" not in resume and f"--arm-endpoint {arm.arm_url}" in resume
+    env = {k: v for k, v in os.environ.items() if k != "VMSS_TERMINATE_ARM_ENDPOINT" and "proxy" not in k.lower()}
+    env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
+    done = subprocess.run(["bash", "-c", resume], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    again = run("fleet", "rollout", "--subscription", PROD, "--timeout", "10", "-o", "json")
+    assert again.exit_code == 0 and json.loads(again.stdout)["sets"]["changed"] == 0  # the resume finished it

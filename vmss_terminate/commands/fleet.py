@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import csv
 import io
-import shlex
 import signal
 import sys
 import threading
@@ -21,6 +20,7 @@ from vmss_terminate.commands.control import DetailedExitCommand, endpoint_option
 from vmss_terminate.commands.fields import declared_options, grouped
 from vmss_terminate.commands.output import echo_json, output_option, tsv_lines
 from vmss_terminate.commands.progress import ProgressBar, terminal_progress
+from vmss_terminate.control.commandline import command
 from vmss_terminate.control.connection import Connection
 from vmss_terminate.errors import StopSignal, interrupt_exit_code, interrupt_name
 from vmss_terminate.fleet.findings import IGNORABLE
@@ -158,7 +158,7 @@ def rollout_command(scope: Scope, connection: Connection, options: RolloutOption
     if display is not None:
         display.finish()
     summary = result.to_dict()
-    resume = _resume_command(resume_args, result.journal) if result.remaining and not result.dry_run else None
+    resume = _resume_command(resume_args) if result.remaining and not result.dry_run else None
     summary["resume"] = resume
     if output == "json":
         echo_json(summary)
@@ -177,15 +177,18 @@ def rollout_command(scope: Scope, connection: Connection, options: RolloutOption
 
 
 def _resume_args(ctx: click.Context) -> List[str]:
-    """This invocation's command-line options (defaults and env left out, --dry-run dropped), rebuilt
-    from what click parsed: the same in a shell, under a test runner or from another program."""
+    """This invocation's options (from the command line or the environment -- the subscription, the
+    endpoint -- so the command reaches the same estate from another shell; defaults and --dry-run
+    left out), rebuilt from what click parsed: the same in a shell, under a test runner or from
+    another program."""
     args: List[str] = []
     for param in ctx.command.params:
         if not isinstance(param, click.Option) or param.name in (None, "dry_run", "help"):
             continue
         value = ctx.params.get(param.name)
-        if ctx.get_parameter_source(param.name) is not ParameterSource.COMMANDLINE or value in (None, (), False):
-            continue  # defaults and environment variables apply again by themselves
+        source = ctx.get_parameter_source(param.name)
+        if source not in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT) or value in (None, (), False):
+            continue  # defaults apply again by themselves
         flag = max(param.opts, key=len)
         if param.is_flag:
             args.append(flag)
@@ -195,12 +198,10 @@ def _resume_args(ctx: click.Context) -> List[str]:
     return args
 
 
-def _resume_command(args: Sequence[str], journal: Optional[str]) -> str:
-    """The command line to run again: the same options, with a journal so finished sets are known."""
-    command = "vmss-terminate fleet rollout " + " ".join(shlex.quote(a) for a in args)
-    if journal is None:
-        command += " --journal rollout.journal"
-    return command
+def _resume_command(args: Sequence[str]) -> str:
+    """The command line to run again: the same options (its --journal, if one was used: without one
+    the rollout re-audits everything, so finished sets are verified, not redone)."""
+    return command("fleet", "rollout", *args)
 
 
 def _announce_stop(signum: int) -> None:

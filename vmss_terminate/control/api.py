@@ -22,6 +22,7 @@ from typing import List, NamedTuple, Optional, Sequence, Tuple, Union
 from vmss_terminate.clock import SYSTEM_CLOCK, Clock
 from vmss_terminate.control import body
 from vmss_terminate.control.arm_errors import ArmRequestError
+from vmss_terminate.control.commandline import scale_set_command
 from vmss_terminate.control.connection import Connection
 from vmss_terminate.control.profile import (
     InstanceState,
@@ -151,15 +152,16 @@ def _check_inputs(action: str, timeout: Optional[Union[int, str]]) -> Optional[i
     return parse_timeout(timeout)
 
 
-def _desired(action: str, before: ProfileState, minutes: Optional[int], resource: str) -> Tuple[ProfileState, bool, bytes]:
+def _desired(action: str, before: ProfileState, minutes: Optional[int],
+             client: ScaleSetClient) -> Tuple[ProfileState, bool, bytes]:
     """(desired profile, whether a PATCH is needed, the PATCH bytes)."""
     if action == DISABLE:
         return ProfileState.desired(False, None), not before.is_off, body.patch_bytes(False, None)
     assert minutes is not None
     if action == RETIME and not before.enabled:
         raise VmssTerminateError(
-            f"retime: terminate notifications are not enabled on {resource} ({before.describe()}); "
-            f"use `vmss-terminate enable --timeout {minutes}m` instead"
+            f"retime: terminate notifications are not enabled on {client.resource} ({before.describe()}); "
+            f"use `{_command(client, 'enable', '--timeout', f'{minutes}m')}` instead"
         )
     return ProfileState.desired(True, minutes), not before.is_enabled_with(minutes), body.patch_bytes(True, minutes)
 
@@ -173,7 +175,7 @@ def _prepare(
     after the PATCH instead (it is what the upgrade needs), saving one full paged listing.
     """
     state = parse_scale_set(client.get())
-    desired, change, payload = _desired(action, state.profile, minutes, client.resource)
+    desired, change, payload = _desired(action, state.profile, minutes, client)
     if applying and change and options.upgrade:
         upgrade_plan = make_plan(state.upgrade_mode, [], options)  # replaced by the caller after the PATCH
     else:
@@ -229,7 +231,7 @@ def _change(
         if the_plan.profile_change:
             _patch_interruptible(client, payload, wait=True, desired=the_plan.desired, action=action)
             after = parse_profile(client.get())
-            _check_applied(action, the_plan.desired, after, client.resource)
+            _check_applied(action, the_plan.desired, after, client)
             if options.upgrade:  # the new model made instances stale: plan from the list read now
                 found = _inventory(client, state)
                 # instances reporting latestModelApplied show the change; members that do not
@@ -244,10 +246,14 @@ def _change(
         )
 
 
+def _command(client: ScaleSetClient, verb: str, *extra: str) -> str:
+    """The command line that runs `verb` on this client's scale set, as printed (control/commandline.py)."""
+    return scale_set_command(verb, client.resolved, client.resource_group, client.name, extra)
+
+
 def _follow_up(client: ScaleSetClient) -> str:
-    where = f"-g {client.resource_group} -n {client.name}"
-    return (f"follow with `vmss-terminate status {where}` until the profile shows the change, then "
-            f"`vmss-terminate upgrade {where}`")
+    return (f"follow with `{_command(client, 'status')}` until the profile shows the change, then "
+            f"`{_command(client, 'upgrade')}`")
 
 
 def _patch_interruptible(client: ScaleSetClient, payload: bytes, *, wait: bool, desired: Optional[ProfileState] = None,
@@ -283,16 +289,16 @@ def _reads_as(client: ScaleSetClient, action: str, desired: Optional[ProfileStat
     return after.is_off if action == DISABLE else after.is_enabled_with(desired.timeout_minutes or 0)
 
 
-def _check_applied(action: str, desired: ProfileState, after: ProfileState, resource: str) -> None:
+def _check_applied(action: str, desired: ProfileState, after: ProfileState, client: ScaleSetClient) -> None:
     """Read-back check: Azure has been seen to accept a re-enable after a disable and ignore it."""
     ok = after.is_off if action == DISABLE else after.is_enabled_with(desired.timeout_minutes or 0)
     if ok:
         return
     raise AzureError(
-        f"{action}: Azure accepted the PATCH but {resource} still reads: {after.describe()} "
+        f"{action}: Azure accepted the PATCH but {client.resource} still reads: {after.describe()} "
         f"(wanted: {desired.describe()}); no instances were upgraded. This is a known Azure behaviour when "
         "re-enabling after a disable (MicrosoftDocs/azure-docs#41434): apply the change together with another "
-        "virtualMachineProfile change (e.g. in your template), then check with `vmss-terminate status`"
+        f"virtualMachineProfile change (e.g. in your template), then check with `{_command(client, 'status')}`"
     )
 
 
@@ -368,7 +374,7 @@ def _upgrade(
 ) -> UpgradeResult:
     """Carry out an upgrade plan; an incomplete upgrade raises UpgradeIncomplete with the partial result."""
     prefix = "profile changed; " if profile_changed else ""
-    rerun = f"vmss-terminate upgrade -g {client.resource_group} -n {client.name}"
+    rerun = _command(client, "upgrade")
     if the_plan.mode == SKIPPED:
         return UpgradeResult(SKIPPED, the_plan.upgrade_policy, the_plan.total, remaining=list(the_plan.stale))
     if the_plan.mode == UNAVAILABLE:
@@ -405,8 +411,8 @@ def _upgrade(
         done = result.total - len(result.remaining)
         raise UpgradeIncomplete(
             f"{prefix}upgrade incomplete: {done} done, {len(result.remaining)} remaining ({result.error}; upgrade "
-            f"policy {the_plan.upgrade_policy}: Azure applies it); re-run `{rerun} --wait` or check "
-            f"`vmss-terminate status -g {client.resource_group} -n {client.name}`",
+            f"policy {the_plan.upgrade_policy}: Azure applies it); re-run `{_command(client, 'upgrade', '--wait')}` "
+            f"or check `{_command(client, 'status')}`",
             result,
         )
     return result
