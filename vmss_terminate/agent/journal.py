@@ -138,6 +138,16 @@ class StateStore:
             self._save()
             return dict(record)
 
+    def forget(self, event_id: str, *keys: str) -> None:
+        """Drop `keys` from the record of `event_id` if it still has one (a record already pruned is
+        not brought back, as `update` would)."""
+        with self._lock:
+            record = self._events.get(event_id)
+            if record is not None and any(k in record for k in keys):
+                for key in keys:
+                    record.pop(key, None)
+                self._save()
+
     def prune(self, keep: Iterable[str]) -> List[str]:
         """Drop records of events not in `keep` (they left the document); returns the dropped ids."""
         keep = set(keep)

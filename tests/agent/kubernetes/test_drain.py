@@ -347,3 +347,22 @@ def test_api_failures_are_retried_and_404_means_already_gone(cluster: Cluster) -
     errors = [d.message for d in running.decisions.items if d.kind == D.KUBE_ERROR]
     assert any("flaky" in m and "503" in m for m in errors) and any("500" in m for m in errors)
     assert [e.name for e in cluster.state.evictions if e.code == 200] == ["flaky"]
+
+
+def test_a_scale_in_cancelled_while_the_agent_was_down_is_undone_by_the_next_agent(
+        cluster: Cluster, tmp_path: Path) -> None:
+    """The journal says this agent cordoned the node; the Terminate left the document while no agent
+    ran: the next agent uncordons it on its first poll."""
+    workloads(cluster, min_available=3)
+    state_file = tmp_path / "state.json"
+    eid = cluster.group.add_event("Terminate", [VM], not_before=cluster.clock.now() + 600)
+    with Running(cluster.agent(state_file=str(state_file))) as running:
+        assert running.decisions.wait_kind(D.KUBE_EVICTION_REFUSED, eid, timeout=30)
+    cluster.group.remove_event(eid)
+    assert cluster.node()["spec"].get("unschedulable") is True
+    with Running(cluster.agent(state_file=str(state_file))) as running:
+        assert running.decisions.wait_kind(D.KUBE_UNCORDONED, eid, timeout=30)
+    node = cluster.node()
+    assert not node["spec"].get("unschedulable")
+    assert TAINT_KEY not in [t["key"] for t in node["spec"].get("taints") or []]
+    assert eid not in json.loads(state_file.read_text())["events"]

@@ -321,7 +321,7 @@ class NodeDrain:
                         result = Answer(200) if patch is None else self.api.request(
                             "PATCH", path("api", "v1", "nodes", node_name), body=patch, content_type=MERGE_PATCH)
                         if result.ok:
-                            self.journal.update(eid, kube_cordoned=None, kube_tainted=None)
+                            self.journal.forget(eid, "kube_cordoned", "kube_tainted")
                             self.report(D.KUBE_UNCORDONED, eid, f"{why}: node {node_name} uncordoned and its "
                                                                 f"taint {self.taint} removed", node=node_name)
                             self._event(answer.body, "TerminateCancelled", f"{why}: vmss-terminate uncordoned "
