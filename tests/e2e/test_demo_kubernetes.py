@@ -5,10 +5,18 @@ holds one back until another is gone) and approves only then, within NotBefore."
 from __future__ import annotations
 
 import json
+import os
+import queue
+import shlex
+import shutil
+import subprocess
+import sys
+import threading
+from pathlib import Path
 from typing import Any, Dict, List
 
 import pytest
-from helpers import invoke_cli
+from helpers import interrupt, invoke_cli
 
 from vmss_terminate.cli import main
 from vmss_terminate.sandbox.kubernetes import computer_name
@@ -54,3 +62,39 @@ def test_demo_kubernetes_text_shows_the_drain_once_per_held_pod() -> None:
     refused = [line for line in lines if "kube_eviction_refused" in line]
     pods = [line.split("eviction of pod ")[1].split()[0] for line in refused]
     assert len(pods) == len(set(pods))  # the first refusal of each pod; the JSON has every retry
+
+
+def _read_lines(stream: Any, sink: "queue.Queue[str]") -> None:
+    for line in stream:
+        sink.put(line)
+
+
+@pytest.mark.skipif(os.name == "nt" or shutil.which("kubectl") is None, reason="POSIX shell and kubectl")
+def test_sandbox_kubernetes_prints_commands_that_run_as_printed() -> None:
+    """`sandbox --kubernetes`: the printed kubectl line lists the instances as nodes, and a printed
+    agent line (with --once added) loads the kubeconfig, polls its IMDS and exits 0."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AZURE_", "IDENTITY_", "MSI_", "KUBE"))}
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    proc = subprocess.Popen([sys.executable, "-m", "vmss_terminate", "sandbox", "--kubernetes", "--instances", "2",
+                             "--duration", "60"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    lines: "queue.Queue[str]" = queue.Queue()
+    threading.Thread(target=_read_lines, args=(proc.stdout, lines), daemon=True).start()
+    try:
+        printed: List[str] = []
+        while not printed or not printed[-1].startswith("# Ctrl-C stops the sandbox"):
+            printed.append(lines.get(timeout=30).rstrip("\n"))
+        kubectl = next(line for line in printed if line.startswith("kubectl --kubeconfig"))
+        shown = subprocess.run(shlex.split(kubectl), capture_output=True, text=True, env=env, timeout=60)
+        assert shown.returncode == 0, shown.stderr
+        assert "node/myvmss000000" in shown.stdout and "node/myvmss000001" in shown.stdout
+        assert "web-myvmss000001-a" in shown.stdout and "poddisruptionbudget.policy/web" in shown.stdout
+        agent_line = next(line for line in printed if line.endswith("# myvmss_1"))
+        assert "--kubernetes --kubeconfig" in agent_line
+        ran = subprocess.run(["sh", "-c", agent_line.split("   #")[0] + " --once"], capture_output=True, text=True,
+                             env=env, timeout=60)
+        assert ran.returncode == 0, ran.stderr
+        assert interrupt(proc, timeout=20) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)

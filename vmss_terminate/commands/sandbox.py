@@ -78,20 +78,26 @@ def demo(instances: int, scale_in: int, timeout: int, speed: float, hook: Option
 @click.option("--resource-group", default="sandbox-rg", show_default=True, help="Resource group name.")
 @click.option("--duration", type=click.FloatRange(min=0), default=None,
               help="Stop after this many real seconds (default: run until Ctrl-C).")
+@click.option("--kubernetes", is_flag=True,
+              help="Also a Kubernetes API emulator whose nodes are the instances (spec.providerID = the VM), "
+                   "with the demo's pods (web under a PodDisruptionBudget, a DaemonSet): try agents with "
+                   "--kubernetes, and kubectl, against it.")
 @output_option("json: one JSON object with the endpoints, then the timeline as JSON lines; tsv: the "
                "environment as NAME<TAB>VALUE rows, then one row per timeline entry.")
 def sandbox(instances: int, timeout: int, no_feature: bool, speed: float, port_base: int, name: str,
-            resource_group: str, duration: Optional[float], output: str) -> None:
+            resource_group: str, duration: Optional[float], kubernetes: bool, output: str) -> None:
     """Keep a local sandbox running (ARM, token endpoint, one IMDS per instance) and print the
     environment that points the CLI, the Azure SDK and agents at it, to try your own hooks.
     Deleting instances (scale-in, delete) publishes Terminate events; the timeline is printed live."""
     from vmss_terminate.sandbox.agents import demo_hook_command
     from vmss_terminate.sandbox.environment import Sandbox, SandboxConfig
+    from vmss_terminate.sandbox.kubernetes import SandboxCluster
     from vmss_terminate.sandbox.timeline import format_entry
 
     config = SandboxConfig(instances=instances, timeout_minutes=None if no_feature else timeout, speed=speed,
                            name=name, resource_group=resource_group, port_base=port_base).validated()
     box = Sandbox(config)
+    cluster: Optional[SandboxCluster] = None
     printing = threading.Lock()
 
     def live(entry):  # type: ignore[no-untyped-def]
@@ -104,21 +110,29 @@ def sandbox(instances: int, timeout: int, no_feature: bool, speed: float, port_b
     with Foreground() as foreground:  # before start: a SIGTERM during start-up still gets the report
         try:
             box.start()
+            if kubernetes:
+                cluster = SandboxCluster(box).start()
+                cluster.add_demo_workload()
         except OSError as exc:
+            box.stop()
             raise VmssTerminateError(f"cannot start the sandbox: {exc}") from None
         try:
             with printing:
                 if output == "json":
+                    kube = {} if cluster is None else {"kubernetes": {"url": cluster.url, "kubeconfig": cluster.kubeconfig,
+                                                                      "nodes": dict(cluster.nodes)}}
                     click.echo(json.dumps({"env": box.env(), "imds": box.imds_urls(), "resource_group": resource_group,
-                                           "name": name, "speed": box.speed}))
+                                           "name": name, "speed": box.speed, **kube}))
                 elif output == "tsv":
                     for line in tsv_lines([[key, value] for key, value in box.env().items()]):
                         click.echo(line)
                 else:
-                    _print_endpoints(box, demo_hook_command())
+                    _print_endpoints(box, demo_hook_command(), None if cluster is None else cluster.kubeconfig)
             box.timeline.subscribe(live)
             foreground.wait(timeout=duration)
         finally:
+            if cluster is not None:
+                cluster.stop()
             box.stop()
             if output == "table":
                 for line in box.report():
@@ -126,7 +140,7 @@ def sandbox(instances: int, timeout: int, no_feature: bool, speed: float, port_b
                 click.echo("sandbox stopped")
 
 
-def _print_endpoints(box, hook: str) -> None:  # type: ignore[no-untyped-def]
+def _print_endpoints(box, hook: str, kubeconfig: Optional[str] = None) -> None:  # type: ignore[no-untyped-def]
     cfg = box.config
     feature = "no terminate notification" if cfg.timeout_minutes is None else \
         f"terminate notification {to_iso(cfg.timeout_minutes)}"
@@ -137,10 +151,15 @@ def _print_endpoints(box, hook: str) -> None:  # type: ignore[no-untyped-def]
     for key, value in box.env().items():
         click.echo(f"export {key}={shlex.quote(value)}")
     click.echo("")
+    drain = "" if kubeconfig is None else f" --kubernetes --kubeconfig {shlex.quote(kubeconfig)}"
+    if kubeconfig is not None:
+        click.echo("# The instances are Kubernetes nodes (the demo's pods run on them):")
+        click.echo(f"kubectl --kubeconfig {shlex.quote(kubeconfig)} get nodes,pods,pdb -A -o wide")
+        click.echo("")
     click.echo("# One agent per instance, each in its own terminal:")
     for vm, url in box.imds_urls().items():
         click.echo(f"VMSS_TERMINATE_IMDS_URL={url} vmss-terminate agent run --state-file :memory: "
-                   f"--hook {shlex.quote(hook)}   # {vm}")
+                   f"--hook {shlex.quote(hook)}{drain}   # {vm}")
     click.echo("")
     click.echo("# Then, with the exports above:")
     click.echo(f"vmss-terminate status -g {cfg.resource_group} -n {cfg.name}")
