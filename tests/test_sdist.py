@@ -57,7 +57,7 @@ def test_tests_from_the_unpacked_sdist_pass_against_its_own_package(unpacked: Pa
     where = subprocess.run([sys.executable, "-c", "import vmss_terminate; print(vmss_terminate.__file__)"],
                            cwd=unpacked, capture_output=True, text=True, timeout=60)
     assert Path(where.stdout.strip()).is_relative_to(unpacked), where.stdout
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *SAMPLE],
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0", *SAMPLE],
                           cwd=unpacked, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     assert " passed" in proc.stdout

@@ -6,20 +6,23 @@ Hypothesis generates the VM names themselves (Uniform `{scale set}_{instance id}
 (`vmss_1` / `vmss_10`, a truncated Flexible suffix, a leading or trailing character, a neighbour
 scale set), case variants of our own name (Azure names are case-insensitive: ours), random other
 VMs, event types and statuses, the `--approve` list and `--approve-shared`.
+
+Each example's agent talks to its own IMDS emulator app in process (tests/inprocess.py): the
+property is about what the agent decides and sends, not the wire (test_imds_client.py has that).
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any, Callable, Dict, Iterator, List, Set
+from typing import Any, Callable, Dict, List, Set
 
-import pytest
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
+from inprocess import InProcessTransport
 
 from vmss_terminate.agent.events import EVENT_TYPES
 from vmss_terminate.emulator.imds.app import ImdsEmulator, PlacementGroup
-from vmss_terminate.emulator.server import EmulatorServer
+from vmss_terminate.emulator.server import RequestLog
 
 from .conftest import make_agent
 
@@ -82,18 +85,11 @@ def _approved_types(listed: Set[str], none: bool) -> Set[str]:
     return set() if none else {"Terminate"} | listed
 
 
-@pytest.fixture(scope="module")
-def server() -> Iterator[EmulatorServer]:
-    """One loopback server for the module; each example serves its own VM (a fresh app) on it."""
-    with EmulatorServer(ImdsEmulator(PlacementGroup(), vm_name="unused_0", rate_limit=None)) as serving:
-        yield serving
+def _posted_ids(log: RequestLog) -> List[str]:
+    return [item["EventId"] for r in log.find("POST") for item in json.loads(r.body)["StartRequests"]]
 
 
-def _posted_ids(server: EmulatorServer) -> List[str]:
-    return [item["EventId"] for r in server.log.find("POST") for item in json.loads(r.body)["StartRequests"]]
-
-
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=300, deadline=None)
 @given(case=scenario(), listed=st.sets(st.sampled_from(EVENT_TYPES)), none=st.booleans(),
        approve_shared=st.booleans())
 @example(case={"me": "vmss_1", "events": [{"type": "Terminate", "status": "Scheduled", "resources": ["vmss_10"]},
@@ -103,26 +99,26 @@ def _posted_ids(server: EmulatorServer) -> List[str]:
                                              {"type": "Terminate", "status": "Scheduled", "resources": ["webvm\u00df_1"]},
                                              {"type": "Terminate", "status": "Scheduled", "resources": ["WEBVMSS_1"]}]},
          listed=set(), none=False, approve_shared=False)
-def test_only_own_events_are_ever_approved(server: EmulatorServer, case: Dict[str, Any], listed: Set[str],
-                                           none: bool, approve_shared: bool) -> None:
+def test_only_own_events_are_ever_approved(case: Dict[str, Any], listed: Set[str], none: bool,
+                                           approve_shared: bool) -> None:
     me = case["me"]
     group = PlacementGroup(auto_start=False)
-    server.app = ImdsEmulator(group, vm_name=me, rate_limit=None)
-    server.log.clear()
+    transport = InProcessTransport(ImdsEmulator(group, vm_name=me, rate_limit=None))
     resources_of = {group.add_event(spec["type"], spec["resources"], status=spec["status"]): spec
                     for spec in case["events"]}
 
-    agent = make_agent(server.url, approve_types="none" if none else sorted(listed), approve_shared=approve_shared)
+    agent = make_agent("http://127.0.0.1:9", transport=transport, approve_types="none" if none else sorted(listed),
+                       approve_shared=approve_shared)
     agent.run_once(retry_for=0)
 
     mine = _azure_fold(me)
     approvals = list(group.approvals)
-    # 1. nothing foreign, at the emulator and on the wire
+    # 1. nothing foreign, at the emulator and in what was sent
     for approval in approvals:
         assert approval.accepted
         assert mine in [_azure_fold(r) for r in resources_of[approval.event_id]["resources"]], approval
-    assert server.log.wait_for(lambda log: sum(r.method == "POST" for r in log) == len(approvals), 5)
-    for eid in _posted_ids(server):
+    assert transport.log.count("POST") == len(approvals)
+    for eid in _posted_ids(transport.log):
         assert mine in [_azure_fold(r) for r in resources_of[eid]["resources"]]
     # 2. and everything that should be approved was
     approvable = _approved_types(listed, none)
