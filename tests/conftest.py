@@ -54,6 +54,26 @@ def _loopback_only(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(name, raising=False)
 
 
+def _utf8(text: str) -> str:
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: Any) -> Iterator[None]:
+    """A failure report must reach the user: pytest-xdist sends reports between processes as UTF-8,
+    and a lone surrogate (tests here feed such data on purpose) in a message or captured output
+    would crash the worker instead. Such text is escaped (`\\ud800`); other reports are untouched."""
+    outcome: Any = yield
+    report = outcome.get_result()
+    texts = [str(report.longrepr or "")] + [content for _, content in report.sections]
+    try:
+        for text in texts:
+            text.encode("utf-8")
+    except UnicodeEncodeError:
+        report.longrepr = _utf8(str(report.longrepr or "")) or None
+        report.sections = [(_utf8(title), _utf8(content)) for title, content in report.sections]
+
+
 @pytest.fixture
 def no_sockets(monkeypatch: pytest.MonkeyPatch) -> None:
     """The test opens no connection at all (an in-process transport carries its requests)."""
