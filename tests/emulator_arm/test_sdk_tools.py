@@ -324,6 +324,24 @@ def test_a_put_that_omits_properties_keeps_some_and_resets_others(arm: ArmServer
     assert after["automaticRepairsPolicy"] == {"enabled": True, "gracePeriod": "PT30M"}
 
 
+def test_a_patch_stores_the_top_level_properties_it_carries(arm: ArmServers, identity: Any) -> None:
+    """begin_update (PATCH) used to drop scaleInPolicy, overprovision and the like silently."""
+    from azure.core.exceptions import HttpResponseError
+
+    _rich(arm)
+    with _compute(arm, identity, retry_total=0) as client:
+        client.virtual_machine_scale_sets.begin_update("rg", "rich", {"properties": {
+            "overprovision": True, "scaleInPolicy": {"rules": ["NewestVM"]}}}).result()
+        with pytest.raises(HttpResponseError) as caught:
+            client.virtual_machine_scale_sets.begin_update("rg", "rich", {"properties": {
+                "singlePlacementGroup": True}}).result()
+    assert (caught.value.status_code, caught.value.error.code) == (409, "PropertyChangeNotAllowed")
+    after = _raw(arm, "rich")
+    assert after["properties"]["overprovision"] is True
+    assert after["properties"]["scaleInPolicy"] == {"rules": ["NewestVM"], "forceDeletion": False}  # merged
+    assert after["properties"]["singlePlacementGroup"] is False and after["zones"] == ["1", "2"]
+
+
 def test_unknown_members_are_refused(arm: ArmServers, http: requests.Session) -> None:
     body = _raw(arm, "myvmss")
     body["properties"]["terminateNotifications"] = True
@@ -376,7 +394,11 @@ def test_instance_view_with_the_sdks_own_client(arm: ArmServers, identity: Any) 
     assert (view.computer_name, view.os_name) == ("myvmss000003", "ubuntu")
     assert view.disks[0].statuses[0].code == "ProvisioningState/succeeded"
     assert all(vm.instance_view.statuses[1].code == "PowerState/running" for vm in listed)
-    sent = [r for r in arm.arm_server.log.all() if r.path.endswith("/instanceView")]
+    with _compute(arm, identity) as client:
+        whole = client.virtual_machine_scale_sets.get_instance_view("rg", "myvmss")
+    assert [(s.code, s.count) for s in whole.virtual_machine.statuses_summary] == [("ProvisioningState/succeeded", 4)]
+    assert whole.statuses[0].code == "ProvisioningState/succeeded"
+    sent = [r for r in arm.arm_server.log.all() if r.path.endswith("/instanceView") and "/virtualMachines/" in r.path]
     assert [r.path.rsplit("/", 2)[-2] for r in sent] == ["3"]
     assert any(r.query.get("$expand") == ["instanceView"] for r in arm.arm_server.log.all())
 

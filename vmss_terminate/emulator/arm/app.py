@@ -57,7 +57,8 @@ What the emulator answers (ARM error bodies are always {"error": {"code", "messa
     the feature has no key at all. Re-enabling after a disable works (the GET shows it) unless
     `state.reenable_ignored` is set, which reproduces azure-docs#41434 (2019): the re-enable is
     accepted (200, LRO Succeeded) but ignored unless something else in virtualMachineProfile changes.
-  * GET .../virtualMachines/{id}/instanceView, and `$expand=instanceView` on the VM list and get.
+  * GET .../virtualMachines/{id}/instanceView, and `$expand=instanceView` on the VM list and get;
+    GET .../virtualMachineScaleSets/{name}/instanceView (statuses and per-state instance counts).
   * GET .../virtualMachines: Uniform only, paged (`state.page_size`, nextLink with $skiptoken).
     Flexible: 409 OperationNotAllowed -- Flexible members are standalone VMs; list them with
     GET .../resourceGroups/{rg}/providers/Microsoft.Compute/virtualMachines (each carries
@@ -146,6 +147,7 @@ SUB_SCALE_SETS = _path(_SUB + r"/providers/microsoft\.compute/virtualmachinescal
 RG_SCALE_SETS = _path(_RG + r"/virtualmachinescalesets")
 SCALE_SET = _path(_VMSS)
 SCALE_SET_VMS = _path(_VMSS + r"/virtualmachines")
+SCALE_SET_INSTANCE_VIEW = _path(_VMSS + r"/instanceview")
 SCALE_SET_VM = _path(_VMSS + r"/virtualmachines/(?P<iid>[^/]+)")
 VM_INSTANCE_VIEW = _path(_VMSS + r"/virtualmachines/(?P<iid>[^/]+)/instanceview")
 MANUAL_UPGRADE = _path(_VMSS + r"/manualupgrade")
@@ -205,6 +207,7 @@ class ArmEmulator:
             Route("GET", SCALE_SET_VM, self._vm_get),
             Route("DELETE", SCALE_SET_VM, self._vm_delete),
             Route("GET", VM_INSTANCE_VIEW, self._vm_instance_view_get),
+            Route("GET", SCALE_SET_INSTANCE_VIEW, self._scale_set_instance_view_get),
             Route("POST", MANUAL_UPGRADE, self._manualupgrade_post),
             Route("POST", DELETE_INSTANCES, self._delete_instances_post),
             Route("GET", STANDALONE_VMS, self._standalone_vms_get),
@@ -394,14 +397,21 @@ class ArmEmulator:
         ss = self._scale_set(sub, rg, name)
         putrules.check_preconditions(ss, request.header("If-Match"), request.header("If-None-Match"))
         body = _json_object(request)
+        putrules.check_members(body, request.body)
         properties = _object(body.get("properties"), "properties")
         vm_patch = _object(properties.get("virtualMachineProfile"), "properties.virtualMachineProfile")
         _check_scheduled_events(vm_patch, api_version)
         capacity = _capacity(body)
         mode = _upgrade_mode(properties)
+        top = putrules.top_level(body, properties)
         tags = body.get("tags") if isinstance(body.get("tags"), dict) else None
         with self.state.lock:
-            new_profile = _merge(ss.vm_profile, vm_patch)
+            new_profile = putrules.merge_patch(ss.vm_profile, vm_patch)
+            putrules.check_changes(ss, top, new_profile, patch=True)
+            putrules.apply_patch(ss, top)
+            sku_name = _object(body.get("sku"), "sku").get("name")
+            if sku_name:
+                ss.sku = str(sku_name)
             ss.etag += 1
         self.state.apply_model(ss, new_profile, capacity=capacity, upgrade_policy=mode, tags=tags)
         op = self.state.begin_operation("update", ss)
@@ -527,6 +537,12 @@ class ArmEmulator:
         inst = self._uniform_vm(sub, rg, name, iid, "VirtualMachineScaleSetVMs.GetInstanceView.GET")
         with self.state.lock:
             return Response.json(200, shapes.instance_view(inst))
+
+    def _scale_set_instance_view_get(self, request: Request, api_version: str, sub: str, rg: str,
+                                     name: str) -> Response:
+        ss = self._scale_set(sub, rg, name, parent=True)
+        with self.state.lock:
+            return Response.json(200, shapes.scale_set_instance_view(ss))
 
     def _vm_delete(self, request: Request, api_version: str, sub: str, rg: str, name: str, iid: str) -> Response:
         ss = self._scale_set(sub, rg, name, parent=True)
@@ -721,19 +737,6 @@ def _keep_omitted(new: Dict[str, Any], stored: Dict[str, Any]) -> Dict[str, Any]
     if isinstance(storage, dict) and isinstance(stored_storage, dict) and storage.get("imageReference") is None \
             and stored_storage.get("imageReference") is not None:
         out["storageProfile"] = dict(storage, imageReference=stored_storage["imageReference"])
-    return out
-
-
-def _merge(base: Dict[str, Any], patch: Dict[str, Any]) -> Dict[str, Any]:
-    """PATCH semantics: objects merge recursively, other values replace, null leaves a value unchanged."""
-    out = dict(base)
-    for key, value in patch.items():
-        if value is None:
-            continue
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = _merge(out[key], value)
-        else:
-            out[key] = value
     return out
 
 

@@ -1,6 +1,7 @@
 """The rules a PUT of a whole scale set passes, as Compute applies them: unknown members are
 refused, create-time properties cannot change, and an omitted property is kept or reset per
-property. Why its own module: a tool that GETs the model and PUTs it back whole is the riskiest
+property (a PATCH passes the same member and create-time checks for what it carries, and
+changes nothing it leaves out). Why its own module: a tool that GETs the model and PUTs it back whole is the riskiest
 way to change terminate notifications (a missing field is a changed field), so these rules are
 read against their sources, listed in docs/emulators.md.
 
@@ -174,18 +175,20 @@ def _region(location: Any) -> str:
     return str(location).replace(" ", "").lower()
 
 
-def check_changes(ss: ScaleSetRecord, top: TopLevel, vm_profile: Dict[str, Any]) -> None:
-    """409 PropertyChangeNotAllowed for a create-time property the PUT changes (module docstring)."""
+def check_changes(ss: ScaleSetRecord, top: TopLevel, vm_profile: Dict[str, Any], patch: bool = False) -> None:
+    """409 PropertyChangeNotAllowed for a create-time property the PUT (or PATCH: only what it
+    carries) changes (module docstring)."""
     if top.orchestration is not None and top.orchestration != ss.orchestration:
         raise _not_allowed("orchestrationMode")
     if top.platform_fault_domain_count is not None and top.platform_fault_domain_count != ss.platform_fault_domain_count:
         raise _not_allowed("platformFaultDomainCount")
     if top.single_placement_group is True and not ss.single_placement_group:
         raise _not_allowed("singlePlacementGroup")
-    if ss.zones and not set(ss.zones) <= set(top.zones or []):
-        raise _not_allowed("zones")
-    if not ss.zones and top.zones:
-        raise _not_allowed("zones")
+    if not (patch and top.zones is None):
+        if ss.zones and not set(ss.zones) <= set(top.zones or []):
+            raise _not_allowed("zones")
+        if not ss.zones and top.zones:
+            raise _not_allowed("zones")
     stored, sent = _storage(ss.vm_profile), _storage(vm_profile)
     for path in (("osDisk", "createOption"), ("osDisk", "managedDisk", "storageAccountType"),
                  ("imageReference", "publisher"), ("imageReference", "offer")):
@@ -207,6 +210,35 @@ def apply(ss: ScaleSetRecord, top: TopLevel) -> None:
     ss.upgrade_policy_extra = dict(top.upgrade_policy_extra)
     ss.extra_properties = dict(top.extra_properties)
     ss.extra_resource = dict(top.extra_resource)
+
+
+def apply_patch(ss: ScaleSetRecord, top: TopLevel) -> None:
+    """Store what a PATCH carries: the top-level fields it names, the other properties merged
+    (`merge_patch`); nothing it leaves out changes. Lock held, after `check_changes(patch=True)`."""
+    if top.single_placement_group is not None:
+        ss.single_placement_group = top.single_placement_group
+    if top.overprovision is not None:
+        ss.overprovision = top.overprovision
+    if top.zones is not None:
+        ss.zones = list(top.zones)
+    if top.sku_tier is not None:
+        ss.sku_tier = top.sku_tier
+    ss.upgrade_policy_extra = merge_patch(ss.upgrade_policy_extra, top.upgrade_policy_extra)
+    ss.extra_properties = merge_patch(ss.extra_properties, top.extra_properties)
+    ss.extra_resource = merge_patch(ss.extra_resource, top.extra_resource)
+
+
+def merge_patch(base: Dict[str, Any], patch: Dict[str, Any]) -> Dict[str, Any]:
+    """PATCH semantics: objects merge recursively, other values replace, null leaves a value unchanged."""
+    out = dict(base)
+    for key, value in patch.items():
+        if value is None:
+            continue
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merge_patch(out[key], value)
+        else:
+            out[key] = value
+    return out
 
 
 def _not_allowed(target: str) -> ArmStateError:

@@ -271,6 +271,25 @@ def instance_view(inst: InstanceRecord) -> Dict[str, Any]:
     return out
 
 
+def scale_set_instance_view(ss: ScaleSetRecord) -> Dict[str, Any]:
+    """`GET .../virtualMachineScaleSets/{name}/instanceView` (VirtualMachineScaleSetInstanceView):
+    the set's provisioning status and how many instances are in each provisioning state."""
+    counts: Dict[str, int] = {}
+    for inst in ss.instances.values():
+        code = f"ProvisioningState/{inst.provisioning_state.lower()}"
+        counts[code] = counts.get(code, 0) + 1
+    state = ss.provisioning_state.lower()
+    display = "Provisioning succeeded" if state == "succeeded" else ss.provisioning_state
+    out: Dict[str, Any] = {
+        "virtualMachine": {"statusesSummary": [{"code": code, "count": n} for code, n in counts.items()]},
+        "extensions": [],
+        "statuses": [_status(f"ProvisioningState/{state}", display, ss.time_created)],
+    }
+    if _dict(ss.extra_properties.get("automaticRepairsPolicy")).get("enabled") is True:
+        out["orchestrationServices"] = [{"serviceName": "AutomaticRepairs", "serviceState": "Running"}]
+    return out
+
+
 def standalone_vm(inst: InstanceRecord) -> Dict[str, Any]:
     """A Flexible scale set member, which ARM exposes as a plain Microsoft.Compute/virtualMachines."""
     ss = inst.scale_set
