@@ -123,3 +123,50 @@ def serving_arm(*args: str, env: Optional[Dict[str, str]] = None) -> Iterator[Li
     finally:
         code = interrupt(proc)
     assert code == 0
+
+
+class RecordingServer:
+    """A second loopback server that records every request reaching it (method, path, whether it
+    carried an Authorization header) and answers each one `200 {}`: the "elsewhere" an answer's link
+    may point at. `origin` is its http://127.0.0.1:PORT."""
+
+    def __init__(self) -> None:
+        import http.server
+
+        self.requests: List[Dict[str, Any]] = []
+        recorded = self.requests
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def _any(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                if length:
+                    self.rfile.read(length)
+                recorded.append({"method": self.command, "path": self.path,
+                                 "authorization": "Authorization" in self.headers})
+                body = b"{}"
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            do_GET = do_POST = do_PATCH = do_PUT = do_DELETE = _any
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.origin = f"http://127.0.0.1:{self._server.server_address[1]}"
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
+
+    def __enter__(self) -> "RecordingServer":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()

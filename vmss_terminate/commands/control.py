@@ -82,7 +82,9 @@ _UPGRADE_OPTIONS = [
     ),
     click.option("--wait", is_flag=True, help="Automatic/Rolling policy: wait until every instance is current."),
     click.option("--wait-timeout", type=click.FloatRange(min=0), default=1800.0, show_default=True,
-                 help="Seconds to wait with --wait."),
+                 help="Seconds each wait may last: for an Azure operation (the PATCH's, each manualupgrade "
+                      "batch's) and, with --wait, for every instance to be current; past it, exit 1 naming "
+                      "what still runs."),
     click.option("--poll-interval", type=click.FloatRange(min=0.01), default=10.0, show_default=True,
                  help="Seconds between instance-list polls with --wait."),
 ]

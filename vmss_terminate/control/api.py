@@ -24,6 +24,7 @@ from vmss_terminate.control import body
 from vmss_terminate.control.arm_errors import ArmRequestError
 from vmss_terminate.control.commandline import scale_set_command
 from vmss_terminate.control.connection import Connection
+from vmss_terminate.control.operations import DEFAULT_WAIT, OperationWait
 from vmss_terminate.control.profile import (
     InstanceState,
     ProfileState,
@@ -229,7 +230,8 @@ def _change(
             return ChangeResult(action, changed=the_plan.profile_change, dry_run=False, plan=the_plan,
                                 no_wait=True, follow_up=_follow_up(client))
         if the_plan.profile_change:
-            _patch_interruptible(client, payload, wait=True, desired=the_plan.desired, action=action)
+            _patch_interruptible(client, payload, wait=True, desired=the_plan.desired, action=action,
+                                 operation=OperationWait(options.wait_timeout, clock))
             after = parse_profile(client.get())
             _check_applied(action, the_plan.desired, after, client)
             if options.upgrade:  # the new model made instances stale: plan from the list read now
@@ -257,7 +259,7 @@ def _follow_up(client: ScaleSetClient) -> str:
 
 
 def _patch_interruptible(client: ScaleSetClient, payload: bytes, *, wait: bool, desired: Optional[ProfileState] = None,
-                         action: str = "") -> None:
+                         action: str = "", operation: OperationWait = DEFAULT_WAIT) -> None:
     """Send the PATCH; say what is known when it cannot be confirmed or a stop signal interrupts it
     (either way the change may be applied: never report it as simply failed)."""
     try:
@@ -265,7 +267,7 @@ def _patch_interruptible(client: ScaleSetClient, payload: bytes, *, wait: bool, 
             client.patch_no_wait(payload)
             return
         try:
-            client.patch(payload)
+            client.patch(payload, operation)
         except PatchUnconfirmed as exc:
             applied = _reads_as(client, action, desired)
             state = ("applied (the model reads back as changed), but its completion could not be confirmed"
@@ -380,7 +382,8 @@ def _upgrade(
     if the_plan.mode == UNAVAILABLE:
         return UpgradeResult(UNAVAILABLE, the_plan.upgrade_policy, the_plan.total, note=the_plan.note)
     if the_plan.mode == MANUAL:
-        result = run_manual(client.manual_upgrade, the_plan, progress)
+        operation = OperationWait(options.wait_timeout, clock)
+        result = run_manual(lambda batch: client.manual_upgrade(batch, operation), the_plan, progress)
         if result.complete and result.upgraded:
             _read_back(client, state, result)
         if not result.complete:

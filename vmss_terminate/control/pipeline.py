@@ -1,5 +1,7 @@
 """The Azure SDK pipeline every ARM client of the control plane and the fleet is built with.
 
+* every request stays on the ARM endpoint's origin (`control/origin.py`): a link an answer points
+  elsewhere is refused before anything is sent to it;
 * bearer tokens go over https only, except to a loopback address (the local emulator), which a
   per-call policy allows for loopback URLs alone, so a redirected poll elsewhere stays refused;
 * endpoint, token scope, retries, LRO polling interval and the connection's extra per-retry
@@ -19,6 +21,7 @@ from urllib.parse import urlsplit
 
 from vmss_terminate import extras
 from vmss_terminate.control.connection import CLOUDS, DEFAULT_CLOUD, ResolvedConnection
+from vmss_terminate.control.origin import arm_origin_policy
 from vmss_terminate.net import is_local_host, is_loopback_http
 
 
@@ -88,16 +91,16 @@ def local_endpoints_bypass_proxies() -> Any:
 
 def sdk_client_kwargs(resolved: ResolvedConnection) -> Dict[str, Any]:
     """Keyword arguments every management client we build shares: endpoint, scope, retry, polling,
-    the loopback policy and the connection's extra policies."""
+    the origin rule, the loopback policy and the connection's extra policies."""
     source = resolved.source
     kwargs: Dict[str, Any] = {
         "base_url": resolved.base_url,
         "credential_scopes": [resolved.scope],
         "per_call_policies": [allow_loopback_http_policy()],
         "transport": pooled_transport(),
+        # the origin rule first: nothing, not even a throttle's pause, for a request it refuses
+        "per_retry_policies": [arm_origin_policy(resolved.base_url)] + [make() for make in source.policy_factories],
     }
-    if source.policy_factories:
-        kwargs["per_retry_policies"] = [make() for make in source.policy_factories]
     if resolved.polling_interval is not None:
         kwargs["polling_interval"] = resolved.polling_interval
     if source.retry_total is not None:

@@ -12,7 +12,6 @@ half-configured scale sets return (no `scheduledEventsProfile`, `{}`, no `enable
 
 from __future__ import annotations
 
-import io
 import json
 import threading
 from dataclasses import replace
@@ -21,9 +20,15 @@ from typing import Any, Dict, List, Optional, Sequence, Union
 from vmss_terminate.control.arm_errors import arm_errors, one_line
 from vmss_terminate.control.connection import Connection, ResolvedConnection
 from vmss_terminate.control.names import check_resource_group, check_scale_set_name
+from vmss_terminate.control.operations import DEFAULT_WAIT, OperationWait, await_operation
+from vmss_terminate.control.origin import OriginGuard
+from vmss_terminate.control.paging import read_pages
 from vmss_terminate.control.pipeline import build_compute_client, build_credential, quiet_sdk_logging, require_sdk
 from vmss_terminate.control.subscriptions import lookup_subscription
 from vmss_terminate.errors import AzureError
+
+FALLBACK_API_VERSION = "2024-11-01"
+"""Sent when the SDK's own default cannot be read (its private request builder moved)."""
 
 
 class ComputeClient:
@@ -42,6 +47,8 @@ class ComputeClient:
         self._owns_credential = self._credential is None
         self._client: Any = None
         self._lock = threading.Lock()
+        self.guard = OriginGuard(self.resolved.base_url)
+        self._api_version: Optional[str] = None
 
     @property
     def subscription_id(self) -> str:
@@ -55,6 +62,32 @@ class ComputeClient:
         """What every operation call takes: the pinned api-version (the client constructor's
         `api_version` is ignored by azure-mgmt-compute, so it goes on every call)."""
         return {"api_version": self.resolved.api_version} if self.resolved.api_version else {}
+
+    def send(self, method: str, url: str, body: Optional[bytes] = None) -> Any:
+        """One request through the SDK client's pipeline (credential, retries, origin rule), with
+        the api-version that goes on the wire; an error answer raises the SDK's exception for it
+        (404 ResourceNotFoundError, 401 ClientAuthenticationError, else HttpResponseError), which
+        `arm_errors` turns into one line. `url` is a path on the endpoint or a link ARM gave."""
+        from azure.core.rest import HttpRequest  # noqa: PLC0415
+
+        headers = {"Content-Type": "application/json"} if body is not None else {}
+        params = {} if "api-version=" in url else {"api-version": self.api_version}
+        # streamed, then read here: azure-core would otherwise decode a JSON body itself and fail on
+        # one ARM answered badly before we could say what it was (the SDK's own writes do the same)
+        response = self.sdk().send_request(HttpRequest(method, url, params=params, content=body, headers=headers),
+                                           stream=True)
+        response.read()
+        if response.status_code >= 400:
+            raise_for_arm_status(response)
+        return response
+
+    @property
+    def api_version(self) -> str:
+        """The compute api-version on the wire: the pinned one, else the SDK's own default."""
+        if self._api_version is None:
+            version = self.resolved.effective_api_version()
+            self._api_version = version if version[:1].isdigit() else FALLBACK_API_VERSION
+        return self._api_version
 
     def sdk(self) -> Any:
         """The ComputeManagementClient, built (and the subscription name looked up) on first use."""
@@ -132,64 +165,61 @@ class ScaleSetClient:
                 self.resource_group, self.name, **self.compute.call_kwargs())
             return _model_dict(model, action)
 
-    def patch(self, body: bytes) -> Dict[str, Any]:
-        """PATCH these exact bytes (a VirtualMachineScaleSetUpdate) and wait for the LRO. A failure
-        after ARM accepted the PATCH is `PatchUnconfirmed`: the change may well be applied."""
-        action = f"updating scale set {self.resource}"
-        with self._errors(action):
-            poller = self._begin_update(body)
+    def patch(self, body: bytes, wait: OperationWait = DEFAULT_WAIT) -> None:
+        """PATCH these exact bytes (a VirtualMachineScaleSetUpdate) and wait for its operation,
+        bounded by `wait`. A failure after ARM accepted the PATCH (the operation failed, ran past
+        the wait, or pointed elsewhere) is `PatchUnconfirmed`: the change may well be applied."""
+        with self._errors(f"updating scale set {self.resource}"):
+            answer = self.compute.send("PATCH", self.resource_path, body)
         try:
             with self._errors(f"confirming the update of {self.resource}"):
-                result = poller.result()
-                return _model_dict(result, action) if result is not None else {}
+                self._await(answer, "PATCH", f"the update of {self.resource}", wait)
         except AzureError as exc:
             raise PatchUnconfirmed(str(exc)) from None
 
     def patch_no_wait(self, body: bytes) -> None:
         """PATCH these exact bytes and return once ARM accepted them (`--no-wait`): no LRO polling."""
         with self._errors(f"updating scale set {self.resource}"):
-            self._begin_update(body, polling=False)
+            self.compute.send("PATCH", self.resource_path, body)
 
     def list_instances(self) -> List[Dict[str, Any]]:
-        """Every VM of the scale set (all pages)."""
-        with self._errors(f"listing instances of {self.resource}"):
-            pages = self.compute.sdk().virtual_machine_scale_set_vms.list(
+        """Every VM of the scale set (all pages, each page link followed once)."""
+        what = f"listing instances of {self.resource}"
+        with self._errors(what):
+            pager = self.compute.sdk().virtual_machine_scale_set_vms.list(
                 self.resource_group, self.name, **self.compute.call_kwargs()
             )
-            return [_model_dict(vm, "listing instances") for vm in pages]
+            return [_model_dict(vm, "listing instances") for vm in read_pages(pager, what)]
 
     def list_flexible_members(self, scale_set_id: str) -> List[Dict[str, Any]]:
         """Flexible members are standalone VMs: list the resource group's VMs that belong to the set."""
-        with self._errors(f"listing member VMs of {self.resource}"):
-            pages = self.compute.sdk().virtual_machines.list(
+        what = f"listing member VMs of {self.resource}"
+        with self._errors(what):
+            pager = self.compute.sdk().virtual_machines.list(
                 self.resource_group, filter=f"'virtualMachineScaleSet/id' eq '{scale_set_id}'",
                 **self.compute.call_kwargs()
             )
             wanted = scale_set_id.lower()
             members = []
-            for vm in pages:
+            for vm in read_pages(pager, what):
                 data = _model_dict(vm, "listing member VMs")
                 owner = ((data.get("properties") or {}).get("virtualMachineScaleSet") or {}).get("id") or ""
                 if owner.lower() == wanted:
                     members.append(data)
             return members
 
-    def manual_upgrade(self, instance_ids: Sequence[str]) -> None:
-        """POST manualupgrade for these instances and wait for the LRO."""
+    def manual_upgrade(self, instance_ids: Sequence[str], wait: OperationWait = DEFAULT_WAIT) -> None:
+        """POST manualupgrade for these instances and wait for its operation, bounded by `wait`."""
         body = json.dumps({"instanceIds": list(instance_ids)}).encode("utf-8")
-        with self._errors(f"upgrading instances {_id_range(instance_ids)} of {self.resource}"):
-            self._begin_manual_upgrade(body).result()
+        batch = _id_range(instance_ids)
+        with self._errors(f"upgrading instances {batch} of {self.resource}"):
+            answer = self.compute.send("POST", self.resource_path + "/manualupgrade", body)
+            self._await(answer, "POST", f"the manualupgrade of instances {batch} of {self.resource}", wait)
 
-    def _begin_update(self, body: bytes, polling: Optional[bool] = None) -> Any:
-        """Start the PATCH (`virtual_machine_scale_sets.begin_update`); returns the poller."""
-        extra = {} if polling is None else {"polling": polling}
-        return self.compute.sdk().virtual_machine_scale_sets.begin_update(
-            self.resource_group, self.name, io.BytesIO(body), **_raw_json(), **self.compute.call_kwargs(), **extra)
-
-    def _begin_manual_upgrade(self, body: bytes) -> Any:
-        """Start manualupgrade (`virtual_machine_scale_sets.begin_update_instances`); returns the poller."""
-        return self.compute.sdk().virtual_machine_scale_sets.begin_update_instances(
-            self.resource_group, self.name, io.BytesIO(body), **_raw_json(), **self.compute.call_kwargs())
+    def _await(self, answer: Any, method: str, what: str, wait: OperationWait) -> None:
+        await_operation(lambda url: self.compute.send("GET", url), answer, method=method,
+                        url=answer.request.url, what=what, guard=self.compute.guard,
+                        first_interval=self.resolved.polling_interval, wait=wait)
 
     def close(self) -> None:
         if self._owns_compute:
@@ -206,10 +236,20 @@ class PatchUnconfirmed(AzureError):
     """ARM accepted the PATCH, but following its long-running operation failed."""
 
 
-def _raw_json() -> Dict[str, Any]:
-    """A body sent as raw JSON bytes (an IO body): the SDK re-serialises nothing, and a retry
-    re-reads the same bytes."""
-    return {"content_type": "application/json"}
+def raise_for_arm_status(response: Any) -> None:
+    """Raise what the SDK's own operations raise for an error answer (ARM's error format)."""
+    from azure.core.exceptions import (  # noqa: PLC0415
+        ClientAuthenticationError,
+        HttpResponseError,
+        ResourceExistsError,
+        ResourceNotFoundError,
+        map_error,
+    )
+    from azure.mgmt.core.exceptions import ARMErrorFormat  # noqa: PLC0415
+
+    error_map = {401: ClientAuthenticationError, 404: ResourceNotFoundError, 409: ResourceExistsError}
+    map_error(status_code=response.status_code, response=response, error_map=error_map)
+    raise HttpResponseError(response=response, error_format=ARMErrorFormat)
 
 
 def _model_dict(model: Any, action: str) -> Dict[str, Any]:

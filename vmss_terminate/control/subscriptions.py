@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional
 
 from vmss_terminate.control.arm_errors import arm_errors, json_object
+from vmss_terminate.control.paging import PageGuard
 from vmss_terminate.errors import InvalidValue
 
 SUBSCRIPTIONS_API_VERSION = "2022-12-01"
@@ -47,11 +48,13 @@ def list_subscriptions(client: Any) -> List[Dict[str, Any]]:
     # ComputeManagementClient has only send_request, ResourceGraphClient only _send_request
     send = getattr(client, "send_request", None) or client._send_request
     seen: List[Dict[str, Any]] = []
+    guard = PageGuard("listing subscriptions")
     url: Optional[str] = f"/subscriptions?api-version={SUBSCRIPTIONS_API_VERSION}"
-    while url and len(seen) < 10000:
+    while url:
         response = send(HttpRequest("GET", url))
         response.raise_for_status()
         page = json_object(response.text(), f"GET /subscriptions answered {response.status_code}")
         seen.extend(item for item in page.get("value") or [] if isinstance(item, dict))
-        url = page.get("nextLink")
+        link = page.get("nextLink")
+        url = guard.next_link(link if isinstance(link, str) else None)
     return seen

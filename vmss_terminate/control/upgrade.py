@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from vmss_terminate.clock import SYSTEM_CLOCK, Clock
+from vmss_terminate.control.operations import OperationStillRunning
 from vmss_terminate.control.profile import InstanceState
 from vmss_terminate.errors import AzureError, InvalidValue, interrupt_exit_code, interrupt_name
 
@@ -64,7 +65,9 @@ DEFAULT_BATCH = BatchSize(20, True)
 @dataclass(frozen=True)
 class UpgradeOptions:
     """How (and whether) to upgrade after a change. `wait_timeout` / `poll_interval` are seconds
-    on `clock`'s scale; waiting applies to Automatic/Rolling policies only."""
+    on `clock`'s scale. `wait_timeout` bounds every wait for an Azure operation (the PATCH's, each
+    manualupgrade batch's) and, with `wait` (Automatic/Rolling policies), the wait for instances;
+    `poll_interval` is that instance-list wait's interval."""
 
     upgrade: bool = True
     batch_size: BatchSize = DEFAULT_BATCH
@@ -195,7 +198,8 @@ class UpgradeResult:
     error: Optional[str] = None
     note: Optional[str] = None
     in_flight: List[str] = field(default_factory=list)
-    """A batch sent when the run was interrupted: Azure may still complete it (counted as remaining)."""
+    """A batch sent when the run was interrupted or its wait ended: Azure may still complete it
+    (counted as remaining)."""
     still_stale: List[str] = field(default_factory=list)
     """Instances Azure reported as upgraded that still run the old model when read back."""
     stopped_by: Optional[str] = None
@@ -209,8 +213,10 @@ class UpgradeResult:
             text = f"upgraded {len(self.upgraded)} instance(s) in {self.batches_done} batch(es)"
             if self.remaining:
                 text += f"; {len(self.remaining)} remaining"
-            if self.in_flight:
+            if self.in_flight and self.stopped_by:
                 text += f" ({len(self.in_flight)} of them in flight when {self.stopped_by} stopped the run)"
+            elif self.in_flight:
+                text += f" ({len(self.in_flight)} of them still being upgraded by Azure when the wait ended)"
             if self.still_stale:
                 text += (f"; {len(self.still_stale)} reported upgraded but still on the old model: "
                          f"{', '.join(self.still_stale[:20])}{' ...' if len(self.still_stale) > 20 else ''}")
@@ -275,6 +281,11 @@ def run_manual(
     for number, batch in enumerate(plan.batches, start=1):
         try:
             upgrade_one_batch(batch)
+        except OperationStillRunning as exc:  # the wait ended; Azure may still complete the batch
+            result.complete = False
+            result.in_flight = list(batch)
+            result.error = str(exc)
+            return result
         except AzureError as exc:
             result.complete = False
             result.error = str(exc)
