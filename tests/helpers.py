@@ -170,3 +170,24 @@ class RecordingServer:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def recording_clock() -> Any:
+    """A ManualClock whose sleeps and waits pass instantly and are recorded in `.waits`, so that
+    backoff and polling intervals are observable without waiting."""
+    from vmss_terminate.clock import ManualClock
+
+    class RecordingClock(ManualClock):
+        def __init__(self) -> None:
+            super().__init__()
+            self.waits: List[float] = []
+
+        def sleep(self, seconds: float) -> None:
+            self.waits.append(seconds)
+            super().sleep(seconds)
+
+        def wait(self, event: threading.Event, seconds: float) -> bool:
+            self.waits.append(seconds)
+            return super().wait(event, seconds)
+
+    return RecordingClock()

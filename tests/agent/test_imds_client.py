@@ -8,6 +8,7 @@ import time
 from typing import List
 
 import pytest
+from helpers import recording_clock
 from inprocess import InProcessTransport
 
 from vmss_terminate.agent.imds import (
@@ -19,28 +20,13 @@ from vmss_terminate.agent.imds import (
     Stopped,
     check_imds_api_version,
 )
-from vmss_terminate.clock import ManualClock
 from vmss_terminate.emulator.imds.app import ImdsEmulator, PlacementGroup
 from vmss_terminate.emulator.server import EmulatorServer, Request, Response
 from vmss_terminate.errors import UsageError
 
 from .conftest import VM, Imds, make_agent
 
-
-class RecordingClock(ManualClock):
-    """Retry waits pass instantly and are recorded, so backoff is observable without sleeping."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.waits: List[float] = []
-
-    def sleep(self, seconds: float) -> None:
-        self.waits.append(seconds)
-        super().sleep(seconds)
-
-    def wait(self, event, seconds):  # type: ignore[no-untyped-def]
-        self.waits.append(seconds)
-        return super().wait(event, seconds)
+RecordingClock = recording_clock
 
 
 def client(imds: Imds, clock=None, **kwargs) -> ImdsClient:  # type: ignore[no-untyped-def]

@@ -48,7 +48,7 @@ def test_the_patch_operation_elsewhere(arm: ArmServers, state: ArmState, elsewhe
     arm.arm_server.faults.add(method="PATCH", foreign_link=elsewhere.origin)
     line = _refused(run("enable", "-g", RG, "-n", "web", "--timeout", "10m"), elsewhere,
                     f"the Azure-AsyncOperation header of the answer to PATCH {SET_PATH} (HTTP 200)")
-    assert "no instances were upgraded" in line and "vmss-terminate status -g rg -n web" in line  # what is known
+    assert "no instances were upgraded" in line and f"vmss-terminate status -g rg -n web --subscription {SUB}" in line  # what is known
     assert arm.arm_server.log.count("POST") == 0
 
 
