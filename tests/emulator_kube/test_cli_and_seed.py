@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -97,6 +98,35 @@ def test_cli_serves_in_the_foreground_for_kubectl(tmp_path: Path) -> None:
                                  "get", "nodes", "-o", "name"], capture_output=True, text=True, timeout=60,
                                 env=dict(env, HOME=str(tmp_path)))
         assert (result.returncode, result.stdout.split()) == (0, ["node/vmss000000"]), result.stderr
+    finally:
+        code = interrupt(proc)
+    assert code == 0
+
+
+@needs_kubectl
+def test_the_banners_kubectl_commands_run_as_printed(tmp_path: Path) -> None:
+    seed = tmp_path / "seed.json"
+    drainable = dict(SEED, nodes=SEED["nodes"] + [{"name": "vmss000001"}], pods=SEED["pods"] + [  # the PDB allows one
+        {"name": "web-2", "node": "vmss000001", "labels": {"app": "web"}, "owner": "ReplicaSet/web"}])
+    seed.write_text(json.dumps(drainable))
+    env = {k: v for k, v in os.environ.items() if "PROXY" not in k.upper() and not k.startswith("KUBE")}
+    env["HOME"] = str(tmp_path)
+    proc = subprocess.Popen([sys.executable, "-m", "vmss_terminate", "emulator", "kube", "--seed", str(seed)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        assert proc.stdout is not None
+        lines: List[str] = []
+        for line in proc.stdout:
+            lines.append(line)
+            if line.startswith("Press Ctrl-C"):
+                break
+        commands = [line.strip() for line in lines if line.startswith("  kubectl ")]
+        assert [c.split()[-1] for c in commands] == ["nodes", "--delete-emptydir-data"]
+        for command in commands:
+            done = subprocess.run(shlex.split(command) + ["--request-timeout=20s"], capture_output=True, text=True,
+                                  env=env, timeout=60)
+            assert done.returncode == 0, f"{command}: {done.stderr}"
+        assert "node/vmss000000 drained" in done.stdout
     finally:
         code = interrupt(proc)
     assert code == 0

@@ -9,6 +9,7 @@ which the printed or written kubeconfig carries.
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 from typing import Optional, Tuple
 
@@ -82,32 +83,48 @@ def kube_command(host: str, port: int, seed: Optional[Path], kubeconfig_out: Opt
                 echo_json({"url": servers.url, "kubeconfig": str(kubeconfig_out) if kubeconfig_out else None,
                            **({} if kubeconfig_out else {"kubeconfigDocument": servers.kubeconfig()})})
             else:
-                _banner(servers, kubeconfig_out)
+                _banner(servers, kubeconfig_out, tls_ca)
             foreground.wait()
         finally:
             servers.stop()
 
 
-def _banner(servers: "object", kubeconfig_out: Optional[Path]) -> None:
+def _banner(servers: "object", kubeconfig_out: Optional[Path], tls_ca: Optional[Path]) -> None:
     from vmss_terminate.emulator.kube import NODES, KubeServers
 
     assert isinstance(servers, KubeServers)
     nodes = servers.state.list(NODES)
     click.echo(f"Kubernetes API emulator: {servers.url}" + (" (bearer token required)" if servers.token else ""))
+    if servers.token and servers.url.startswith("http:"):
+        click.echo("  note: kubectl sends bearer tokens over HTTPS only; serve --tls-cert/--tls-key for kubectl")
     for node in nodes[:BANNER_NODES]:
         click.echo(f"node:  {node['metadata']['name']}  ({len(servers.state.pods_on(node['metadata']['name']))} pods)")
     if len(nodes) > BANNER_NODES:
         click.echo(f"       ... and {len(nodes) - BANNER_NODES} more")
     if kubeconfig_out is None:
-        click.echo("kubeconfig (save it to a file for kubectl --kubeconfig FILE, or use --kubeconfig-out FILE):")
+        click.echo("kubeconfig (or write it to a file with --kubeconfig-out FILE):")
         click.echo(json.dumps(servers.kubeconfig(), indent=2))
-        target = "FILE"
     else:
         click.echo(f"kubeconfig written to {kubeconfig_out}")
-        target = str(kubeconfig_out)
     click.echo("Try it:")
-    click.echo(f"  kubectl --kubeconfig {target} get nodes")
+    kubectl = f"kubectl {_connection(servers, kubeconfig_out, tls_ca)}"
+    click.echo(f"  {kubectl} get nodes")
     if nodes:
-        click.echo(f"  kubectl --kubeconfig {target} drain {nodes[0]['metadata']['name']} "
+        click.echo(f"  {kubectl} drain {shlex.quote(nodes[0]['metadata']['name'])} "
                    f"--ignore-daemonsets --delete-emptydir-data")
     click.echo("Press Ctrl-C to stop.")
+
+
+def _connection(servers: "object", kubeconfig_out: Optional[Path], tls_ca: Optional[Path]) -> str:
+    """kubectl flags that reach this emulator as printed (no placeholder to fill in)."""
+    from vmss_terminate.emulator.kube import KubeServers
+
+    assert isinstance(servers, KubeServers)
+    if kubeconfig_out is not None:
+        return f"--kubeconfig {shlex.quote(str(kubeconfig_out))}"
+    flags = f"--server {servers.url}"
+    if servers.url.startswith("https:"):
+        flags += f" --certificate-authority {shlex.quote(str(tls_ca))}" if tls_ca else " --insecure-skip-tls-verify"
+    if servers.token:
+        flags += f" --token {shlex.quote(servers.token)}"
+    return flags
