@@ -38,9 +38,10 @@ def _packages() -> List[str]:
 
 def test_every_package_has_a_section_with_an_example() -> None:
     sections = {section for section, _ in _examples()}
-    # the emulator package is documented through its two sub-packages; commands is the CLI's
+    # the emulator package is documented through its sub-packages; commands is the CLI's
     wanted = [p for p in _packages() if p not in ("vmss_terminate.emulator", "vmss_terminate.commands")]
-    wanted += ["vmss_terminate", "vmss_terminate.emulator.imds", "vmss_terminate.emulator.arm"]
+    wanted += ["vmss_terminate", "vmss_terminate.emulator.imds", "vmss_terminate.emulator.arm",
+               "vmss_terminate.emulator.kube"]
     assert sorted(set(wanted) - sections) == []
 
 
