@@ -85,6 +85,12 @@ def test_az_cli_scenario_against_the_emulator(az_world: AzWorld, monkeypatch: py
     assert (account["id"], account["name"], account["environmentName"]) == (SUB, DISPLAY_NAME, CLOUD)
     assert run.status("myvmss", subscription=DISPLAY_NAME)["subscription_id"] == SUB  # by display name too
 
+    # the resource group (Microsoft.Resources, as seeded)
+    group = az("group", "show", "-n", "rg")
+    assert (group["name"], group["location"], group["tags"]) == ("rg", "westus", {"env": "emulated"})
+    assert group["properties"]["provisioningState"] == "Succeeded"
+    assert az("group", "exists", "-n", "no-such-group") is False
+
     # list / show
     assert sorted(s["name"] for s in az("vmss", "list")) == ["flexvmss", "myvmss", "webvmss"]
     run.agree("webvmss")  # seeded enabled PT10M, 2 instances on an older model
