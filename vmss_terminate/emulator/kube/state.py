@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from vmss_terminate.clock import SYSTEM_CLOCK, Clock, wait_until
-from vmss_terminate.emulator.kube import disruption, events
+from vmss_terminate.emulator.kube import disruption, events, objects, validation
 from vmss_terminate.emulator.kube.kinds import (
     DAEMON_SETS,
     DEPLOYMENTS,
@@ -51,8 +51,8 @@ from vmss_terminate.emulator.kube.kinds import (
     Kind,
     kind_named,
 )
+from vmss_terminate.emulator.kube.objects import rfc3339
 from vmss_terminate.emulator.kube.patch import PatchError, apply_patch
-from vmss_terminate.emulator.kube.selectors import label_selector_matcher
 from vmss_terminate.emulator.kube.status import (
     ApiError,
     already_exists,
@@ -65,22 +65,11 @@ from vmss_terminate.emulator.kube.status import (
 
 Obj = Dict[str, Any]
 DEFAULT_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
-DEFAULT_GRACE = 30
-MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 SA_TOKEN_TYPE = "kubernetes.io/service-account-token"
 CHANGES_KEPT = 10_000  # changes a watch can resume from; older resource versions are 410 Expired
-NODE_CAPACITY = {"cpu": "2", "memory": "8145492Ki", "pods": "110", "ephemeral-storage": "30308240Ki"}
 _SUFFIX = "bcdfghjklmnpqrstvwxz2456789"  # the API server's generateName alphabet
 _REPLACED_BY = {"ReplicaSet", "ReplicationController", "StatefulSet", "DaemonSet"}
 _SCALED = {"ReplicaSet": REPLICA_SETS, "StatefulSet": STATEFUL_SETS, "Deployment": DEPLOYMENTS}
-
-
-def rfc3339(epoch: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
-
-
-def rfc3339_micro(epoch: float) -> str:
-    return rfc3339(epoch)[:-1] + f".{int((epoch % 1) * 1_000_000):06d}Z"
 
 
 @dataclass(frozen=True)
@@ -257,14 +246,14 @@ class KubeState:
             key = (namespace if kind.namespaced else "", metadata["name"])
             if key in self._objects[kind.key]:
                 raise already_exists(kind.plural, metadata["name"], kind.group)
-            _validate(kind, obj)
+            validation.validate(kind, obj)
             metadata["uid"] = str(uuid.uuid4())
             metadata["creationTimestamp"] = rfc3339(self.clock.now())
             if kind not in (PODS, NODES, NAMESPACES, EVENTS, NEW_EVENTS):
                 metadata.setdefault("generation", 1)
             metadata.pop("resourceVersion", None)
             metadata.pop("deletionTimestamp", None)
-            _defaults(kind, obj)
+            validation.defaults(kind, obj)
             if kind is SECRETS and obj.get("type") == SA_TOKEN_TYPE:
                 self._fill_token(obj)
             if kind is NEW_EVENTS:
@@ -334,7 +323,7 @@ class KubeState:
                 metadata[field] = current["metadata"][field]
             else:
                 metadata.pop(field, None)
-        _validate(kind, new)
+        validation.validate(kind, new)
         if "generation" in metadata and subresource != "status" and new.get("spec") != current.get("spec"):
             metadata["generation"] = int(metadata["generation"]) + 1
         if kind is NEW_EVENTS:
@@ -352,7 +341,7 @@ class KubeState:
         """DELETE: a pod is marked terminating and leaves after its grace period; anything else goes now."""
         with self._lock:
             current = self._stored(kind, namespace, name)
-            _check_preconditions(kind, current, preconditions)
+            validation.check_preconditions(kind, current, preconditions)
             if dry_run:
                 return self._view(kind, current)
             if kind is PODS:
@@ -373,7 +362,7 @@ class KubeState:
     def _terminate(self, pod: Obj, grace: Optional[int]) -> Obj:
         metadata = pod["metadata"]
         if grace is None or grace < 0:
-            grace = int((pod.get("spec") or {}).get("terminationGracePeriodSeconds", DEFAULT_GRACE))
+            grace = int((pod.get("spec") or {}).get("terminationGracePeriodSeconds", validation.DEFAULT_GRACE))
         now = self.clock.now()
         leaves = now + grace
         if metadata.get("deletionTimestamp"):  # a second delete may only shorten the wait
@@ -439,19 +428,15 @@ class KubeState:
                     {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]}
             else:
                 spec["nodeName"] = target
-                pod["status"] = _running_status(self.clock.now())
+                pod["status"] = objects.running_status(self.clock.now())
         if ref["kind"] == "DaemonSet":
-            pod["status"] = _running_status(self.clock.now())
+            pod["status"] = objects.running_status(self.clock.now())
         self.create(PODS, metadata["namespace"], pod)
 
     def _schedulable_node(self, pod: Obj) -> Optional[str]:
-        tolerations = (pod.get("spec") or {}).get("tolerations") or []
+        """The first node by name that can take `pod` (the emulator's whole scheduler)."""
         for (_, name), node in sorted(self._objects[NODES.key].items()):
-            spec = node.get("spec") or {}
-            if spec.get("unschedulable"):
-                continue
-            taints = [t for t in spec.get("taints") or [] if t.get("effect") in ("NoSchedule", "NoExecute")]
-            if all(_tolerated(taint, tolerations) for taint in taints):
+            if objects.schedulable(node, pod):
                 return name
         return None
 
@@ -494,7 +479,7 @@ class KubeState:
                 self._record(namespace, name, "", 404)
                 raise
             options = eviction.get("deleteOptions") or {}
-            _check_preconditions(PODS, pod, options.get("preconditions"))
+            validation.check_preconditions(PODS, pod, options.get("preconditions"))
             grace = options.get("gracePeriodSeconds")
             phase = (pod.get("status") or {}).get("phase")
             decided_by: Optional[str] = None
@@ -556,28 +541,9 @@ class KubeState:
 
     def add_node(self, name: str, *, provider_id: Optional[str] = None, labels: Optional[Dict[str, str]] = None,
                  unschedulable: bool = False, taints: Sequence[Obj] = (), ready: bool = True) -> Obj:
-        spec: Obj = {}
-        if provider_id:
-            spec["providerID"] = provider_id
-        if unschedulable:
-            spec["unschedulable"] = True
-        if taints:
-            spec["taints"] = [dict(t) for t in taints]
-        node_labels = {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux"}
-        node_labels.update(labels or {})
-        now = rfc3339(self.clock.now())
-        status = {"conditions": [{"type": "Ready", "status": "True" if ready else "False",
-                                  "reason": "KubeletReady" if ready else "KubeletNotReady",
-                                  "message": "kubelet is posting ready status", "lastHeartbeatTime": now,
-                                  "lastTransitionTime": now}],
-                  "nodeInfo": {"kubeletVersion": "v1.32.0", "kubeProxyVersion": "v1.32.0", "osImage": "Ubuntu 22.04",
-                               "operatingSystem": "linux", "architecture": "amd64",
-                               "containerRuntimeVersion": "containerd://1.7.0", "kernelVersion": "6.5.0",
-                               "machineID": "", "systemUUID": "", "bootID": ""},
-                  "addresses": [{"type": "Hostname", "address": name}],
-                  "capacity": dict(NODE_CAPACITY), "allocatable": dict(NODE_CAPACITY)}
-        return self.create(NODES, "", {"metadata": {"name": name, "labels": node_labels}, "spec": spec,
-                                       "status": status})
+        """A Ready node (`provider_id`: `azure:///subscriptions/.../virtualMachines/<id>`)."""
+        return self.create(NODES, "", objects.node(name, self.clock.now(), provider_id, labels, unschedulable,
+                                                   taints, ready))
 
     def add_pod(self, name: str, node: Optional[str], *, namespace: str = "default",
                 labels: Optional[Dict[str, str]] = None, owner: Optional[str] = None, grace: Optional[int] = None,
@@ -585,55 +551,34 @@ class KubeState:
                 tolerations: Sequence[Obj] = ()) -> Obj:
         """`owner` is `KIND/NAME` (`ReplicaSet/web-7d9f`, `DaemonSet/agent`); `mirror` makes a static
         pod's mirror (the kubelet's annotation, owned by the Node); `empty_dir` adds an emptyDir volume."""
-        self.ensure_namespace(namespace)
-        metadata: Obj = {"name": name, "labels": dict(labels or {})}
-        if owner:
-            kind_name, _, owner_name = owner.partition("/")
-            metadata["ownerReferences"] = [self._owner_ref(namespace, kind_name, owner_name)]
-        if mirror:
-            metadata["annotations"] = {MIRROR_ANNOTATION: uuid.uuid4().hex}
-            node_obj = self._objects[NODES.key].get(("", node or ""))
-            if node_obj is not None:
-                metadata["ownerReferences"] = [{"apiVersion": "v1", "kind": "Node", "name": node,
-                                                "uid": node_obj["metadata"]["uid"], "controller": True}]
-        spec: Obj = {"containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10"}]}
-        if node:
-            spec["nodeName"] = node
-        if grace is not None:
-            spec["terminationGracePeriodSeconds"] = grace
-        if empty_dir:
-            spec["volumes"] = [{"name": "scratch", "emptyDir": {}}]
-        if tolerations:
-            spec["tolerations"] = [dict(t) for t in tolerations]
-        status = _running_status(self.clock.now(), ready) if phase == "Running" else {"phase": phase}
-        return self.create(PODS, namespace, {"metadata": metadata, "spec": spec, "status": status})
+        with self._lock:
+            self.ensure_namespace(namespace)
+            reference = None
+            if owner:
+                kind_name, _, owner_name = owner.partition("/")
+                reference = self._owner_ref(namespace, kind_name, owner_name)
+            if mirror and ("", node or "") in self._objects[NODES.key]:
+                reference = objects.owner_reference("Node", str(node),
+                                                    self._objects[NODES.key][("", str(node))]["metadata"]["uid"])
+            body = objects.pod(name, node, self.clock.now(), labels, reference, grace, ready, phase, mirror,
+                               empty_dir, tolerations)
+            return self.create(PODS, namespace, body)
 
     def add_pdb(self, name: str, *, namespace: str = "default", selector: Optional[Dict[str, str]] = None,
                 min_available: Any = None, max_unavailable: Any = None) -> Obj:
-        spec: Obj = {"selector": {"matchLabels": dict(selector or {})}}
-        if min_available is not None:
-            spec["minAvailable"] = min_available
-        if max_unavailable is not None:
-            spec["maxUnavailable"] = max_unavailable
+        """A PodDisruptionBudget over `selector` (matchLabels): `min_available` or `max_unavailable`, N or "P%"."""
         self.ensure_namespace(namespace)
-        return self.create(PDBS, namespace, {"metadata": {"name": name}, "spec": spec})
+        return self.create(PDBS, namespace, objects.pdb(name, selector, min_available, max_unavailable))
 
     def add_daemonset(self, name: str, *, namespace: str = "default", labels: Optional[Dict[str, str]] = None) -> Obj:
         self.ensure_namespace(namespace)
-        labels = dict(labels or {"app": name})
-        return self.create(DAEMON_SETS, namespace, {"metadata": {"name": name}, "spec": {
-            "selector": {"matchLabels": labels},
-            "template": {"metadata": {"labels": labels},
-                         "spec": {"containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10"}]}}}})
+        return self.create(DAEMON_SETS, namespace, objects.workload(name, labels or {"app": name}))
 
     def add_replicaset(self, name: str, replicas: int, *, namespace: str = "default",
                        labels: Optional[Dict[str, str]] = None) -> Obj:
+        """A ReplicaSet whose `replicas` is the scale percentage and maxUnavailable budgets count."""
         self.ensure_namespace(namespace)
-        labels = dict(labels or {"app": name})
-        return self.create(REPLICA_SETS, namespace, {"metadata": {"name": name}, "spec": {
-            "replicas": replicas, "selector": {"matchLabels": labels},
-            "template": {"metadata": {"labels": labels},
-                         "spec": {"containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10"}]}}}})
+        return self.create(REPLICA_SETS, namespace, objects.workload(name, labels or {"app": name}, replicas))
 
     def ensure_namespace(self, name: str) -> None:
         with self._lock:
@@ -663,105 +608,12 @@ class KubeState:
         return wait_until(self.changed, ready, timeout)
 
     def _owner_ref(self, namespace: str, kind_name: str, name: str) -> Obj:
-        kind = {"DaemonSet": DAEMON_SETS, "ReplicaSet": REPLICA_SETS, "StatefulSet": STATEFUL_SETS}.get(kind_name)
+        """A controller reference; the uid of the owner when the emulator holds it, else a stable one."""
+        kind = {"DaemonSet": DAEMON_SETS, "ReplicaSet": REPLICA_SETS, "StatefulSet": STATEFUL_SETS,
+                "Deployment": DEPLOYMENTS}.get(kind_name)
         owner = self._objects[kind.key].get((namespace, name)) if kind else None
         uid = owner["metadata"]["uid"] if owner else str(uuid.uuid5(uuid.NAMESPACE_URL, f"{namespace}/{kind_name}/{name}"))
-        api_version = "v1" if kind_name == "ReplicationController" else "apps/v1" if kind else "batch/v1"
-        return {"apiVersion": api_version, "kind": kind_name, "name": name, "uid": uid,
-                "controller": True, "blockOwnerDeletion": True}
-
-
-def _running_status(now: float, ready: bool = True) -> Obj:
-    stamp = rfc3339(now)
-    flag = "True" if ready else "False"
-    return {"phase": "Running", "startTime": stamp, "conditions": [
-        {"type": "PodScheduled", "status": "True", "lastTransitionTime": stamp},
-        {"type": "Initialized", "status": "True", "lastTransitionTime": stamp},
-        {"type": "ContainersReady", "status": flag, "lastTransitionTime": stamp},
-        {"type": "Ready", "status": flag, "lastTransitionTime": stamp}],
-        "containerStatuses": [{"name": "main", "ready": ready, "restartCount": 0, "started": True,
-                               "image": "registry.k8s.io/pause:3.10", "imageID": "",
-                               "state": {"running": {"startedAt": stamp}}}]}
-
-
-def _tolerated(taint: Obj, tolerations: Sequence[Obj]) -> bool:
-    for toleration in tolerations:
-        if toleration.get("effect") not in (None, "", taint.get("effect")):
-            continue
-        if toleration.get("operator") == "Exists":
-            if not toleration.get("key") or toleration.get("key") == taint.get("key"):
-                return True
-        elif toleration.get("key") == taint.get("key") and toleration.get("value", "") == taint.get("value", ""):
-            return True
-    return False
-
-
-def _check_preconditions(kind: Kind, current: Obj, preconditions: Optional[Dict[str, Any]]) -> None:
-    if not preconditions:
-        return
-    name = current["metadata"]["name"]
-    uid, version = preconditions.get("uid"), preconditions.get("resourceVersion")
-    if uid and uid != current["metadata"]["uid"]:
-        raise conflict(kind.plural, name, f"Precondition failed: UID in precondition: {uid}, UID in object meta: "
-                       f"{current['metadata']['uid']}", kind.group)
-    if version and version != current["metadata"]["resourceVersion"]:
-        raise conflict(kind.plural, name, f"Precondition failed: ResourceVersion in precondition: {version}, "
-                       f"ResourceVersion in object meta: {current['metadata']['resourceVersion']}", kind.group)
-
-
-def _defaults(kind: Kind, obj: Obj) -> None:
-    if kind is PODS:
-        spec = obj.setdefault("spec", {})
-        spec.setdefault("terminationGracePeriodSeconds", DEFAULT_GRACE)
-        spec.setdefault("restartPolicy", "Always")
-        spec.setdefault("schedulerName", "default-scheduler")
-        obj.setdefault("status", {"phase": "Pending"})
-    elif kind is NAMESPACES:
-        obj["spec"] = {"finalizers": ["kubernetes"]}
-        obj["status"] = {"phase": "Active"}
-        obj["metadata"].setdefault("labels", {})["kubernetes.io/metadata.name"] = obj["metadata"]["name"]
-    elif kind is NODES:
-        obj.setdefault("spec", {})
-        obj.setdefault("status", {})
-
-
-def _validate(kind: Kind, obj: Obj) -> None:
-    """The few field rules clients trip over (422 like the API server), not the whole validation."""
-    name = obj["metadata"].get("name", "")
-    causes: List[Dict[str, str]] = []
-    spec = obj.get("spec") or {}
-    if kind is PDBS and "minAvailable" in spec and "maxUnavailable" in spec:
-        causes.append({"field": "spec", "message": "Invalid value: minAvailable and maxUnavailable cannot be both set"})
-    if kind is NEW_EVENTS:
-        for field in ("eventTime", "reportingController", "reportingInstance", "action", "reason"):
-            if not obj.get(field):
-                causes.append({"field": field, "reason": "FieldValueRequired", "message": "Required value"})
-        if obj.get("type") not in ("Normal", "Warning"):
-            causes.append({"field": "type", "reason": "FieldValueNotSupported",
-                           "message": f'Unsupported value: "{obj.get("type", "")}": supported values: "Normal", '
-                                      f'"Warning"'})
-        if len(str(obj.get("note", ""))) > 1024:
-            causes.append({"field": "note", "reason": "FieldValueTooLong", "message": "Too long: may not be more "
-                           "than 1024 bytes"})
-    if kind is NODES:
-        for taint in spec.get("taints") or []:
-            if taint.get("effect") not in ("NoSchedule", "PreferNoSchedule", "NoExecute"):
-                causes.append({"field": "spec.taints[0].effect", "reason": "FieldValueNotSupported",
-                               "message": f'Unsupported value: "{taint.get("effect")}": supported values: '
-                                          f'"NoSchedule", "PreferNoSchedule", "NoExecute"'})
-            if not taint.get("key"):
-                causes.append({"field": "spec.taints[0].key", "reason": "FieldValueRequired",
-                               "message": "Required value"})
-    if kind is DAEMON_SETS:
-        selector = spec.get("selector")
-        labels = ((spec.get("template") or {}).get("metadata") or {}).get("labels") or {}
-        if selector is None:
-            causes.append({"field": "spec.selector", "reason": "FieldValueRequired", "message": "Required value"})
-        elif not label_selector_matcher(selector)(labels):
-            causes.append({"field": "spec.template.metadata.labels", "message":
-                           "Invalid value: `selector` does not match template `labels`"})
-    if causes:
-        raise invalid(kind.kind, name, causes, kind.group)
+        return objects.owner_reference(kind_name, name, uid)
 
 
 _ORDER = ("apiVersion", "kind", "metadata", "spec", "status")
