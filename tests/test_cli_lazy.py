@@ -55,6 +55,7 @@ def test_help_of_a_control_command_works_without_the_extra() -> None:
 
 
 @pytest.mark.parametrize("args", [["--help"], ["agent", "run", "--help"], ["emulator", "imds", "--help"],
+                                  ["emulator", "kube", "--help"], ["render", "--format", "kubernetes"],
                                   ["render", "--format", "arm", "--timeout", "PT5M"], ["--version"]])
 def test_lean_commands_work_without_the_extra(args: Sequence[str]) -> None:
     proc = _lean(*args)

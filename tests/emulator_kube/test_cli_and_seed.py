@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Dict, List
 
 import pytest
+import requests
 from helpers import interrupt, invoke_cli
 from kube_helpers import KUBECTL, needs_kubectl
 
@@ -130,3 +131,18 @@ def test_the_banners_kubectl_commands_run_as_printed(tmp_path: Path) -> None:
     finally:
         code = interrupt(proc)
     assert code == 0
+
+
+def test_the_emulator_serves_on_the_lean_install(tmp_path: Path) -> None:
+    """No Azure SDK (tests/no_azure.py blocks it): `emulator kube` starts and answers discovery."""
+    blocker = Path(__file__).resolve().parents[1] / "no_azure.py"
+    env = {k: v for k, v in os.environ.items() if "PROXY" not in k.upper()}
+    proc = subprocess.Popen([sys.executable, str(blocker), "emulator", "kube", "-o", "json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        url = _read_json(proc)["url"]
+        answer = requests.get(url + "/api/v1", timeout=5)
+        assert answer.status_code == 200 and answer.json()["groupVersion"] == "v1"
+    finally:
+        code = interrupt(proc)
+    assert code == 0, proc.stderr.read() if proc.stderr else ""
