@@ -340,7 +340,8 @@ def test_progress_line_is_ended_before_a_failure_is_reported(monkeypatch: pytest
 
 
 def test_enable_wait_on_rolling_policy_until_current(arm: ArmServers, state: ArmState) -> None:
-    ss = _ss(state, capacity=3, upgrade_policy="Rolling", rolling_delay=0.2)  # real seconds (system clock)
+    # real seconds (system clock): long enough to outlast the PATCH operation wait (two polls, backing off)
+    ss = _ss(state, capacity=3, upgrade_policy="Rolling", rolling_delay=0.6)
     result = run("enable", "-g", RG, "-n", "web", "--timeout", "10m", "--wait", "--poll-interval", "0.05",
                  "--wait-timeout", "30", "-o", "json")
     assert result.exit_code == 0, result.output
