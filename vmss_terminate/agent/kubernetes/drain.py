@@ -41,6 +41,8 @@ DRAIN_STEP = "kubernetes:drain"
 GONE = "gone"  # the step's outcome when the event left the document (scale-in cancelled)
 POLL_GONE_EVERY = 1.0  # clock seconds between pod lists while waiting for evicted pods (kubectl: 1 s)
 UNDO_FOR = 60.0  # clock seconds an uncordon is retried (the API may be briefly unavailable)
+EVICT_RETRY_CAP = 5.0  # a refused eviction is retried after 1, 2, 4, then every 5 s (jittered): kubectl
+# drain's callers use 5 s; a longer cap left budget-serialised drains idle (benchmarks/drain.py)
 
 Report = Callable[..., None]  # report(kind, event_id, message, **data)
 Identity = Callable[[], Tuple[str, str]]  # () -> (IMDS compute.resourceId, osProfile.computerName)
@@ -240,7 +242,7 @@ class NodeDrain:
         meta = pod.get("metadata") or {}
         key = rules.pod_key(pod)
         url = path("api", "v1", "namespaces", str(meta.get("namespace")), "pods", str(meta.get("name")), "eviction")
-        backoff = Backoff(base=1.0, cap=10.0, rng=self._rng)
+        backoff = Backoff(base=1.0, cap=EVICT_RETRY_CAP, rng=self._rng)
         said_error = ""
         refusals = 0
         while True:
