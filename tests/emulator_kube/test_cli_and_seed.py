@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -146,3 +147,39 @@ def test_the_emulator_serves_on_the_lean_install(tmp_path: Path) -> None:
     finally:
         code = interrupt(proc)
     assert code == 0, proc.stderr.read() if proc.stderr else ""
+
+
+def _documented_commands() -> List[str]:
+    text = (Path(__file__).resolve().parents[2] / "docs" / "emulators.md").read_text(encoding="utf-8")
+    section = text.split("## The Kubernetes API emulator", 1)[1]
+    block = section.split("```bash\n", 1)[1].split("```", 1)[0]
+    return [line for line in block.splitlines() if line.strip()]
+
+
+@needs_kubectl
+@pytest.mark.slow  # the seed's real 2 s grace periods
+def test_the_documented_session_runs_as_written(tmp_path: Path) -> None:
+    """docs/emulators.md's commands, from a directory holding examples/kube-seed.json."""
+    start, *kubectl_lines = _documented_commands()
+    assert start.startswith("vmss-terminate emulator kube ") and start.endswith(" &")
+    (tmp_path / "examples").mkdir()
+    shutil.copy(Path(__file__).resolve().parents[2] / "examples" / "kube-seed.json", tmp_path / "examples")
+    env = {k: v for k, v in os.environ.items() if "PROXY" not in k.upper() and not k.startswith("KUBE")}
+    env["HOME"] = str(tmp_path)
+    args = shlex.split(start[:-1])[1:]
+    proc = subprocess.Popen([sys.executable, "-m", "vmss_terminate", *args, "-o", "json"], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        _read_json(proc)
+        outputs = []
+        for line in kubectl_lines:
+            done = subprocess.run(shlex.split(line), cwd=tmp_path, capture_output=True, text=True, env=env, timeout=60)
+            assert done.returncode == 0, f"{line}: {done.stderr}"
+            outputs.append(done.stdout)
+    finally:
+        code = interrupt(proc)
+    assert code == 0
+    assert "node/vmss000000 drained" in outputs[1]
+    pods = {line.split()[1]: line.split()[-1] for line in outputs[2].splitlines()[1:]}
+    assert pods["cache-0"] == "vmss000001"  # the StatefulSet pod came back, on the node that can take it
+    assert pods["kube-proxy-vmss000000"] == pods["log-agent-x1"] == "vmss000000"
