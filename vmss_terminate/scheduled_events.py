@@ -7,8 +7,9 @@ Sources: the Scheduled Events doc and the IMDS doc (excerpts in `/work/shared/re
 
 from __future__ import annotations
 
+import re
 from email.utils import formatdate
-from typing import Dict, Tuple
+from typing import Dict, Optional, Tuple
 
 #: Event types, in the order this project lists them (Terminate first: it is what we drain for).
 EVENT_TYPES: Tuple[str, ...] = ("Terminate", "Reboot", "Redeploy", "Freeze", "Preempt")
@@ -58,3 +59,21 @@ MAX_TERMINATE_NOTICE = 15 * 60.0
 
 #: The subscription id the emulators and the sandbox use when none is given.
 DEFAULT_SUBSCRIPTION = "00000000-0000-0000-0000-000000000000"
+
+
+_VM_NAME_FORBIDDEN = re.compile(r"[\s\x00-\x1f\x7f~!@#$%^&*()=+\[\]{}\\|;:'\",<>/?`]")
+
+
+def vm_name_problem(name: str) -> Optional[str]:
+    """Why no Azure VM can have this name (None if one can): the names `Resources` lists and IMDS
+    `compute.name` gives. Azure's rules for a VM resource name: 1..64 characters; no spaces,
+    control characters or `~ ! @ # $ % ^ & * ( ) = + [ ] { } \\ | ; : ' " , < > / ?`; not ending
+    with `.` or `-`. Scale-set instances are `{scale-set}_{instance id}` (Uniform) or
+    `{scale-set}_{8 hex}` (Flexible), within those rules."""
+    if not 1 <= len(name) <= 64:
+        return "Azure VM names are 1-64 characters"
+    if _VM_NAME_FORBIDDEN.search(name):
+        return "Azure VM names have no spaces, control characters or ~!@#$%^&*()=+[]{}\\|;:'\",<>/?"
+    if name[-1] in ".-":
+        return "Azure VM names do not end with '.' or '-'"
+    return None

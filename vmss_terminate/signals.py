@@ -19,6 +19,8 @@ from vmss_terminate.errors import StopSignal
 
 STOP_SIGNALS = ("SIGINT", "SIGTERM")
 """Ctrl-C and SIGTERM; the agent adds SIGBREAK (Ctrl-Break on Windows)."""
+AGENT_STOP_SIGNALS = STOP_SIGNALS + ("SIGBREAK",)
+"""What stops `agent run` cleanly (exit 0): Ctrl-C, SIGTERM and (Windows) Ctrl-Break."""
 
 
 def raise_stop_signal(signum: int) -> None:

@@ -87,6 +87,7 @@ class Agent:
         self._approve_retry_for: Optional[float] = None  # run_once: its retry_for; run: 5 polls
         self.running = threading.Event()  # set while run() loops (the /healthz probe reads it)
         self.started_at: Optional[float] = None  # clock time run() began
+        self.readiness_served = False  # set by probes.serve(): the drain logs then name /readyz
         self._version_said = False
         self._unreadable_said: Tuple[str, ...] = ()  # the unreadable entries last reported
         if self._notifier is not None:
@@ -385,7 +386,8 @@ class Agent:
         if not isinstance(since, (int, float)):
             since = self.clock.now()
             self.state.update(eid, drain_started=since)
-        self._decide(D.DRAIN_STARTED, eid, f"draining for {event.event_type} {eid}: /readyz answers 503"
+        probe = ": /readyz answers 503" if self.readiness_served else ""
+        self._decide(D.DRAIN_STARTED, eid, f"draining for {event.event_type} {eid}{probe}"
                      + (f"; approval not before {self.config.drain_delay:g} s from now"
                         if self.config.drain_delay else ""), event=event, since=since,
                      drain_delay=self.config.drain_delay)
@@ -396,8 +398,9 @@ class Agent:
             return
         record = self.state.get(event.event_id)
         if policy.drain_ends_when_gone(event.event_type, event.started or bool(record.get("approved"))):
+            probe = ": /readyz answers 200 again" if self.readiness_served else ""
             self._decide(D.DRAIN_ENDED, event.event_id, f"{event.event_type} {event.event_id} left the document "
-                                                        f"without taking this VM: /readyz answers 200 again")
+                                                        f"without taking this VM{probe}")
 
     # -- --kubernetes ------------------------------------------------------------------------------
 

@@ -12,6 +12,7 @@ and of `RunOptions` below (how the command runs it); `RUN_OPTIONS` reads them ba
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import sys
 from dataclasses import dataclass
@@ -20,7 +21,7 @@ from typing import Any, Collection, Dict, List, Mapping, Optional, Sequence, Tup
 from vmss_terminate.agent.config import AgentConfig
 from vmss_terminate.errors import UsageError, VmssTerminateError
 from vmss_terminate.params import Option, option, options_of
-from vmss_terminate.signals import STOP_SIGNALS, StopOnSignals
+from vmss_terminate.signals import AGENT_STOP_SIGNALS, StopOnSignals
 
 COMMAND_PATH = "vmss-terminate agent run"
 
@@ -108,9 +109,19 @@ def _convert(option: Option, name: str, value: str) -> Any:
     return value
 
 
-def run(config: AgentConfig, options: RunOptions = RunOptions(), given: Collection[str] = ()) -> None:
+def run(config: AgentConfig, options: RunOptions = RunOptions(), given: Collection[str] = (),
+        signals: Optional[StopOnSignals] = None) -> None:
     """Poll Scheduled Events; run hooks; approve only this VM's own events (until SIGTERM / Ctrl-C).
-    `given`: the options the user named (the others are defaults)."""
+    `given`: the options the user named (the others are defaults). `signals`: handlers installed
+    already (the console script installs them before its imports); else installed here."""
+    signals = signals if signals is not None else StopOnSignals(AGENT_STOP_SIGNALS).install()
+    try:
+        _run(config, options, given, signals)
+    finally:
+        signals.restore()
+
+
+def _run(config: AgentConfig, options: RunOptions, given: Collection[str], signals: StopOnSignals) -> None:
     from vmss_terminate.agent import Agent
     from vmss_terminate.agent.logs import configure
     from vmss_terminate.agent.ops import check_retry_for
@@ -133,22 +144,35 @@ def run(config: AgentConfig, options: RunOptions = RunOptions(), given: Collecti
     # SIGTERM / Ctrl-C (and Ctrl-Break on Windows) end the loop cleanly. CLI only: the library never
     # installs handlers, so agents can run in threads.
     try:
-        with StopOnSignals(STOP_SIGNALS + ("SIGBREAK",)) as signals:
-            if options.once:
-                agent.run_once(signals.stop, retry_for=options.retry_for)
-            else:
-                agent.run(signals.stop)
+        if options.once:
+            agent.run_once(signals.stop, retry_for=options.retry_for)
+        else:
+            agent.run(signals.stop)
     finally:
         if server is not None:
             server.close()
+    if signals.signum is not None:  # the stop line, also when nothing was in flight
+        logging.getLogger("vmss_terminate.agent").info("stopped by %s%s", _signal_name(signals.signum),
+                                                       "" if agent.started_at is not None or options.once
+                                                       else " before the agent started")
 
 
-def main(argv: Sequence[str]) -> int:
-    """`vmss-terminate agent run ARGS` without click: the exit code; errors as one `error:` line."""
+def _signal_name(signum: int) -> str:
+    import signal
+
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+def main(argv: Sequence[str], signals: Optional[StopOnSignals] = None) -> int:
+    """`vmss-terminate agent run ARGS` without click: the exit code; errors as one `error:` line.
+    `signals`: the stop handlers the console script installed first thing."""
     try:
         values, given = parse_args(argv)
         config, options = build(values)
-        run(config, options, given)
+        run(config, options, given, signals)
     except ArgumentError as exc:
         return _fail(f"{COMMAND_PATH}: {exc}", exc.exit_code)
     except VmssTerminateError as exc:

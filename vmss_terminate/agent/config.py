@@ -35,7 +35,7 @@ from vmss_terminate.agent.kubernetes.rules import DEFAULT_TAINT, parse_taint
 from vmss_terminate.agent.process import check_program, split_command
 from vmss_terminate.errors import UsageError
 from vmss_terminate.params import option
-from vmss_terminate.scheduled_events import DEFAULT_API_VERSION, MAX_TERMINATE_NOTICE
+from vmss_terminate.scheduled_events import DEFAULT_API_VERSION, MAX_TERMINATE_NOTICE, vm_name_problem
 
 ON_HOOK_FAILURE = ("approve", "wait")
 MAX_NOTICE = MAX_TERMINATE_NOTICE  # NotBefore is never further away than this
@@ -57,8 +57,8 @@ def seconds(default: float, low: Optional[float], high: float, why: str = "", **
 class AgentConfig:
     """Options of the in-VM agent (each option's meaning is its `help`; see the module docstring).
 
-    Python-only fields: `kill_grace` (seconds a stopped hook gets between SIGTERM and SIGKILL) and
-    `max_requests_per_second` (the client-side IMDS rate limit; IMDS allows 5/s per VM).
+    Python-only field: `max_requests_per_second` (the client-side IMDS rate limit; IMDS allows 5/s
+    per VM).
     `state_file` ":memory:" keeps state in memory only.
     """
 
@@ -116,7 +116,10 @@ class AgentConfig:
     first_call_timeout: float = seconds(
         130.0, 0, 3600.0, show_default=True, metavar="S",
         help="Read timeout of the first Scheduled Events call (IMDS may take 2 minutes to enable).")
-    kill_grace: float = seconds(5.0, 0, 3600.0)
+    kill_grace: float = seconds(
+        5.0, 0, 3600.0, show_default=True, metavar="S",
+        help="A hook stopped (at its deadline, or when --stop-grace ends) gets SIGTERM, then SIGKILL "
+             "after S seconds, with its whole process tree.")
     max_requests_per_second: int = 4
     kubernetes: bool = option(
         False, help="Drain the Kubernetes node this VM is before approving, after the hooks: cordon, taint, "
@@ -135,6 +138,10 @@ class AgentConfig:
 
     def validated(self) -> "AgentConfig":
         """A normalised copy; UsageError (exit 2) on any bad value, before any request."""
+        margin = self.safety_margin
+        if isinstance(margin, (int, float)) and not isinstance(margin, bool) and MAX_NOTICE <= margin < math.inf:
+            raise UsageError(f"invalid --safety-margin {margin:g}: expected 0 <= seconds < {MAX_NOTICE:g} "
+                             f"(NotBefore is at most 15 minutes away: hooks would never start)")
         for field in dataclasses.fields(self):
             if _SECONDS not in field.metadata:
                 continue
@@ -146,9 +153,6 @@ class AgentConfig:
             if not (low < value if low is not None else value >= 0) or not value <= high:
                 bounds = f"{low} < seconds" if low is not None else "0 <= seconds"
                 raise UsageError(f"invalid {flag} {value:g}: expected {bounds} <= {high:g}{why}")
-        if self.safety_margin >= MAX_NOTICE:
-            raise UsageError(f"invalid --safety-margin {self.safety_margin:g}: expected 0 <= seconds < "
-                             f"{MAX_NOTICE:g} (NotBefore is at most 15 minutes away: hooks would never start)")
         if self.webhook_format not in WEBHOOK_FORMATS:
             raise UsageError(f"invalid --webhook-format {self.webhook_format!r}: use {', '.join(WEBHOOK_FORMATS)}")
         if self.on_hook_failure not in ON_HOOK_FAILURE:
@@ -163,6 +167,10 @@ class AgentConfig:
             raise UsageError(f"invalid webhook{shown}: {reason}", cli_message=f"invalid --webhook{shown}: {reason}")
         if self.vm_name is not None and not self.vm_name.strip():
             raise UsageError("empty --vm-name")
+        if self.vm_name is not None:
+            problem = vm_name_problem(self.vm_name.strip())
+            if problem:
+                raise UsageError(f"invalid --vm-name {self.vm_name!r}: {problem}")
         if isinstance(self.state_file, str) and not self.state_file.strip():
             raise UsageError("empty --state-file: pass a file path (or :memory: to keep state in memory only)")
         parse_taint(self.taint)

@@ -244,6 +244,7 @@ def _bounded(run: Run, name: str, call: Callable[[], Any]) -> Tuple[str, Dict[st
             result["value"] = call()
         except BaseException as exc:  # noqa: B036 - a hook must not kill the worker
             result["error"] = f"{exc.__class__.__name__}: {exc}"
+            result["exception"] = exc
         finally:
             done.set()
             run.wake.set()
@@ -285,8 +286,50 @@ class WebhookHook:
         if outcome != OK:
             return StepResult(outcome, "abandoned: the webhook did not answer in time")
         if "error" in result:
-            return StepResult(FAILED, f"webhook failed: {result['error'].split(':')[0]}")
+            return StepResult(FAILED, f"webhook failed: {request_failure(result['exception'], timeout)}")
         status = result["value"]
         if 200 <= status < 300:
             return StepResult(OK, f"HTTP {status}")
         return StepResult(FAILED, f"webhook answered HTTP {status}")
+
+
+def request_failure(exc: BaseException, timeout: Optional[float] = None) -> str:
+    """What went wrong with an outbound request, said without its URL (whose query or credentials
+    may hold a secret, and which requests' messages repeat): refused, timed out, name not
+    resolved, reset, TLS, proxy; else the exception's class."""
+    import requests
+
+    within = f" within {timeout:g} s" if timeout is not None else ""
+    if isinstance(exc, requests.exceptions.ConnectTimeout):
+        return f"no connection{within} (timeout)"
+    if isinstance(exc, requests.exceptions.Timeout):
+        return f"no answer{within} (timeout)"
+    if isinstance(exc, requests.exceptions.SSLError):
+        return "TLS handshake failed"
+    if isinstance(exc, requests.exceptions.ProxyError):
+        return "the proxy refused or failed"
+    causes = _causes(exc)
+    for kind, said in ((ConnectionRefusedError, "connection refused"), (ConnectionResetError, "connection reset"),
+                       (ConnectionAbortedError, "connection aborted")):
+        if any(isinstance(c, kind) for c in causes):
+            return said
+    if any(type(c).__name__ in ("gaierror", "NameResolutionError") for c in causes):
+        return "host name not resolved"
+    if isinstance(exc, requests.exceptions.ConnectionError):
+        return "cannot connect"
+    return exc.__class__.__name__
+
+
+def _causes(exc: BaseException) -> List[BaseException]:
+    """`exc` and what it wraps (cause, context, urllib3's `reason`, exceptions in `args`), bounded."""
+    seen: List[BaseException] = []
+    todo = [exc]
+    while todo and len(seen) < 20:
+        current = todo.pop()
+        if any(current is s for s in seen):
+            continue
+        seen.append(current)
+        nested = [current.__cause__, current.__context__, getattr(current, "reason", None), *current.args]
+        todo += [n for n in nested if isinstance(n, BaseException)]
+    return seen
+

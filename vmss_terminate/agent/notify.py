@@ -18,7 +18,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from vmss_terminate.agent import decisions as D
 from vmss_terminate.agent.decisions import Decision
-from vmss_terminate.agent.hooks import redact_url
+from vmss_terminate.agent.hooks import redact_url, request_failure
 
 log = logging.getLogger(__name__)
 
@@ -151,7 +151,7 @@ class ChatNotifier:
                 ok = 200 <= response.status_code < 300
                 detail = f"HTTP {response.status_code}"
             except requests.RequestException as exc:
-                ok, detail = False, exc.__class__.__name__
+                ok, detail = False, request_failure(exc, self.timeout)
             if ok:
                 self.sent += 1
             else:

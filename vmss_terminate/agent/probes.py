@@ -306,4 +306,6 @@ def _probe(result: Tuple[bool, str]) -> Tuple[int, str, str]:
 def serve(agent: "Agent", listen: str) -> ProbeServer:
     """Start serving `agent`'s metrics and probes on `listen` (see `parse_listen`; port 0 = any free port)."""
     host, port = parse_listen(listen)
-    return ProbeServer(AgentMetrics(agent).attach(), host, port).start()
+    server = ProbeServer(AgentMetrics(agent).attach(), host, port).start()
+    agent.readiness_served = True
+    return server
