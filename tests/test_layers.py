@@ -47,7 +47,7 @@ EXTERNAL = {
 # name only rows below it.
 LAYERS: Dict[str, Tuple[str, ...]] = {
     "__main__.py": ("entry.py",),
-    "entry.py": ("cli.py", "agent/"),
+    "entry.py": ("cli.py", "agent/", "signals.py"),
     "cli.py": ("commands/", SHARED, "click"),
     "commands/": ("sandbox/", "fleet/", "iac/", "control/", "emulator/arm/", "emulator/imds/", "emulator/kube/",
                   "emulator/", "agent/", SHARED, "click"),
@@ -79,7 +79,7 @@ INSIDE: Dict[str, str] = {
 row's (the agent's Kubernetes drain is the agent, on every VM, under the agent's rules)."""
 
 WHY: Dict[str, str] = {
-    "entry.py": "`agent run` starts without click",
+    "entry.py": "`agent run` starts without click, its stop handlers installed first",
     "iac/": "reads only the PATCH body",
     "control/": "the Azure SDK lazily, inside the functions that talk to ARM",
     "emulator/": "standard library only: stands in for Azure in front of either side",
