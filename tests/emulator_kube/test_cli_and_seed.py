@@ -180,6 +180,8 @@ def test_the_documented_session_runs_as_written(tmp_path: Path) -> None:
         code = interrupt(proc)
     assert code == 0
     assert "node/vmss000000 drained" in outputs[1]
-    pods = {line.split()[1]: line.split()[-1] for line in outputs[2].splitlines()[1:]}
+    header, *rows = outputs[2].splitlines()
+    assert header.split()[:7] == ["NAMESPACE", "NAME", "READY", "STATUS", "RESTARTS", "AGE", "IP"]
+    pods = {row.split()[1]: row.split()[7] for row in rows}  # NODE
     assert pods["cache-0"] == "vmss000001"  # the StatefulSet pod came back, on the node that can take it
     assert pods["kube-proxy-vmss000000"] == pods["log-agent-x1"] == "vmss000000"

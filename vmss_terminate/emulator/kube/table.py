@@ -102,15 +102,37 @@ def _event_object(event: Obj, now: float) -> str:
     return f"{str(about.get('kind', '')).lower()}/{about.get('name', '')}"
 
 
+def _node_info(field: str) -> Callable[[Obj, float], Any]:
+    return lambda node, now: ((node.get("status") or {}).get("nodeInfo") or {}).get(field, "")
+
+
+def _address(kind_of: str) -> Callable[[Obj, float], Any]:
+    def cell(node: Obj, now: float) -> str:
+        for address in (node.get("status") or {}).get("addresses") or []:
+            if address.get("type") == kind_of:
+                return str(address.get("address", ""))
+        return "<none>"
+
+    return cell
+
+
 _NAME: Column = ("Name", "string", 0, lambda obj, now: obj["metadata"]["name"])
 _AGE: Column = ("Age", "string", 0, _age)
 COLUMNS: Dict[Tuple[str, str], Sequence[Column]] = {
     NODES.key: (_NAME, ("Status", "string", 0, _node_status), ("Roles", "string", 0, _roles), _AGE,
-                ("Version", "string", 0,
-                 lambda obj, now: ((obj.get("status") or {}).get("nodeInfo") or {}).get("kubeletVersion", ""))),
+                ("Version", "string", 0, _node_info("kubeletVersion")),
+                ("Internal-IP", "string", 1, _address("InternalIP")),
+                ("External-IP", "string", 1, _address("ExternalIP")),
+                ("OS-Image", "string", 1, _node_info("osImage")),
+                ("Kernel-Version", "string", 1, _node_info("kernelVersion")),
+                ("Container-Runtime", "string", 1, _node_info("containerRuntimeVersion"))),
     PODS.key: (_NAME, ("Ready", "string", 0, _pod_ready), ("Status", "string", 0, _pod_status),
                ("Restarts", "string", 0, _restarts), _AGE,
-               ("Node", "string", 1, lambda obj, now: (obj.get("spec") or {}).get("nodeName") or "<none>")),
+               ("IP", "string", 1, lambda obj, now: (obj.get("status") or {}).get("podIP") or "<none>"),
+               ("Node", "string", 1, lambda obj, now: (obj.get("spec") or {}).get("nodeName") or "<none>"),
+               ("Nominated Node", "string", 1,
+                lambda obj, now: (obj.get("status") or {}).get("nominatedNodeName") or "<none>"),
+               ("Readiness Gates", "string", 1, lambda obj, now: "<none>")),
     EVENTS.key: (("Last Seen", "string", 0, _event_seen), ("Type", "string", 0, lambda e, now: e.get("type", "")),
                  ("Reason", "string", 0, lambda e, now: e.get("reason", "")), ("Object", "string", 0, _event_object),
                  ("Message", "string", 0, lambda e, now: e.get("message", e.get("note", "")))),
