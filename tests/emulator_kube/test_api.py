@@ -312,3 +312,12 @@ def test_a_watch_on_one_object_path_is_refused(api: requests.Session, state: Kub
     state.add_pod("p", "n1")
     answer = api.get(_url(api, "/api/v1/namespaces/default/pods/p"), params={"watch": "true"}, timeout=5)
     assert answer.status_code == 405
+
+
+def test_objects_are_created_in_their_namespace_only(api: requests.Session) -> None:
+    body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": "default"}}
+    assert api.post(_url(api, "/api/v1/configmaps"), json=body, timeout=5).status_code == 405
+    assert api.post(_url(api, "/api/v1/namespaces/default/configmaps"), json=body, timeout=5).status_code == 201
+    other = api.post(_url(api, "/api/v1/namespaces/kube-system/configmaps"), json=body, timeout=5)
+    assert (other.status_code, other.json()["reason"]) == (400, "BadRequest")  # the body names another namespace
+    assert api.delete(_url(api, "/api/v1/namespaces/default/configmaps"), timeout=5).status_code == 405

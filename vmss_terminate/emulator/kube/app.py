@@ -203,10 +203,8 @@ class KubeEmulator:
         if name is not None:
             raise method_not_allowed()
         _check_body_kind(kind, body)
-        if kind.namespaced and not namespace:
-            namespace = str((body.get("metadata") or {}).get("namespace") or "")
-            if not namespace:
-                raise bad_request("the namespace of the object must be given on the request path")
+        if kind.namespaced and not namespace:  # /api/v1/pods lists and watches; creating is per namespace
+            raise method_not_allowed()
         created = self.state.create(kind, namespace, body, dry_run=_dry_run(request))
         return Response.json(201, created)
 

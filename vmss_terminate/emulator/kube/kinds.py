@@ -11,9 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Dict, Optional, Tuple
 
-READ = ("get", "list")
-ALL = ("create", "delete", "deletecollection", "get", "list", "patch", "update")
-NO_COLLECTION_DELETE = ("create", "delete", "get", "list", "patch", "update")
+ALL = ("create", "delete", "get", "list", "patch", "update", "watch")  # no deletecollection: not served
 
 
 @dataclass(frozen=True)
@@ -72,7 +70,7 @@ NODES = Kind("", "v1", "nodes", "Node", False, short_names=("no",), fields=("spe
 PODS = Kind("", "v1", "pods", "Pod", True, short_names=("po",), categories=("all",), fields=_POD_FIELDS,
             subresources=(Subresource("eviction", "Eviction", ("create",), "policy", "v1"),
                           Subresource("status", "Pod", ("get", "patch", "update"))))
-NAMESPACES = Kind("", "v1", "namespaces", "Namespace", False, ("create", "delete", "get", "list", "patch", "update"),
+NAMESPACES = Kind("", "v1", "namespaces", "Namespace", False,
                   short_names=("ns",), fields=("status.phase",))
 EVENTS = Kind("", "v1", "events", "Event", True, short_names=("ev",), fields=_EVENT_FIELDS)
 SERVICE_ACCOUNTS = Kind("", "v1", "serviceaccounts", "ServiceAccount", True, short_names=("sa",))
