@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, Dict, List
 
 import pytest
+from inprocess import InProcessTransport
 
 from vmss_terminate.agent import decisions as D
 from vmss_terminate.agent.imds import ImdsClient
@@ -68,7 +69,7 @@ def test_latest_asks_imds_and_says_which_version_it_chose(imds: Imds, tmp_path: 
     assert runs(tmp_path / "out")[0]["env"]["VMSS_TERMINATE_EVENT_SOURCE"] == "User"
 
 
-def test_latest_skips_versions_imds_lists_but_scheduled_events_does_not_serve() -> None:
+def test_latest_skips_versions_imds_lists_but_scheduled_events_does_not_serve(no_sockets: None) -> None:
     """Real IMDS lists its newest *instance* versions (e.g. 2025-04-07) in `newest-versions`;
     a version that Scheduled Events refuses (400) is skipped for the next."""
 
@@ -79,12 +80,12 @@ def test_latest_skips_versions_imds_lists_but_scheduled_events_does_not_serve() 
                                            ["2025-04-07", "2024-07-17", "2019-08-01"]})
             return super().handle(request)
 
-    with EmulatorServer(ListsInstanceVersions(PlacementGroup(), vm_name=VM, rate_limit=None)) as server:
-        client = ImdsClient(server.url, api_version="latest", first_call_timeout=5)
-        assert client.resolve_api_version(retry_for=0) == "2019-08-01"
-        assert client.discovered == ("2019-08-01", ["2025-04-07", "2024-07-17", "2019-08-01"])
-        tried = [r.query.get("api-version", [""])[0] for r in server.log.find(path_contains="scheduledevents")]
-        assert tried == ["", "2025-04-07", "2024-07-17", "2019-08-01"]
+    transport = InProcessTransport(ListsInstanceVersions(PlacementGroup(), vm_name=VM, rate_limit=None))
+    client = ImdsClient("http://127.0.0.1:9", api_version="latest", first_call_timeout=5, transport=transport)
+    assert client.resolve_api_version(retry_for=0) == "2019-08-01"
+    assert client.discovered == ("2019-08-01", ["2025-04-07", "2024-07-17", "2019-08-01"])
+    tried = [r.query.get("api-version", [""])[0] for r in transport.log.find(path_contains="scheduledevents")]
+    assert tried == ["", "2025-04-07", "2024-07-17", "2019-08-01"]
 
 
 def test_cli_accepts_latest_and_refuses_a_version_without_terminate(imds: Imds) -> None:
