@@ -105,6 +105,8 @@ class AgentMetrics:
                 self._cordoned[str(data.get("node", ""))] = 0.0
             elif kind in (D.KUBE_DRAINED, D.KUBE_NOT_DRAINED) and isinstance(data.get("seconds"), (int, float)):
                 self._drains.observe(float(data["seconds"]))
+                stayed = len(data.get("not_evicted") or ()) + len(data.get("still_terminating") or ())
+                self._count("kubernetes_pods_not_drained_total", (), stayed)
 
     def _count(self, name: str, labels: Labels, by: float = 1.0) -> None:
         series = self._counters.setdefault(name, {})
@@ -193,6 +195,8 @@ _COUNTERS = {
     "imds_requests_total": "IMDS requests by method, endpoint and outcome.",
     "kubernetes_pods_evicted_total": "--kubernetes: pod evictions the API server accepted.",
     "kubernetes_evictions_refused_total": "--kubernetes: evictions refused with 429 (a PodDisruptionBudget), retried.",
+    "kubernetes_pods_not_drained_total": "--kubernetes: pods a drain left on its node (not evicted, or evicted and "
+                                         "still terminating, at the deadline).",
 }
 
 

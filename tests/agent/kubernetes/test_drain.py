@@ -106,6 +106,7 @@ def test_a_pod_that_cannot_go_is_named_and_the_approval_comes_at_the_deadline(cl
     cluster.state.add_pod("db-0", NODE, labels={"app": "db"}, owner="ReplicaSet/db", grace=10)
     cluster.state.add_pdb("db", selector={"app": "db"}, max_unavailable=0)  # zero voluntary disruptions
     agent = cluster.agent(safety_margin=30)  # 1.5 real seconds between the deadline and NotBefore
+    metrics = AgentMetrics(agent).attach()
     not_before = float(int(cluster.clock.now()) + 60)  # whole seconds: NotBefore is sent as RFC 1123
     eid = cluster.group.add_event("Terminate", [VM], not_before=not_before)
     with Running(agent) as running:
@@ -119,6 +120,7 @@ def test_a_pod_that_cannot_go_is_named_and_the_approval_comes_at_the_deadline(cl
     assert all(e.code == 429 for e in cluster.state.evictions) and len(cluster.state.evictions) >= 2
     warning = [e for e in cluster.state.events() if e["reason"] == "TerminateDrainIncomplete"]
     assert warning and warning[0]["type"] == "Warning"
+    assert "vmss_terminate_kubernetes_pods_not_drained_total 1" in metrics.render()
 
 
 def test_a_cancelled_terminate_uncordons_what_this_agent_cordoned(cluster: Cluster) -> None:
