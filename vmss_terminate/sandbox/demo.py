@@ -257,14 +257,16 @@ def _totals(sandbox: Sandbox, options: DemoOptions, removed: List[str], scale_in
     # on_hook_failure=approve, which is not a drain)
     drained = {e.vm for e in entries if e.source == "agent" and e.kind == "hook_finished"} - {
         e.vm for e in entries if e.source == "agent" and e.kind == "hook_failed"}
+    # the drain hooks only: with --kubernetes the node drain is a step too, counted on its own line
+    hook_entries = [e for e in entries if e.source == "agent" and e.data.get("hook") != "kubernetes:drain"]
     totals: Dict[str, Any] = {
         "instances_before": options.instances,
         "instances_after": len(sandbox.vm_names()),
         "deleted": len(deleted),
         "drained_and_approved": sum(1 for d in own if d.vm_name in drained),
         "approved_without_draining": sum(1 for d in own if d.vm_name not in drained),
-        "hooks_finished": sum(1 for e in entries if e.source == "agent" and e.kind == "hook_finished"),
-        "hooks_failed": sum(1 for e in entries if e.source == "agent" and e.kind == "hook_failed"),
+        "hooks_finished": sum(1 for e in hook_entries if e.kind == "hook_finished"),
+        "hooks_failed": sum(1 for e in hook_entries if e.kind == "hook_failed"),
         "approvals": len([a for a in sandbox.group.approvals if a.accepted]),
         "foreign_approvals": len(sandbox.group.foreign_approvals()),
         "foreign_events_ignored": sum(1 for e in entries if e.source == "agent" and e.kind == "not_ours"),
