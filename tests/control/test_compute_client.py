@@ -73,6 +73,7 @@ def test_a_fleet_audit_resolves_once_and_builds_one_client_per_subscription(
             state.add_scale_set(subscription, RG, f"web{i}", capacity=1,
                                 scheduled_events_profile={"terminateNotificationProfile": {
                                     "enable": True, "notBeforeTimeout": "PT10M"}})
+    state.rg_compute_resources = False  # stale counts from ARM's instance lists, not Resource Graph's summary
     arm = serve_arm_state(shared_arm, state, monkeypatch)
     with FleetSession(Connection(arm_endpoint=arm.arm_url, retry_total=1)) as session:
         report = audit(session=session)

@@ -240,3 +240,30 @@ def test_cli_refuses_latency_and_generate_out_of_range(args: List[str], message:
 def test_generate_bound_in_a_seed_is_refused() -> None:
     with pytest.raises(ValueError, match="at most"):
         ArmState().load_seed({"generate": {"scaleSets": fleetgen.MAX_SCALE_SETS + 1}})
+
+
+# ---------------------------------------------------------------- computeresources summary
+
+
+def _summary(http: requests.Session, arm: ArmServers, query: str) -> requests.Response:
+    return http.post(arm.arm_url + GRAPH, params={"api-version": "2021-03-01"}, timeout=5, json={"query": query})
+
+
+def test_computeresources_summary_counts_stale_instances_per_set(
+        http: requests.Session, arm: ArmServers, state: ArmState) -> None:
+    answer = _summary(http, arm, Scope().stale_summary_query())
+    assert answer.status_code == 200, answer.text
+    rows = {row["id"]: row for row in answer.json()["data"]}
+    mine = state.scale_set(SUB, "rg", "myvmss")
+    assert mine is not None
+    assert rows[mine.resource_id.lower()] == {"id": mine.resource_id.lower(), "instances": 5, "reported": 5,
+                                              "stale": 3}
+    grouped = _summary(http, arm, Scope.build(resource_groups=["nope"]).stale_summary_query())
+    assert grouped.json()["data"] == []
+    other = _summary(http, arm, "computeresources | where type =~ 'x' | project id")
+    assert other.status_code == 400  # only the summary is served, never an invented answer
+    state.rg_model_reported = False
+    assert {r["reported"] for r in _summary(http, arm, Scope().stale_summary_query()).json()["data"]} == {0}
+    state.rg_compute_resources = False
+    refused = _summary(http, arm, Scope().stale_summary_query())
+    assert refused.status_code == 400 and "computeresources" in refused.text

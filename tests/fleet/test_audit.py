@@ -111,15 +111,17 @@ def test_paging_and_call_count(arm: ArmServers, conn: Connection, state: ArmStat
     report = audit(connection=conn)
     total = len(state.scale_sets())
     assert len(report.scale_sets) == total == len({r.id for r in report.scale_sets})
-    assert report.calls["graph_pages"] == math.ceil(total / 3)
+    # the sets' pages, then the stale-instance summary's (one row per Uniform set with instances)
+    summarised = sum(1 for ss in state.scale_sets() if ss.orchestration == "Uniform" and ss.instances)
+    pages = math.ceil(total / 3) + math.ceil(summarised / 3)
+    assert report.calls["graph_pages"] == pages
     graph_posts = arm.arm_server.log.count("POST", "/providers/Microsoft.ResourceGraph/resources")
-    assert graph_posts == math.ceil(total / 3)
+    assert graph_posts == pages
     enabled_uniform = [r for r in report.scale_sets if r.enabled and r.uniform]
-    lists = [r for r in arm.arm_server.log.find("GET") if r.path.endswith("/virtualMachines")]
-    assert len(lists) == len(enabled_uniform) == report.calls["instance_lists"]
-    # nothing else: no per-set GET, no per-subscription crawl
-    others = [r for r in arm.arm_server.log.all() if "virtualMachineScaleSets" in r.path and not r.path.endswith(
-        "/virtualMachines")]
+    assert enabled_uniform and all(r.stale_instances is not None for r in enabled_uniform)
+    assert report.calls["instance_lists"] == 0  # paid per page, not per set
+    # nothing else: no per-set GET or list, no per-subscription crawl
+    others = [r for r in arm.arm_server.log.all() if "virtualMachineScaleSets" in r.path]
     assert others == []
 
 
@@ -130,7 +132,8 @@ def test_at_most_1000_subscriptions_per_query(arm: ArmServers, state: ArmState, 
     report = audit(Scope.build(subscriptions=many), connection=conn)
     assert {r.subscription_id for r in report.scale_sets} == {PROD}
     bodies = [json.loads(r.body) for r in arm.arm_server.log.find("POST", "ResourceGraph")]
-    assert [len(b["subscriptions"]) for b in bodies] == [1000, 501]
+    # the sets' query, then the stale-instance summary: each in chunks of at most 1,000 subscriptions
+    assert [len(b["subscriptions"]) for b in bodies] == [1000, 501, 1000, 501]
 
 
 def test_library_refuses_bad_input_before_any_request(arm: ArmServers, conn: Connection) -> None:
@@ -149,7 +152,8 @@ def test_audit_retries_read_throttling(arm: ArmServers) -> None:
     clock = ManualClock()
     state = ArmState(clock=clock)
     state.load_seed({"generate": {"scaleSets": 12, "subscriptions": 2, "capacity": 2, "special": False},
-                     "quotas": {"reads": {"bucket": 2, "refillPerSecond": 1}}})
+                     "quotas": {"reads": {"bucket": 2, "refillPerSecond": 1}},
+                     "resourceGraphComputeResources": False})  # stale counts from the instance lists
     arm.reset(state)
     report = audit(Scope.build(subscriptions=sorted({s.subscription for s in state.scale_sets()})), timeout=10,
                    connection=Connection(arm_endpoint=arm.arm_url), clock=clock, concurrency=4)

@@ -23,7 +23,6 @@ from vmss_terminate.commands.progress import ProgressBar, terminal_progress
 from vmss_terminate.control.commandline import command
 from vmss_terminate.control.connection import Connection
 from vmss_terminate.errors import StopSignal, interrupt_exit_code, interrupt_name
-from vmss_terminate.fleet.findings import IGNORABLE
 from vmss_terminate.fleet.options import AuditOptions, RolloutOptions
 from vmss_terminate.fleet.scope import Scope
 from vmss_terminate.signals import StopOnSignals
@@ -60,13 +59,8 @@ def fleet_options(options: Any) -> Callable[[Callable[..., Any]], Callable[..., 
 @output_option("table: for people; json: a list of scale set objects; csv / tsv: one row per scale set.",
                extra=("csv",))
 @click.option("--detailed-exitcode", is_flag=True, help="Exit 0: all compliant, 1: error, 2: something non-compliant.")
-@click.option("--ignore-finding", "ignore_findings", multiple=True, metavar="CODE",
-              type=click.Choice(list(IGNORABLE)),
-              help="With --detailed-exitcode: accept this finding (repeatable), e.g. spot, aks-managed or "
-                   "stale-unknown: a set with an ignored spot/aks-managed finding does not count, and an ignored "
-                   "finding no longer makes a set fail the gate. 'unreadable' cannot be ignored (exit 1).")
 def audit_command(scope: Scope, connection: Connection, options: AuditOptions, output: str,
-                  detailed_exitcode: bool, ignore_findings: Sequence[str]) -> None:
+                  detailed_exitcode: bool) -> None:
     """Inventory scale sets through Azure Resource Graph: terminate notification, timeout, stale
     instances and findings (disabled, timeout-differs, stale-model, stale-unknown, spot, aks-managed,
     force-deletion, automatic-repairs)."""
@@ -91,7 +85,7 @@ def audit_command(scope: Scope, connection: Connection, options: AuditOptions, o
         click.echo(f"error: {len(report.unreadable)} scale set(s) could not be read: the audit is incomplete",
                    err=True)
         click.get_current_context().exit(1)
-    if detailed_exitcode and report.failing(ignore_findings):
+    if detailed_exitcode and report.failing():
         click.get_current_context().exit(2)
 
 

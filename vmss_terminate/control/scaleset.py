@@ -29,6 +29,7 @@ from vmss_terminate.errors import AzureError
 
 FALLBACK_API_VERSION = "2024-11-01"
 """Sent when the SDK's own default cannot be read (its private request builder moved)."""
+STALE_FILTER = "properties/latestModelApplied eq false"
 
 
 class ComputeClient:
@@ -182,13 +183,16 @@ class ScaleSetClient:
         with self._errors(f"updating scale set {self.resource}"):
             self.compute.send("PATCH", self.resource_path, body)
 
-    def list_instances(self) -> List[Dict[str, Any]]:
-        """Every VM of the scale set (all pages, each page link followed once)."""
+    def list_instances(self, stale_only: bool = False) -> List[Dict[str, Any]]:
+        """Every VM of the scale set (all pages, each page link followed once); `stale_only`: only
+        those on an older model (the list's documented `$filter=properties/latestModelApplied eq
+        false`: fewer, smaller pages)."""
+        kwargs = dict(self.compute.call_kwargs())
+        if stale_only:
+            kwargs["filter"] = STALE_FILTER
         what = f"listing instances of {self.resource}"
         with self._errors(what):
-            pager = self.compute.sdk().virtual_machine_scale_set_vms.list(
-                self.resource_group, self.name, **self.compute.call_kwargs()
-            )
+            pager = self.compute.sdk().virtual_machine_scale_set_vms.list(self.resource_group, self.name, **kwargs)
             return [_model_dict(vm, "listing instances") for vm in read_pages(pager, what)]
 
     def list_flexible_members(self, scale_set_id: str) -> List[Dict[str, Any]]:

@@ -11,21 +11,19 @@ listed: enabling them makes every instance stale anyway, which `rollout` plans f
 from __future__ import annotations
 
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterable, List, Optional
+from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from vmss_terminate.clock import SYSTEM_CLOCK, Clock
-from vmss_terminate.control.arm_errors import ArmRequestError
 from vmss_terminate.control.connection import Connection
-from vmss_terminate.control.profile import parse_instance
 from vmss_terminate.control.subscriptions import match_subscription
-from vmss_terminate.errors import AzureError, VmssTerminateError
+from vmss_terminate.errors import AzureError
 from vmss_terminate.fleet import findings as codes
 from vmss_terminate.fleet.options import AuditOptions, with_fields
 from vmss_terminate.fleet.records import ScaleSetAudit, parse_row
 from vmss_terminate.fleet.scope import Scope, is_subscription_id
 from vmss_terminate.fleet.session import FleetSession
+from vmss_terminate.fleet.stale import count_stale
 
 MAX_SUBSCRIPTIONS_PER_QUERY = 1000
 _INACTIVE_STATES = ("disabled", "deleted")
@@ -41,6 +39,7 @@ class AuditReport:
     subscriptions: List[str]
     calls: Dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
+    ignore_findings: Tuple[str, ...] = ()  # accepted by the gate (`failing`), from AuditOptions
 
     @property
     def non_compliant(self) -> List[ScaleSetAudit]:
@@ -52,10 +51,11 @@ class AuditReport:
         incomplete, and the CLI exits 1 after printing the others."""
         return [s for s in self.scale_sets if s.unreadable is not None]
 
-    def failing(self, ignore: Iterable[str] = ()) -> List[ScaleSetAudit]:
+    def failing(self, ignore: Optional[Iterable[str]] = None) -> List[ScaleSetAudit]:
         """Sets that fail a compliance gate (`--detailed-exitcode`) when the findings in `ignore`
-        are accepted (`--ignore-finding`): see `findings.fails_gate`."""
-        ignored = codes.check_ignorable(ignore)
+        (default: the audit's `ignore_findings`, `--ignore-finding`) are accepted: see
+        `findings.fails_gate`."""
+        ignored = codes.check_ignorable(self.ignore_findings if ignore is None else ignore)
         return [s for s in self.scale_sets if codes.fails_gate(s.findings, s.compliant, ignored)]
 
     def to_dict(self) -> Dict[str, Any]:
@@ -99,10 +99,11 @@ def audit(
             calls["graph_pages"] += result.pages
             calls["duplicate_rows"] = calls.get("duplicate_rows", 0) + result.duplicates
             records.extend(r for r in (parse_row(row, names) for row in result.rows) if scope.selects_tags(r.tags))
-        _read_instances(session, [r for r in records if r.enabled], concurrency, calls)
+        count_stale(session, scope, chunks, [r for r in records if r.enabled], concurrency, calls)
         for record in records:
             record.evaluate(wanted)
-        return AuditReport(scope, wanted, records, subscriptions, calls, time.monotonic() - started)
+        return AuditReport(scope, wanted, records, subscriptions, calls, time.monotonic() - started,
+                           tuple(checked.ignore_findings))
     finally:
         if owned:
             session.close()
@@ -143,36 +144,3 @@ def _unique(items: List[str]) -> List[str]:
             seen.add(item.lower())
             out.append(item)
     return out
-
-
-def _read_instances(session: FleetSession, records: List[ScaleSetAudit], concurrency: int,
-                    calls: Dict[str, int]) -> None:
-    """Stale instances of enabled sets, concurrently (each subscription throttled on its own)."""
-    uniform = [r for r in records if r.uniform]
-    for record in records:
-        if not record.uniform:
-            record.instances_note = ("Flexible orchestration: per-instance latestModelApplied is not reported; "
-                                     "stale instances not counted")
-    calls["instance_lists"] += len(uniform)
-    if not uniform:
-        return
-    with ThreadPoolExecutor(max_workers=min(concurrency, len(uniform)), thread_name_prefix="fleet-audit") as pool:
-        list(pool.map(lambda record: _stale(session, record), uniform))
-
-
-def _stale(session: FleetSession, record: ScaleSetAudit) -> None:
-    with session.compute(record.subscription_id).scale_set(record.resource_group, record.name) as client:
-        try:
-            instances = [parse_instance(vm) for vm in client.list_instances()]
-        except ArmRequestError as exc:
-            if exc.status == 404:  # deleted since Resource Graph indexed it
-                record.instances_note = f"not found when listing instances: {exc}"
-                return
-            record.unreadable = str(exc)  # this set only: the others are still audited
-            return
-        except VmssTerminateError as exc:
-            record.unreadable = str(exc)
-            return
-    record.instances = len(instances)
-    record.stale_ids = [i.instance_id for i in instances if i.latest_model_applied is False]
-    record.stale_instances = len(record.stale_ids)

@@ -17,11 +17,13 @@ from typing import Any, Iterable, Optional, Tuple, Union
 
 from vmss_terminate.control.upgrade import DEFAULT_BATCH, BatchSize, UpgradeOptions
 from vmss_terminate.errors import UsageError
-from vmss_terminate.fleet.findings import FINDINGS, SKIPPED_BY_DEFAULT
+from vmss_terminate.fleet.findings import FINDINGS, IGNORABLE, SKIPPED_BY_DEFAULT, check_ignorable
 from vmss_terminate.params import option, whole_number
 from vmss_terminate.timeout import parse_timeout
 
-DEFAULT_CONCURRENCY = 16
+DEFAULT_CONCURRENCY = 64
+"""Scale sets worked on at once by default: a small estate (up to 64 sets) runs in one wave; the
+per-subscription throttle, not the worker count, is what keeps Azure's quotas (docs/benchmarks.md)."""
 MAX_CONCURRENCY = 256
 _concurrency = whole_number("concurrency", 1, MAX_CONCURRENCY)
 
@@ -44,10 +46,16 @@ class AuditOptions:
     timeout: Optional[int] = option(
         parse=parse_timeout,
         help="The notBeforeTimeout sets should have (5..15 minutes); without it any enabled timeout complies.")
+    ignore_findings: Iterable[str] = option(
+        (), flags=("--ignore-finding",), multiple=True, metavar="CODE", choices=IGNORABLE,
+        help="With --detailed-exitcode: accept this finding (repeatable), e.g. spot, aks-managed or "
+             "stale-unknown: a set with an ignored spot/aks-managed finding does not count, and an ignored "
+             "finding no longer makes a set fail the gate. 'unreadable' cannot be ignored (exit 1).")
 
     def __post_init__(self) -> None:
         if self.timeout is not None:
             _set(self, "timeout", parse_timeout(self.timeout))
+        _set(self, "ignore_findings", tuple(sorted(check_ignorable(self.ignore_findings))))
         if self.concurrency < 1:
             raise UsageError(f"invalid concurrency {self.concurrency}: must be >= 1")
 

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from vmss_terminate.control.names import check_resource_group
 from vmss_terminate.errors import UsageError
 
 SCALE_SET_TYPE = "microsoft.compute/virtualmachinescalesets"
+VM_TYPE = "microsoft.compute/virtualmachinescalesets/virtualmachines"
 PROJECTED = ("id", "name", "type", "subscriptionId", "resourceGroup", "location", "tags", "sku", "properties")
 _GUID = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
 _NAME_GLOB = re.compile(r"^[A-Za-z0-9_.\-*?\[\]!]+$")
@@ -57,10 +58,7 @@ class Scope:
     def query(self) -> str:
         """The Resource Graph query for this scope's selectors."""
         lines = ["resources", f"| where type =~ {kql_string(SCALE_SET_TYPE)}"]
-        if len(self.resource_groups) == 1:
-            lines.append(f"| where resourceGroup =~ {kql_string(self.resource_groups[0])}")
-        elif self.resource_groups:
-            lines.append(f"| where resourceGroup in~ ({', '.join(kql_string(g) for g in self.resource_groups)})")
+        lines += self._group_filters()
         # tags are matched by `selects_tags` on the rows: Azure tag names are case-insensitive and
         # values case-sensitive, and KQL's `tags['KEY']` looks names up case-sensitively
         if self.name:
@@ -68,6 +66,27 @@ class Scope:
         lines.append(f"| project {', '.join(PROJECTED)}")
         lines.append("| order by id asc")
         return "\n".join(lines)
+
+    def stale_summary_query(self) -> str:
+        """The Resource Graph query counting, per Uniform scale set in this scope's resource groups,
+        its VMs, those that report latestModelApplied and those on an older model (fleet/stale.py)."""
+        lines = ["computeresources", f"| where type =~ {kql_string(VM_TYPE)}"]
+        lines += self._group_filters()
+        lines += [
+            "| extend scaleSetId = tolower(extract('(?i)^(.*)/virtualmachines/[^/]+$', 1, id))",
+            "| extend latestModelApplied = tobool(properties.latestModelApplied)",
+            "| summarize instances = count(), reported = countif(isnotnull(latestModelApplied)), "
+            "stale = countif(latestModelApplied == false) by id = scaleSetId",
+            "| order by id asc",
+        ]
+        return "\n".join(lines)
+
+    def _group_filters(self) -> List[str]:
+        if len(self.resource_groups) == 1:
+            return [f"| where resourceGroup =~ {kql_string(self.resource_groups[0])}"]
+        if self.resource_groups:
+            return [f"| where resourceGroup in~ ({', '.join(kql_string(g) for g in self.resource_groups)})"]
+        return []
 
     def selects_tags(self, tags: Mapping[str, Any]) -> bool:
         """Every `--tag KEY=VALUE` matches: names case-insensitively (as Azure treats tag names),

@@ -58,6 +58,8 @@ Seed format (JSON file or dict; see examples/seed.json)::
       "resourceGraphPageSize": 1000,         # optional: rows per Resource Graph page (max 1000)
       "resourceGraphTruncated": false,       # optional: true = a result over one page is cut off
                                              # (resultTruncated "true", no $skipToken)
+      "resourceGraphComputeResources": true, # optional: false = the computeresources summary answers 400
+      "resourceGraphModelReported": true,    # optional: false = its rows carry no latestModelApplied
       "quotas": {"writes": {"bucket": 40, "refillPerSecond": 20}},  # optional: see quota.py (also
                                              #   per subscription and Compute policies)
       "computeHeaders": "separate",          # optional: or "joined" (Compute policies in one header)
@@ -299,6 +301,8 @@ class ArmState:
         # Resource Graph answers a result larger than a page with resultTruncated "true" and no
         # $skipToken (as it does for queries it cannot page): the client must fail, not under-count
         self.rg_truncated = False
+        self.rg_compute_resources = True  # False: the computeresources summary answers 400 (no such table)
+        self.rg_model_reported = True  # False: computeresources rows carry no latestModelApplied
         self.quotas = Quotas(clock)  # per-subscription read/write quotas (none configured: off)
         self._management_groups: Dict[str, List[str]] = {}
 
@@ -480,6 +484,10 @@ class ArmState:
             self.rg_page_size = max(1, min(1000, int(seed["resourceGraphPageSize"])))
         if "resourceGraphTruncated" in seed:
             self.rg_truncated = seed["resourceGraphTruncated"] is True
+        if "resourceGraphComputeResources" in seed:
+            self.rg_compute_resources = seed["resourceGraphComputeResources"] is not False
+        if "resourceGraphModelReported" in seed:
+            self.rg_model_reported = seed["resourceGraphModelReported"] is not False
         if "quotas" in seed:
             self.quotas.configure(parse_limits(seed["quotas"]))
         if "computeHeaders" in seed:

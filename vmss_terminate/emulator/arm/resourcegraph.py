@@ -22,6 +22,25 @@ Understood (whitespace free, keywords and operators case-sensitive as in KQL, st
     | project id, name, type, subscriptionId, resourceGroup, location, tags, sku, properties
     | order by id asc                        (optional; rows are always returned in id order)
 
+And one summary over `computeresources` (the scale-set VMs of Uniform sets: their model view),
+with the same optional `resourceGroup` filters; the rest of the query must be exactly
+`COMPUTE_SUMMARY` (whitespace aside)::
+
+    computeresources
+    | where type =~ 'microsoft.compute/virtualmachinescalesets/virtualmachines'
+    | where resourceGroup =~ 'RG' ...                                  (optional, as above)
+    | extend scaleSetId = tolower(extract('(?i)^(.*)/virtualmachines/[^/]+$', 1, id))
+    | extend latestModelApplied = tobool(properties.latestModelApplied)
+    | summarize instances = count(), reported = countif(isnotnull(latestModelApplied)),
+        stale = countif(latestModelApplied == false) by id = scaleSetId
+    | order by id asc
+
+    one row per Uniform scale set with instances: {"id" (lower case), "instances", "reported", "stale"}.
+    `state.rg_compute_resources = False` (seed `"resourceGraphComputeResources": false`) answers it
+    400 as a cloud without the table would; `state.rg_model_reported = False` (seed
+    `"resourceGraphModelReported": false`) serves rows whose VMs carry no latestModelApplied
+    (`reported` 0), as the property's absence would look.
+
 Request body: `subscriptions` (at most 1,000) and/or `managementGroups` (subscriptions from the
 seed's `managementGroups`); neither = every subscription the emulator knows. `options`:
 `resultFormat` objectArray (the default; `table` is refused), `$top` (<= 1,000; default and cap
@@ -48,6 +67,14 @@ from vmss_terminate.emulator.server import Response
 
 API_VERSIONS = ("2021-03-01", "2022-10-01", "2024-04-01")
 SCALE_SET_TYPE = "microsoft.compute/virtualmachinescalesets"
+VM_TYPE = "microsoft.compute/virtualmachinescalesets/virtualmachines"
+COMPUTE_SUMMARY = (
+    "| extend scaleSetId = tolower(extract('(?i)^(.*)/virtualmachines/[^/]+$', 1, id)) "
+    "| extend latestModelApplied = tobool(properties.latestModelApplied) "
+    "| summarize instances = count(), reported = countif(isnotnull(latestModelApplied)), "
+    "stale = countif(latestModelApplied == false) by id = scaleSetId "
+    "| order by id asc"
+)
 PROJECTED = ("id", "name", "type", "subscriptionId", "resourceGroup", "location", "tags", "sku", "properties")
 MAX_SUBSCRIPTIONS = 1000
 MAX_TOP = 1000
@@ -72,6 +99,7 @@ class Query:
     resource_groups: List[str] = field(default_factory=list)
     tags: List[Tuple[str, str, bool]] = field(default_factory=list)  # (name, value, exact `==`)
     name_pattern: Optional["re.Pattern[str]"] = None
+    summary: bool = False  # the computeresources summary (stale instances per scale set)
 
     def matches(self, ss: ScaleSetRecord) -> bool:
         if self.resource_groups and ss.resource_group.lower() not in {g.lower() for g in self.resource_groups}:
@@ -127,17 +155,43 @@ class _Parser:
         return _unquote(self.take(kind="str"))
 
 
-def parse_query(text: str) -> Query:
-    """Parse one of the served query forms (module docstring); QueryError otherwise."""
-    p = _Parser(text)
-    query = Query()
-    p.take("resources")
+def _table_and_type(p: _Parser, table: str, resource_type: str) -> None:
+    """`TABLE | where type =~ 'TYPE'`, the start of every served query."""
+    p.take(table)
     p.take("|")
     p.take("where")
     p.take("type")
     p.take("=~")
-    if p.string().lower() != SCALE_SET_TYPE:
-        raise QueryError(f"only type =~ '{SCALE_SET_TYPE}' is served by the emulator", 0, "type")
+    if p.string().lower() != resource_type:
+        raise QueryError(f"only type =~ '{resource_type}' is served from {table} by the emulator", 0, "type")
+
+
+def _summary_query(text: str) -> Query:
+    """The computeresources summary: the type filter, optional resourceGroup filters, then exactly
+    COMPUTE_SUMMARY."""
+    at = text.find("| extend")
+    if at < 0 or " ".join(text[at:].split()) != " ".join(COMPUTE_SUMMARY.split()):
+        raise QueryError("computeresources is served only for the stale-instance summary "
+                         "(resourcegraph.COMPUTE_SUMMARY)", max(at, 0), "computeresources")
+    p = _Parser(text[:at])
+    query = Query(summary=True)
+    _table_and_type(p, "computeresources", VM_TYPE)
+    while p.peek() is not None:
+        p.take("|")
+        p.take("where")
+        if p.peek() is None or p.peek()[1] != "resourceGroup":  # type: ignore[index]
+            raise QueryError("only resourceGroup filters are served before the summary", at, "where")
+        _where(p, query)
+    return query
+
+
+def parse_query(text: str) -> Query:
+    """Parse one of the served query forms (module docstring); QueryError otherwise."""
+    if text.lstrip().startswith("computeresources"):
+        return _summary_query(text)
+    p = _Parser(text)
+    query = Query()
+    _table_and_type(p, "resources", SCALE_SET_TYPE)
     projected = False
     while p.peek() is not None:
         p.take("|")
@@ -219,6 +273,17 @@ def row(ss: ScaleSetRecord) -> Dict[str, Any]:
     }
 
 
+def _has_vms(ss: ScaleSetRecord) -> bool:
+    return ss.orchestration == "Uniform" and bool(ss.live_instances())
+
+
+def summary_row(ss: ScaleSetRecord, reported: bool = True) -> Dict[str, Any]:
+    """A Uniform scale set's row of the computeresources summary (its live instances)."""
+    live = ss.live_instances()
+    return {"id": ss.resource_id.lower(), "instances": len(live), "reported": len(live) if reported else 0,
+            "stale": sum(1 for inst in live if not inst.latest_model_applied) if reported else 0}
+
+
 def error(status: int, message: str, details: List[Dict[str, Any]]) -> Response:
     """Resource Graph's error body: a BadRequest with the real problem in `details`."""
     return Response.json(status, {"error": {
@@ -285,11 +350,17 @@ def answer(state: ArmState, body: Any) -> Response:
             return error(400, f"Management group '{group}' was not found or is not accessible.",
                          [{"code": "ManagementGroupNotFound", "message": f"Management group '{group}' was not found."}])
         scope.update(s.lower() for s in members)
+    if query.summary and not state.rg_compute_resources:
+        return error(400, "Table 'computeresources' is not available in this cloud.", [
+            {"code": "InvalidQuery", "message": "Query is invalid."},
+            {"code": "UnknownTable", "message": "Unknown table 'computeresources' (emulator: "
+                                                "state.rg_compute_resources is False)"}])
     with state.lock:
         selected = sorted((ss for ss in state.scale_sets()
                            if (not subscriptions and not groups or ss.subscription.lower() in scope)
-                           and query.matches(ss)), key=lambda ss: ss.resource_id.lower())
-        rows = [row(ss) for ss in selected]
+                           and query.matches(ss) and (not query.summary or _has_vms(ss))),
+                          key=lambda ss: ss.resource_id.lower())
+        shape = (lambda ss: summary_row(ss, state.rg_model_reported)) if query.summary else row
     try:
         top = int(options.get("$top") or min(MAX_TOP, state.rg_page_size))
         skip = int(options.get("$skip") or 0)
@@ -304,10 +375,11 @@ def answer(state: ArmState, body: Any) -> Response:
         if offset is None:
             return _bad_request("The $skipToken is invalid for this query.", "InvalidSkipToken")
         start = offset
-    page = rows[start:start + top]
-    payload: Dict[str, Any] = {"totalRecords": len(rows), "count": len(page),
+    with state.lock:  # only the page's rows are rendered: a big estate is paged, not re-rendered
+        page = [shape(ss) for ss in selected[start:start + top]]
+    payload: Dict[str, Any] = {"totalRecords": len(selected), "count": len(page),
                                "data": page, "facets": [], "resultTruncated": "false"}
-    if start + top < len(rows):
+    if start + top < len(selected):
         if state.rg_truncated:
             payload["resultTruncated"] = "true"
         else:
