@@ -3,6 +3,7 @@ Eviction subresource's PodDisruptionBudget arithmetic and the pod life cycle on 
 
 from __future__ import annotations
 
+import base64
 import json
 from typing import Any, Dict, List, Optional
 
@@ -321,3 +322,41 @@ def test_objects_are_created_in_their_namespace_only(api: requests.Session) -> N
     other = api.post(_url(api, "/api/v1/namespaces/kube-system/configmaps"), json=body, timeout=5)
     assert (other.status_code, other.json()["reason"]) == (400, "BadRequest")  # the body names another namespace
     assert api.delete(_url(api, "/api/v1/namespaces/default/configmaps"), timeout=5).status_code == 405
+
+
+def test_with_no_node_to_take_the_replacement_the_budget_stays_closed(
+        api: requests.Session, state: KubeState, clock: ManualClock) -> None:
+    """The faithful stuck drain: the only other node is cordoned, the ReplicaSet's replacement stays
+    Pending, so the budget never allows the second eviction (kubectl drain would wait forever too)."""
+    _web(state, replicas=2, grace=1)
+    state.add_node("n2", unschedulable=True)
+    state.patch(NODES, "", "n1", "application/merge-patch+json", {"spec": {"unschedulable": True}})  # draining
+    state.add_pdb("web", selector={"app": "web"}, max_unavailable=1)
+    assert _evict(api, "web-0").status_code == 200
+    clock.advance(1)
+    pending = [p for p in state.list(PODS) if p["metadata"]["name"] not in ("web-0", "web-1")]
+    assert [(p["status"]["phase"], p["spec"].get("nodeName")) for p in pending] == [("Pending", None)]
+    assert _evict(api, "web-1").status_code == 429
+
+
+def test_deleting_a_node_removes_its_pods_and_replaces_them_elsewhere(api: requests.Session, state: KubeState) -> None:
+    _web(state, replicas=1, node="n1")
+    state.add_node("n2")
+    assert api.delete(_url(api, "/api/v1/nodes/n1"), timeout=5).status_code == 200
+    assert [r.name for r in state.removals] == ["web-0"]
+    assert [p["spec"]["nodeName"] for p in state.list(PODS)] == ["n2"]
+
+
+def test_a_service_account_token_secret_is_filled_and_authenticates(kube: KubeServers, api: requests.Session) -> None:
+    secret = {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/service-account-token",
+              "metadata": {"name": "agent-token", "annotations": {"kubernetes.io/service-account.name": "agent"}}}
+    orphan = api.post(_url(api, "/api/v1/namespaces/default/secrets"), json=secret, timeout=5).json()
+    assert "data" not in orphan  # no such ServiceAccount (yet): the token controller leaves it alone
+    api.delete(_url(api, "/api/v1/namespaces/default/secrets/agent-token"), timeout=5)
+    api.post(_url(api, "/api/v1/namespaces/default/serviceaccounts"), json={"metadata": {"name": "agent"}}, timeout=5)
+    filled = api.post(_url(api, "/api/v1/namespaces/default/secrets"), json=secret, timeout=5).json()
+    token = base64.b64decode(filled["data"]["token"]).decode()
+    as_agent = {"Authorization": f"Bearer {token}"}
+    assert requests.get(kube.url + "/api/v1/nodes", headers=as_agent, timeout=5).status_code == 200
+    api.delete(_url(api, "/api/v1/namespaces/default/serviceaccounts/agent"), timeout=5)
+    assert requests.get(kube.url + "/api/v1/nodes", headers=as_agent, timeout=5).status_code == 401
