@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any, Dict
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from vmss_terminate.agent.kubernetes import yamlish
 from vmss_terminate.agent.kubernetes.credentials import from_kubeconfig, in_cluster, load_access
@@ -132,3 +134,21 @@ def test_the_yaml_subset_reads_what_yaml_reads() -> None:
             "      port: 6443\n      flag: false\nusers:\n- name: u\n  user:\n    token: a#b\n    exec: {}\n"
             "nested:\n-\n  - 1\n  - 'it''s'\nempty:\n")
     assert yamlish.loads(text) == yaml.safe_load(text)
+
+
+_TEXT = st.text(st.characters(min_codepoint=32, max_codepoint=0x2FF, blacklist_categories=("Cc",)), max_size=30)
+_SCALARS = st.one_of(_TEXT, st.integers(-10**6, 10**6), st.booleans(), st.none())
+_KEYS = st.text(st.characters(min_codepoint=33, max_codepoint=126), min_size=1, max_size=12)
+_DOCS = st.recursive(_SCALARS, lambda inner: st.one_of(st.lists(inner, max_size=4),
+                                                        st.dictionaries(_KEYS, inner, max_size=4)), max_leaves=20)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(_KEYS, _DOCS, min_size=1, max_size=5))
+def test_the_yaml_subset_reads_block_yaml_as_pyyaml_writes_it(document: Dict[str, Any]) -> None:
+    """Whatever PyYAML writes in block style with one scalar a line (as kubectl does) reads back as
+    the same document: plain, single- and double-quoted scalars and keys (escapes included), nested
+    mappings and sequences, empty collections."""
+    yaml = pytest.importorskip("yaml")
+    text = yaml.safe_dump(document, default_flow_style=False, width=float("inf"), allow_unicode=True)
+    assert yamlish.loads(text) == document

@@ -18,6 +18,7 @@ from typing import Any, Dict, List, Optional, Tuple
 _Line = Tuple[int, str, int]  # (indent, content without comment, line number)
 
 HINT = "write it as JSON with: kubectl config view --flatten -o json > FILE"
+_BLANK = " \t"  # YAML's white space (str.strip() would also take \xa0 and the like, which are text)
 
 
 class YamlSubsetError(ValueError):
@@ -26,7 +27,7 @@ class YamlSubsetError(ValueError):
 
 def loads(text: str) -> Any:
     """The document in `text` (JSON, or block YAML as kubeconfig files are written)."""
-    stripped = text.lstrip("\ufeff").strip()
+    stripped = text.lstrip("\ufeff").strip(_BLANK + "\r\n")
     if stripped.startswith("{"):
         try:
             return json.loads(stripped)
@@ -43,19 +44,19 @@ def loads(text: str) -> Any:
 
 def _lines(text: str) -> List[_Line]:
     out: List[_Line] = []
-    for number, raw in enumerate(text.splitlines(), 1):
-        if "\t" in raw[: len(raw) - len(raw.lstrip())]:
+    for number, raw in enumerate(text.replace("\r\n", "\n").split("\n"), 1):  # YAML breaks lines at \n only
+        if "\t" in raw[: len(raw) - len(raw.lstrip(_BLANK))]:
             raise YamlSubsetError(f"line {number}: tab in indentation")
-        content = _strip_comment(raw).rstrip()
-        if not content.strip():
+        content = _strip_comment(raw).rstrip(_BLANK + "\r")
+        if not content.strip(_BLANK):
             continue
-        if content.strip() == "---":
+        if content.strip(_BLANK) == "---":
             if out:
                 raise YamlSubsetError(f"line {number}: more than one document")
             continue
-        if content.strip() == "...":
+        if content.strip(_BLANK) == "...":
             break
-        out.append((len(content) - len(content.lstrip(" ")), content.strip(), number))
+        out.append((len(content) - len(content.lstrip(" ")), content.strip(_BLANK), number))
     return out
 
 
@@ -124,17 +125,56 @@ def _mapping(lines: List[_Line], i: int, indent: int) -> Tuple[Dict[str, Any], i
     return result, i
 
 
-_PLAIN_KEY = re.compile(r"^([^'\"\s:#\[\]{},&*!|>%@`][^:]*?|\"(?:[^\"\\]|\\.)*\"|'(?:[^']|'')*')\s*:(?:\s+(.*)|)$")
+_QUOTED_KEY = re.compile(r"^(\"(?:[^\"\\]|\\.)*\"|'(?:[^']|'')*')\s*:(?:\s+(.*)|)$")
+_PLAIN_START = re.compile(r"^[^-?:,\[\]{}#&*!|>'\"%@`\s]|^[-?:][^\s]")
 
 
 def _split_key(content: str) -> Optional[Tuple[str, str]]:
-    match = _PLAIN_KEY.match(content)
-    if match is None:
+    """(key, the rest) of `key: value` / `key:`; a plain key may hold `:` not followed by a space."""
+    quoted = _QUOTED_KEY.match(content)
+    if quoted is not None:
+        return str(_scalar(quoted.group(1), 0)), (quoted.group(2) or "").strip(_BLANK)
+    if not _PLAIN_START.match(content):
         return None
-    key = match.group(1).strip()
-    if key[:1] in "'\"":
-        key = str(_scalar(key, 0))
-    return key, (match.group(2) or "").strip()
+    for i, ch in enumerate(content):
+        if ch == ":" and (i + 1 == len(content) or content[i + 1] == " "):
+            key = content[:i].rstrip(_BLANK)
+            return (key, content[i + 1:].strip(_BLANK)) if key else None
+    return None
+
+
+_ESCAPES = {"0": "\0", "a": "\a", "b": "\b", "t": "\t", "\t": "\t", "n": "\n", "v": "\v", "f": "\f",
+            "r": "\r", "e": "\x1b", " ": " ", "\"": "\"", "/": "/", "\\": "\\", "N": "\x85", "_": "\xa0",
+            "L": "\u2028", "P": "\u2029"}
+_HEX = {"x": 2, "u": 4, "U": 8}
+
+
+def _double_quoted(text: str, number: int) -> str:
+    """A YAML double-quoted scalar on one line, its escapes (`\\n`, `\\x85`, `\\u2028`, ...) decoded."""
+    if len(text) < 2 or not text.endswith('"'):
+        raise YamlSubsetError(f"line {number}: unreadable double-quoted string; {HINT}")
+    body, out, i = text[1:-1], [], 0
+    while i < len(body):
+        ch = body[i]
+        if ch == '"':
+            raise YamlSubsetError(f"line {number}: unreadable double-quoted string; {HINT}")
+        if ch != "\\":
+            out.append(ch)
+            i += 1
+            continue
+        code = body[i + 1:i + 2]
+        if code in _ESCAPES:
+            out.append(_ESCAPES[code])
+            i += 2
+        elif code in _HEX and re.fullmatch(f"[0-9A-Fa-f]{{{_HEX[code]}}}", body[i + 2:i + 2 + _HEX[code]]):
+            digits = body[i + 2:i + 2 + _HEX[code]]
+            if int(digits, 16) > 0x10FFFF:
+                raise YamlSubsetError(f"line {number}: escape beyond Unicode in a double-quoted string")
+            out.append(chr(int(digits, 16)))
+            i += 2 + _HEX[code]
+        else:
+            raise YamlSubsetError(f"line {number}: unknown escape in a double-quoted string; {HINT}")
+    return "".join(out)
 
 
 def _scalar(text: str, number: int) -> Any:
@@ -142,11 +182,7 @@ def _scalar(text: str, number: int) -> Any:
         what = {"&": "anchors", "*": "aliases", "!": "tags", "|": "block scalars", ">": "block scalars"}[text[0]]
         raise YamlSubsetError(f"line {number}: YAML {what} are not read here; {HINT}")
     if text.startswith('"'):
-        try:
-            value = json.loads(text)
-        except ValueError:
-            raise YamlSubsetError(f"line {number}: unreadable double-quoted string; {HINT}") from None
-        return value
+        return _double_quoted(text, number)
     if text.startswith("'"):
         if len(text) < 2 or not text.endswith("'") or "'" in text[1:-1].replace("''", ""):
             raise YamlSubsetError(f"line {number}: unreadable single-quoted string")
