@@ -347,7 +347,7 @@ def test_deleting_a_node_removes_its_pods_and_replaces_them_elsewhere(api: reque
     assert [p["spec"]["nodeName"] for p in state.list(PODS)] == ["n2"]
 
 
-def test_a_service_account_token_secret_is_filled_and_authenticates(kube: KubeServers, api: requests.Session) -> None:
+def test_a_service_account_token_authenticates_and_rbac_authorizes_it(kube: KubeServers, api: requests.Session) -> None:
     secret = {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/service-account-token",
               "metadata": {"name": "agent-token", "annotations": {"kubernetes.io/service-account.name": "agent"}}}
     orphan = api.post(_url(api, "/api/v1/namespaces/default/secrets"), json=secret, timeout=5).json()
@@ -357,6 +357,18 @@ def test_a_service_account_token_secret_is_filled_and_authenticates(kube: KubeSe
     filled = api.post(_url(api, "/api/v1/namespaces/default/secrets"), json=secret, timeout=5).json()
     token = base64.b64decode(filled["data"]["token"]).decode()
     as_agent = {"Authorization": f"Bearer {token}"}
+    assert requests.get(kube.url + "/api", headers=as_agent, timeout=5).status_code == 200  # discovery: open
+    denied = requests.get(kube.url + "/api/v1/nodes", headers=as_agent, timeout=5)  # authenticated, no RBAC yet
+    assert (denied.status_code, denied.json()["reason"], denied.json()["message"]) == (
+        403, "Forbidden", 'nodes is forbidden: User "system:serviceaccount:default:agent" cannot list resource '
+                          '"nodes" in API group "" at the cluster scope')
+    api.post(_url(api, "/apis/rbac.authorization.k8s.io/v1/clusterroles"), timeout=5, json={
+        "metadata": {"name": "node-reader"}, "rules": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["list"]}]})
+    api.post(_url(api, "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings"), timeout=5, json={
+        "metadata": {"name": "agent-reads-nodes"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "node-reader"},
+        "subjects": [{"kind": "ServiceAccount", "name": "agent", "namespace": "default"}]})
     assert requests.get(kube.url + "/api/v1/nodes", headers=as_agent, timeout=5).status_code == 200
+    assert requests.get(kube.url + "/api/v1/pods", headers=as_agent, timeout=5).status_code == 403
     api.delete(_url(api, "/api/v1/namespaces/default/serviceaccounts/agent"), timeout=5)
     assert requests.get(kube.url + "/api/v1/nodes", headers=as_agent, timeout=5).status_code == 401

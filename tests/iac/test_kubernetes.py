@@ -9,11 +9,14 @@ If the template test fails after a change to vmss_terminate/iac/kubernetes.py, r
 from __future__ import annotations
 
 import base64
+import json
 import shlex
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Tuple
 
 import pytest
 import yaml
@@ -21,11 +24,11 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
 
-from helpers import cli_command, invoke_cli  # noqa: E402
+from helpers import cli_command, invoke_cli, poll_until  # noqa: E402
 from kube_helpers import KUBECTL, Kubectl, needs_kubectl, serve_for_kubectl  # noqa: E402
 
 from vmss_terminate.cli import main  # noqa: E402
-from vmss_terminate.emulator.kube import NODES, KubeState  # noqa: E402
+from vmss_terminate.emulator.kube import NODES, KubeState, start_kube  # noqa: E402
 from vmss_terminate.emulator.kube.kinds import SECRETS  # noqa: E402
 from vmss_terminate.iac import kubernetes  # noqa: E402
 
@@ -216,3 +219,62 @@ if __name__ == "__main__" and sys.argv[1:] == ["--write"]:
     for name, produce in GENERATED.items():
         (TEMPLATES / name).write_text(produce(), encoding="utf-8")
         print(f"wrote templates/kubernetes/{name}")
+
+
+def _drain_as_the_templates_account(tmp_path: Path, rules: Any = None) -> Tuple[KubeState, Any, Any]:
+    """The real agent drains its node with the token of host-rbac.yaml's ServiceAccount (RBAC enforced
+    by the emulator), `rules` replacing the ClusterRole's; returns the state, the API's request log
+    and the IMDS group once an approval arrived or a 403 was answered."""
+    from vmss_terminate.agent import Agent, AgentConfig
+    from vmss_terminate.emulator.imds.app import ImdsEmulator, PlacementGroup
+    from vmss_terminate.emulator.kube.launch import kubeconfig
+    from vmss_terminate.emulator.server import EmulatorServer
+
+    state = KubeState()
+    for doc in kubernetes.host_manifests():
+        if doc["kind"] == "ClusterRole" and rules is not None:
+            doc = dict(doc, rules=rules)
+        state.add_object(doc)
+    token = base64.b64decode(state.get(SECRETS, "kube-system", "vmss-terminate-token")["data"]["token"]).decode()
+    state.add_node("vmss000003")
+    state.add_node("vmss000001")
+    state.add_pod("web-1", "vmss000003", owner="ReplicaSet/web", grace=0)
+    state.add_daemonset("log-agent", namespace="kube-system")
+    state.add_pod("log-agent-1", "vmss000003", namespace="kube-system", owner="DaemonSet/log-agent")
+    group = PlacementGroup(auto_start=False)
+    with EmulatorServer(ImdsEmulator(group, vm_name="vmss_3", rate_limit=None)) as imds, \
+            start_kube(state, token="admin-token") as kube:
+        config = tmp_path / "kubeconfig"
+        config.write_text(json.dumps(kubeconfig(kube.url, token)))
+        agent = Agent(AgentConfig(imds_url=imds.url, state_file=":memory:", poll_interval=0.2, kubernetes=True,
+                                  kubeconfig=str(config), node_name="vmss000003", max_requests_per_second=200,
+                                  request_timeout=2.0, first_call_timeout=2.0, stop_grace=0.0, kill_grace=1.0))
+        group.add_event("Terminate", ["vmss_3"], not_before=time.time() + 600)
+        stop = threading.Event()
+        thread = threading.Thread(target=agent.run, args=(stop,), daemon=True)
+        thread.start()
+        try:
+            assert poll_until(lambda: bool(group.approvals) or kube.server.log.count() and any(
+                r.status == 403 for r in kube.server.log.all()), timeout=30)
+        finally:
+            stop.set()
+            thread.join(15)
+        return state, kube.server.log, group
+
+
+def test_the_templates_rbac_is_enough_for_the_agents_drain(tmp_path: Path) -> None:
+    state, log, group = _drain_as_the_templates_account(tmp_path)
+    assert [r.status for r in log.all() if r.status == 403] == []
+    assert len(group.approvals) == 1
+    assert [(e.name, e.code) for e in state.evictions] == [("web-1", 200)]
+    assert state.get(NODES, "", "vmss000003")["spec"]["unschedulable"] is True
+    assert {e["reason"] for e in state.events()} >= {"TerminateNotice"}
+
+
+def test_without_the_eviction_rule_the_agent_is_forbidden(tmp_path: Path) -> None:
+    """The control: the emulator enforces RBAC, so the test above could fail."""
+    rules = [rule for rule in kubernetes.cluster_rules() if rule["resources"] != ["pods/eviction"]]
+    state, log, _ = _drain_as_the_templates_account(tmp_path, rules)
+    forbidden = [r for r in log.all() if r.status == 403]
+    assert forbidden and all(r.method == "POST" and r.path.endswith("/eviction") for r in forbidden)
+    assert state.evictions == []

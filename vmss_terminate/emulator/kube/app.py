@@ -24,12 +24,12 @@ says where when `allowWatchBookmarks` is asked); too old a resourceVersion is an
 a 410 Expired Status, so the client lists again.
 
 Not served: server-side apply,
-protobuf, OpenAPI documents (`/openapi/v2`, `/openapi/v3` are 404: use `kubectl --validate=false`),
-authorization (a valid token may do everything).
+protobuf, OpenAPI documents (`/openapi/v2`, `/openapi/v3` are 404: use `kubectl --validate=false`).
 
 Authentication: when the emulator has a token, every other request needs `Authorization: Bearer
-<token>` -- that token, or the token of a service-account-token Secret (the emulator fills them
-like the token controller) -- else 401 Unauthorized.
+<token>` -- that token (cluster-admin), or the token of a service-account-token Secret (the
+emulator fills them like the token controller) -- else 401 Unauthorized. A service account's
+requests go through RBAC (`rbac.py`): 403 Forbidden unless a bound Role or ClusterRole allows them.
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ from typing import Any, Callable, Dict, Optional, Tuple
 from vmss_terminate.emulator.kube import discovery, protobuf, table
 from vmss_terminate.emulator.kube.kinds import GROUPS, NODES, PODS, Kind, find_kind
 from vmss_terminate.emulator.kube.patch import PATCH_TYPES
+from vmss_terminate.emulator.kube.rbac import Account
 from vmss_terminate.emulator.kube.selectors import SelectorError, parse_field_selector, parse_label_selector
 from vmss_terminate.emulator.kube.state import KubeState
 from vmss_terminate.emulator.kube.status import (
@@ -58,6 +59,8 @@ from vmss_terminate.emulator.server import Request, Response
 __all__ = ["KubeEmulator"]
 
 _OPEN = ("/healthz", "/livez", "/readyz", "/version")
+_VERBS = {"GET": "get", "POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}
+_COLLECTION_VERBS = {"GET": "list", "POST": "create", "DELETE": "deletecollection"}
 WATCH_WAIT = 1.0  # real seconds a watch waits for a change before answering (and the client re-watches)
 _RESOURCE = r"(?P<rest>(?:/[^/]+){1,5})"
 CORE = path_pattern(r"/api/(?P<version>v1)" + _RESOURCE + "/?")
@@ -102,14 +105,20 @@ class KubeEmulator:
         except ApiError as error:
             return error.response()
 
-    def _authenticate(self, request: Request) -> None:
+    def _authenticate(self, request: Request) -> Optional[Account]:
+        """None for the emulator's own token (cluster-admin), the ServiceAccount for one of its tokens;
+        401 for anything else."""
         header = request.header("Authorization") or ""
         scheme, _, credential = header.partition(" ")
         credential = credential.strip()
         if scheme.lower() != "bearer" or not credential:
             raise unauthorized()
-        if not hmac.compare_digest(credential, self.token or "") and not self.state.token_is_valid(credential):
+        if hmac.compare_digest(credential, self.token or ""):
+            return None
+        account = self.state.account_of(credential)
+        if account is None:
             raise unauthorized()
+        return account
 
     # -- resources ------------------------------------------------------------------------
 
@@ -133,9 +142,19 @@ class KubeEmulator:
         return kind, namespace, name, sub
 
     def _resolve(self, request: Request, version: str, rest: str, group: str = "") -> Target:
+        """The request's target, once RBAC allows a service account's request for it."""
         if group and group not in GROUPS:
             raise not_found_path()
-        return self._target(version, rest, group)
+        kind, namespace, name, sub = self._target(version, rest, group)
+        if self.token is not None:
+            account = self._authenticate(request)
+            if account is not None:
+                verb = _VERBS[request.method] if name is not None else _COLLECTION_VERBS.get(request.method, "")
+                if verb == "list" and request.param("watch") in ("true", "1"):
+                    verb = "watch"
+                resource = f"{kind.plural}/{sub}" if sub else kind.plural
+                self.state.authorize(account, verb, kind, resource, namespace, name)
+        return kind, namespace, name, sub
 
     def _list_or_get(self, request: Request, version: str, rest: str, group: str = "") -> Response:
         kind, namespace, name, sub = self._resolve(request, version, rest, group)

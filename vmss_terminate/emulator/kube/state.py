@@ -33,8 +33,10 @@ from dataclasses import dataclass
 from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from vmss_terminate.clock import SYSTEM_CLOCK, Clock, wait_until
-from vmss_terminate.emulator.kube import disruption, events, objects, validation
+from vmss_terminate.emulator.kube import disruption, events, objects, rbac, validation
 from vmss_terminate.emulator.kube.kinds import (
+    CLUSTER_ROLE_BINDINGS,
+    CLUSTER_ROLES,
     DAEMON_SETS,
     DEPLOYMENTS,
     EVENTS,
@@ -45,6 +47,8 @@ from vmss_terminate.emulator.kube.kinds import (
     PDBS,
     PODS,
     REPLICA_SETS,
+    ROLE_BINDINGS,
+    ROLES,
     SECRETS,
     SERVICE_ACCOUNTS,
     STATEFUL_SETS,
@@ -455,8 +459,8 @@ class KubeState:
         secret["data"] = {"ca.crt": b64(self.ca_pem or b""), "namespace": b64(metadata["namespace"].encode()),
                           "token": b64(secrets.token_urlsafe(32).encode())}
 
-    def token_is_valid(self, token: str) -> bool:
-        """True for the token of a service-account-token Secret whose ServiceAccount still exists."""
+    def account_of(self, token: str) -> Optional[rbac.Account]:
+        """The ServiceAccount whose service-account-token Secret holds `token` (while it exists)."""
         with self._lock:
             for (namespace, _), secret in self._objects[SECRETS.key].items():
                 if secret.get("type") != SA_TOKEN_TYPE:
@@ -465,8 +469,28 @@ class KubeState:
                 account = (secret["metadata"].get("annotations") or {}).get("kubernetes.io/service-account.name")
                 if stored and hmac.compare_digest(stored, token) and \
                         (namespace, account) in self._objects[SERVICE_ACCOUNTS.key]:
-                    return True
-            return False
+                    return namespace, str(account)
+            return None
+
+    def authorize(self, account: rbac.Account, verb: str, kind: Kind, resource: str, namespace: str,
+                  name: Optional[str]) -> None:
+        """RBAC (`rbac.py`) for a service account's request; raises ApiError 403 Forbidden."""
+        with self._lock:
+            objects_of = self._objects
+            rules = rbac.rules_for(
+                account, list(objects_of[CLUSTER_ROLE_BINDINGS.key].values()),
+                list(objects_of[ROLE_BINDINGS.key].values()),
+                {name_: obj for (_, name_), obj in objects_of[CLUSTER_ROLES.key].items()},
+                dict(objects_of[ROLES.key]))
+            for scope, rule in rules:
+                if (scope is None or scope == namespace) and rbac.allows(rule, verb, kind.group, resource, name):
+                    return
+        message = rbac.forbidden_message(account, verb, kind.group, resource, namespace, name)
+        details: Obj = {"name": name} if name else {}
+        if kind.group:
+            details["group"] = kind.group
+        details["kind"] = kind.plural
+        raise ApiError(403, "Forbidden", message, details)
 
     # -- eviction --------------------------------------------------------------------------
 
