@@ -1,27 +1,30 @@
-"""Fleet cost: `fleet audit` and `fleet rollout` on a generated estate, against the local ARM emulator
-with a fixed latency on every request and a per-subscription write quota.
+"""Fleet cost: `fleet audit` and `fleet rollout` on generated estates, against the local ARM emulator
+(in its own process, as `vmss-terminate emulator arm --generate ... --latency 50` would serve them).
 
-    python benchmarks/fleet.py [--sets 200] [--subscriptions 5] [--instances 20] [--latency 0.05]
-                               [--write-quota writes=40/10] [--concurrency 32] [--serial-sample 10]
+    python benchmarks/fleet.py audit --sets 2000        # and --sets 10000
+    python benchmarks/fleet.py rollout                  # requests per set and per upgrade batch
+    python benchmarks/fleet.py pacing                   # one subscription at 2 writes per 4 s, two unlimited
+    python benchmarks/fleet.py concurrency              # 20 sets x 50 instances over 4 subscriptions
+    python benchmarks/fleet.py all                      # every one of them (a few minutes)
 
-Runs the library (`vmss_terminate.fleet.audit` / `rollout`, i.e. what the CLI runs) through the real
-azure-mgmt-resourcegraph and azure-mgmt-compute clients with DefaultAzureCredential. The estate is
-`--generate SETS/SUBS xINSTANCES` (emulator/arm/fleetgen.py: a fifth of the sets never configured, a
-fifth disabled, a fifth current, a fifth PT5M, a fifth with stale instances; 1 in 20 Spot and 1 in 20
-AKS-managed per subscription, which the rollout skips).
+Runs the library (`vmss_terminate.fleet.audit` / `rollout`: what the CLI runs) through the real
+azure-mgmt-resourcegraph / azure-mgmt-compute clients with DefaultAzureCredential, 50 ms added to
+every request (`--latency`). Each scenario prints its numbers and its targets (issue 17) and the
+script exits 1 when one is missed:
 
-Reports: audit wall time and requests; rollout wall time against the ideal -- the critical path the
-quota and concurrency allow, from the requests the rollout actually needed: max(the longest single
-set's chain of requests x latency, all requests x latency / concurrency, per subscription
-(writes - bucket) / refill rate) -- and against a serial loop of `enable` (the shell loop the issue
-started from), timed on a sample of sets and scaled to all of them. Exits 1 when a target is missed:
-audit <= 3 s, rollout <= 1.3 x ideal, every 429 retried, no set failed.
+* audit: 2,000 sets <= 5 s and 10,000 sets <= 15 s; client CPU <= 1 ms per audited set.
+* rollout: requests <= 8 per set worked on + 2 per upgrade batch (each long-running operation done
+  by its first status read: the emulator's `lroPolls` 0; `--lro-polls 1` shows the cost of one
+  more read per operation).
+* pacing: the limited subscription's writes take <= 1.2 x the quota's minimum ((writes - bucket) /
+  refill), <= 10 % of them answered 429, and the other subscriptions finish as fast (<= 1.1 x, or
+  within 0.5 s) as in the same run without the quota.
+* concurrency: the default `--concurrency` within 1.1 x of the best of 8, 16, 20, 32, 64.
 """
 
 from __future__ import annotations
 
 import argparse
-import math
 import multiprocessing
 import os
 import sys
@@ -29,25 +32,16 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 from multiprocessing.connection import Connection as Pipe
-from typing import Any, Dict, List, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from vmss_terminate.control import Connection, UpgradeOptions, enable
-from vmss_terminate.control.connection import LOOPBACK_POLL_SECONDS
-from vmss_terminate.control.upgrade import BatchSize
+from vmss_terminate.control import Connection
+from vmss_terminate.emulator.arm import fleetgen
 from vmss_terminate.emulator.arm.app import ArmState, start_arm
-from vmss_terminate.emulator.arm.quota import parse_spec
 from vmss_terminate.fleet import audit
+from vmss_terminate.fleet.options import DEFAULT_CONCURRENCY
 from vmss_terminate.fleet.rollout import rollout
 
 WRITES = ("PATCH", "PUT", "POST", "DELETE")
-
-
-def _estate(args: argparse.Namespace) -> ArmState:
-    state = ArmState()
-    state.load_seed({"generate": {"scaleSets": args.sets, "subscriptions": args.subscriptions,
-                                  "capacity": args.instances}})
-    state.quotas.configure([parse_spec(args.write_quota)])
-    return state
 
 
 @dataclass
@@ -57,23 +51,25 @@ class Seen:
     method: str
     path: str
     status: int
-    monitor: bool  # a Location-URL read (`monitor=true`): the SDK's final LRO GET, sent without a wait
+    at: float
 
 
-def _serve(args: argparse.Namespace, pipe: Pipe) -> None:
+def _serve(seed: Dict[str, Any], latency: float, pipe: Pipe) -> None:
     """The emulator in its own process (ARM is not in the client's process either: no GIL shared)."""
-    servers = start_arm(_estate(args), latency=args.latency)  # what `emulator arm --latency MS` sets
+
+    def fresh() -> ArmState:
+        state = ArmState()
+        state.load_seed(seed)
+        return state
+
+    servers = start_arm(fresh(), latency=latency)  # what `emulator arm --latency MS` sets
     pipe.send((servers.arm_url, servers.env))
     while True:
         command = pipe.recv()
         if command == "log":
-            pipe.send([(r.method, r.path, r.status, r.query.get("monitor") == ["true"])
-                       for r in servers.arm_server.log.all()])
-        elif command == "clear":
-            servers.arm_server.log.clear()
-            pipe.send(None)
+            pipe.send([(r.method, r.path, r.status, r.at) for r in servers.arm_server.log.all()])
         elif command == "reset":
-            servers.reset(_estate(args))
+            servers.reset(fresh())
             pipe.send(None)
         else:
             servers.stop()
@@ -82,11 +78,13 @@ def _serve(args: argparse.Namespace, pipe: Pipe) -> None:
 
 
 class Emulator:
-    def __init__(self, args: argparse.Namespace) -> None:
+    def __init__(self, seed: Dict[str, Any], latency: float) -> None:
         self.pipe, child = multiprocessing.Pipe()
-        self.process = multiprocessing.get_context("fork").Process(target=_serve, args=(args, child), daemon=True)
+        self.process = multiprocessing.get_context("fork").Process(target=_serve, args=(seed, latency, child),
+                                                                  daemon=True)
         self.process.start()
         self.url, self.env = self.pipe.recv()
+        os.environ.update(self.env)
 
     def ask(self, command: str) -> Any:
         self.pipe.send(command)
@@ -99,155 +97,178 @@ class Emulator:
         self.ask("stop")
         self.process.join(10)
 
+    def __enter__(self) -> "Emulator":
+        return self
 
-def _kind(request: Seen) -> str:
-    if "resourcegraph" in request.path.lower():
-        return "Resource Graph page"
-    if request.path.rstrip("/").endswith("/subscriptions"):
-        return "GET /subscriptions"
-    if request.status == 429:
-        return "429 answers"
-    if request.method == "PATCH":
-        return "PATCH scale set"
-    if request.method == "POST" and request.path.endswith("/manualupgrade"):
-        return "POST manualupgrade"
-    if "/operations/" in request.path:
-        return "GET LRO status"
-    if request.path.endswith("/virtualMachines"):
-        return "GET VM list page"
-    if request.method == "GET":
-        return "GET scale set"
-    return f"{request.method} other"
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
 
 
-def _set_of(request: Seen) -> str:
-    marker = "/virtualMachineScaleSets/"
-    if marker not in request.path:
-        return ""
-    return request.path.split(marker)[1].split("/")[0]
-
-
-def _ideal(log: List[Seen], latency: float, poll_wait: float, concurrency: int, bucket: int,
-           refill: float) -> Dict[str, float]:
-    """The critical path of the write phase from the requests it made: a set's requests are serial,
-    so (its requests + its share of LRO polls) x latency is its floor; all requests x latency spread
-    over `concurrency` workers; and the writes beyond the bucket at the refill rate."""
-    per_set: Counter[str] = Counter()
-    writes_per_sub: Counter[str] = Counter()
-    for request in log:
-        if request.status == 429:
-            continue
-        name = _set_of(request)
-        if name:
-            per_set[name] += 1
-        if request.method in WRITES and request.path.startswith("/subscriptions/"):
-            writes_per_sub[request.path.split("/")[2]] += 1
-    polls = sum(1 for r in log if "/operations/" in r.path and r.status != 429)
-    waited = sum(1 for r in log if "/operations/" in r.path and r.status != 429 and not r.monitor)
-    total = sum(per_set.values()) + polls
-    lros = sum(1 for r in log if r.method in ("PATCH", "POST") and r.status != 429) or 1
-    # LRO status polls carry no set name: attribute them evenly per LRO; each status poll follows
-    # the SDK's poll interval (what an LRO takes on this server), the final Location GET does not
-    per_lro, waits_per_lro = polls / lros, waited / lros
-    chain = max((n * latency + _lros_of(log, name) * (per_lro * latency + waits_per_lro * poll_wait)
-                 for name, n in per_set.items()), default=0.0)
-    spread = (total * latency + waited * poll_wait) / concurrency
-    quota = max(((w - bucket) / refill for w in writes_per_sub.values()), default=0.0)
-    return {"chain": chain, "concurrency": spread, "quota": max(0.0, quota),
-            "ideal": max(chain, spread, quota)}
-
-
-def _lros_of(log: List[Seen], name: str) -> int:
-    return sum(1 for r in log if r.method in ("PATCH", "POST") and r.status != 429 and _set_of(r) == name)
-
-
-def _timed(call: Any) -> Tuple[Any, float]:
+def _timed(call: Callable[[], Any]) -> Tuple[Any, float, float]:
     started, cpu = time.perf_counter(), time.process_time()
     result = call()
-    wall = time.perf_counter() - started
-    print(f"  [client CPU {time.process_time() - cpu:.2f} s of {wall:.2f} s wall]")
-    return result, wall
+    return result, time.perf_counter() - started, time.process_time() - cpu
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sets", type=int, default=200)
-    parser.add_argument("--subscriptions", type=int, default=5)
-    parser.add_argument("--instances", type=int, default=20)
-    parser.add_argument("--latency", type=float, default=0.05, help="seconds added to every request")
-    parser.add_argument("--write-quota", default="writes=40/10", help="per subscription: writes=BUCKET/PERSECOND")
-    parser.add_argument("--concurrency", type=int, default=32)
-    parser.add_argument("--batch-size", default="20%")
-    parser.add_argument("--serial-sample", type=int, default=10, help="sets timed with a serial enable loop")
-    args = parser.parse_args()
-    limit = parse_spec(args.write_quota)
-    ok = True
+def _kind(request: Seen) -> str:
+    path = request.path
+    if "resourcegraph" in path.lower():
+        return "Resource Graph page"
+    if path.rstrip("/").endswith("/subscriptions"):
+        return "GET /subscriptions"
+    if request.status == 429:
+        return "429"
+    if "/operations/" in path:
+        return "LRO status"
+    if path.endswith("/virtualMachines"):
+        return "VM list"
+    if path.endswith("/manualupgrade"):
+        return "manualupgrade"
+    return f"{request.method} scale set"
 
-    emulator = Emulator(args)
-    try:
-        os.environ.update(emulator.env)
+
+def _kinds(log: List[Seen]) -> str:
+    return ", ".join(f"{k}: {v}" for k, v in sorted(Counter(_kind(r) for r in log).items()))
+
+
+def _check(ok: bool, what: str) -> bool:
+    print(f"  {'met' if ok else 'MISSED'}: {what}")
+    return ok
+
+
+def _generate(sets: int, subscriptions: int, capacity: int, **extra: Any) -> Dict[str, Any]:
+    return {"generate": {"scaleSets": sets, "subscriptions": subscriptions, "capacity": capacity, **extra}}
+
+
+# ---------------------------------------------------------------- scenarios
+
+
+def bench_audit(args: argparse.Namespace) -> bool:
+    target = 5.0 if args.sets <= 2000 else 15.0
+    with Emulator(_generate(args.sets, args.subscriptions, 4), args.latency) as emulator:
         connection = Connection(arm_endpoint=emulator.url)
-        report, audit_wall = _timed(lambda: audit(timeout=10, connection=connection, concurrency=args.concurrency))
-        audit_log = emulator.log()
-        kinds = Counter(_kind(r) for r in audit_log)
-        print(f"estate: {args.sets} scale sets x {args.instances} instances, {args.subscriptions} subscriptions, "
-              f"{args.latency * 1000:.0f} ms per request, write quota {args.write_quota} per subscription, "
-              f"concurrency {args.concurrency}")
-        print(f"\naudit: {audit_wall:.2f} s, {len(audit_log)} ARM requests "
-              f"({', '.join(f'{k}: {v}' for k, v in sorted(kinds.items()))}), "
-              f"{len(report.non_compliant)} of {len(report.scale_sets)} non-compliant")
-        enabled_uniform = sum(1 for r in report.scale_sets if r.enabled and r.uniform)
-        pages = math.ceil(len(report.scale_sets) / 1000)
-        expected = 1 + pages + enabled_uniform
-        print(f"  expected: 1 subscription list + {pages} Resource Graph page(s) + {enabled_uniform} instance lists "
-              f"= {expected}")
-        if audit_wall > 3.0 or len(audit_log) != expected:
-            print("  MISSED: audit <= 3 s with the expected requests")
-            ok = False
-
-        emulator.ask("clear")
-        result, wall = _timed(lambda: rollout(timeout=10, connection=connection, concurrency=args.concurrency,
-                                              batch_size=args.batch_size))
-        log = emulator.log()
-        write_log = [r for r in log if "resourcegraph" not in r.path.lower()
-                     and not r.path.rstrip("/").endswith("/subscriptions")]
-        kinds = Counter(_kind(r) for r in log)
-        throttled = sum(1 for r in log if r.status == 429)
-        ideal = _ideal(write_log, args.latency, LOOPBACK_POLL_SECONDS, args.concurrency, limit.bucket,
-                       limit.refill_per_second)
-        summary = result.to_dict()
-        print(f"\nrollout: {wall:.2f} s, {len(log)} ARM requests "
-              f"({', '.join(f'{k}: {v}' for k, v in sorted(kinds.items()))})")
-        print(f"  sets: {summary['sets']}, instances upgraded: {summary['instances_upgraded']}")
-        print(f"  429s: {throttled} answered, {result.throttling['retried']} retried, "
-              f"{result.throttling['gave_up']} given up; failed sets: {len(result.failed)}")
-        print(f"  ideal write phase: {ideal['ideal']:.2f} s = max(longest set chain {ideal['chain']:.2f} s, "
-              f"(requests x latency + LRO polls x poll interval) / concurrency {ideal['concurrency']:.2f} s, "
-              f"write quota {ideal['quota']:.2f} s); "
-              f"+ its own audit ({result.audit_seconds:.2f} s) = {ideal['ideal'] + result.audit_seconds:.2f} s")
-        ratio = wall / (ideal["ideal"] + result.audit_seconds)
-        print(f"  rollout / ideal = {ratio:.2f}")
-        if ratio > 1.3 or throttled != result.throttling["retried"] or result.failed or not result.ok:
-            print("  MISSED: rollout <= 1.3 x ideal, every 429 retried, none failed")
-            ok = False
-
-        # the serial loop the issue started from: enable one set after the other (fresh estate)
+        audit(connection=connection)  # warm up: imports, credential (a run's fixed cost, not per set)
         emulator.ask("reset")
-        plan_sets = [o.planned.record for o in result.outcomes if o.planned.works]
-        sample = plan_sets[:args.serial_sample]
-        options = UpgradeOptions(batch_size=BatchSize.parse(args.batch_size))
+        report, wall, cpu = _timed(lambda: audit(timeout=10, connection=connection))
+        log = emulator.log()
+    print(f"audit: {args.sets} sets in {args.subscriptions} subscriptions, {args.latency * 1000:.0f} ms per request")
+    print(f"  {wall:.2f} s wall, client CPU {cpu:.2f} s = {cpu / args.sets * 1000:.2f} ms per set; "
+          f"{len(log)} ARM requests ({_kinds(log)}); {len(report.non_compliant)} of {len(report.scale_sets)} "
+          f"non-compliant; calls {report.calls}")
+    ok = _check(wall <= target, f"{args.sets} sets <= {target:.0f} s ({wall:.2f} s)")
+    return _check(cpu / args.sets <= 0.001, f"client CPU <= 1 ms per set ({cpu / args.sets * 1000:.2f} ms)") and ok
 
-        def serial_loop() -> None:
-            for record in sample:
-                enable(record.resource_group, record.name, 10, options=options,
-                       connection=Connection(subscription_id=record.subscription_id, arm_endpoint=emulator.url))
 
-        _, sample_wall = _timed(serial_loop)
-        serial = sample_wall / max(1, len(sample)) * len(plan_sets)
-        print(f"\nserial enable loop: {len(sample)} sets in {sample_wall:.1f} s -> {serial:.0f} s for all "
-              f"{len(plan_sets)} (the rollout is x{serial / wall:.1f} faster)")
-    finally:
-        emulator.stop()
+def bench_rollout(args: argparse.Namespace) -> bool:
+    seed = dict(_generate(args.sets, args.subscriptions, args.instances), lroPolls=args.lro_polls)
+    with Emulator(seed, args.latency) as emulator:
+        connection = Connection(arm_endpoint=emulator.url)
+        audit(connection=connection)  # warm up
+        emulator.ask("reset")
+        result, wall, cpu = _timed(lambda: rollout(timeout=10, connection=connection, batch_size=args.batch_size))
+        log = emulator.log()
+    worked = len(result.by_status("changed"))
+    batches = sum(1 for r in log if r.path.endswith("/manualupgrade") and r.status != 429)
+    allowed = 8 * worked + 2 * batches
+    print(f"rollout: {args.sets} sets x {args.instances} instances, {args.subscriptions} subscriptions, batch "
+          f"{args.batch_size}, LRO status reads answered InProgress first: {args.lro_polls}")
+    print(f"  {wall:.2f} s wall, client CPU {cpu:.2f} s; {len(log)} ARM requests ({_kinds(log)}); sets "
+          f"{result.to_dict()['sets']}, {result.to_dict()['instances_upgraded']} instances upgraded")
+    print(f"  {len(log)} requests for {worked} sets worked on and {batches} upgrade batches: "
+          f"{(len(log) - 2 * batches) / max(1, worked):.2f} per set besides 2 per batch")
+    ok = _check(result.ok, "every set done")
+    return _check(len(log) <= allowed, f"requests <= 8 per set + 2 per batch = {allowed} ({len(log)})") and ok
+
+
+def _finish(log: List[Seen], subscription: str, start: float) -> float:
+    return max((r.at for r in log if subscription in r.path), default=start) - start
+
+
+def bench_pacing(args: argparse.Namespace) -> bool:
+    limited = fleetgen.subscription_id(0)
+    bucket, refill = 2, 0.5  # 2 writes per 4 s
+    estate = _generate(args.sets, 3, 4, special=False)
+    runs: Dict[str, Any] = {}
+    for name, seed in (("unlimited", estate), ("limited", dict(estate, quotas=[
+            {"kind": "writes", "bucket": bucket, "refillPerSecond": refill, "subscription": limited}]))):
+        with Emulator(seed, args.latency) as emulator:
+            connection = Connection(arm_endpoint=emulator.url)
+            audit(connection=connection)  # warm up
+            emulator.ask("reset")
+            start = time.time()
+            result, wall, _ = _timed(lambda: rollout(timeout=10, connection=connection,  # noqa: B023
+                                                     batch_size="2"))
+            runs[name] = (result, wall, emulator.log(), start)
+    result, wall, log, start = runs["limited"]
+    writes = [r for r in log if r.method in WRITES and limited in r.path]
+    accepted = [r for r in writes if r.status != 429]
+    refused = len(writes) - len(accepted)
+    window = max(r.at for r in accepted) - min(r.at for r in accepted)
+    minimum = (len(accepted) - bucket) / refill
+    print(f"pacing: {args.sets} sets x 4 instances over 3 subscriptions, batch 2; subscription {limited} limited "
+          f"to {bucket} writes per {bucket / refill:.0f} s (bucket {bucket}, {refill}/s), the others unlimited")
+    print(f"  limited: {len(accepted)} writes in {window:.2f} s (first to last; the quota's minimum "
+          f"{minimum:.2f} s = x{window / minimum:.2f}), {refused} answered 429 ({refused / len(accepted):.0%}); "
+          f"rollout {wall:.2f} s; throttling {result.throttling}")
+    ok = _check(result.ok, "every set done")
+    ok = _check(window <= 1.2 * minimum, f"limited subscription within 1.2 x the quota's minimum "
+                                        f"({window:.2f} <= {1.2 * minimum:.2f} s)") and ok
+    ok = _check(refused <= 0.1 * len(accepted), f"<= 10 % of its writes answered 429 ({refused})") and ok
+    _, _, base_log, base_start = runs["unlimited"]
+    for index in (1, 2):
+        sub = fleetgen.subscription_id(index)
+        then, now = _finish(base_log, sub, base_start), _finish(log, sub, start)
+        print(f"  {sub}: done {now:.2f} s after the start (without the quota elsewhere: {then:.2f} s), "
+              f"{sum(1 for r in log if sub in r.path and r.status == 429)} answered 429")
+        ok = _check(now <= max(1.1 * then, then + 0.5), f"subscription {index + 1} unaffected") and ok
+    return ok
+
+
+def bench_concurrency(args: argparse.Namespace) -> bool:
+    seed = _generate(20, 4, 50, special=False)
+    walls: Dict[int, float] = {}
+    with Emulator(seed, args.latency) as emulator:
+        connection = Connection(arm_endpoint=emulator.url)
+        audit(connection=connection)  # warm up
+        for concurrency in sorted({8, 16, 20, 32, 64, DEFAULT_CONCURRENCY}):
+            emulator.ask("reset")
+            result, wall, cpu = _timed(lambda: rollout(timeout=10, connection=connection,
+                                                        concurrency=concurrency))  # noqa: B023
+            walls[concurrency] = wall
+            print(f"  --concurrency {concurrency}: {wall:.2f} s (client CPU {cpu:.2f} s), "
+                  f"{result.to_dict()['instances_upgraded']} instances upgraded, ok {result.ok}")
+    best = min(walls.values())
+    print(f"concurrency: 20 sets x 50 instances over 4 subscriptions; default {DEFAULT_CONCURRENCY}: "
+          f"{walls[DEFAULT_CONCURRENCY]:.2f} s, best {best:.2f} s")
+    return _check(walls[DEFAULT_CONCURRENCY] <= 1.1 * best, f"default within 1.1 x of the best "
+                                                             f"(x{walls[DEFAULT_CONCURRENCY] / best:.2f})")
+
+
+SCENARIOS: Dict[str, Callable[[argparse.Namespace], bool]] = {
+    "audit": bench_audit, "rollout": bench_rollout, "pacing": bench_pacing, "concurrency": bench_concurrency}
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("scenario", choices=[*SCENARIOS, "all"])
+    parser.add_argument("--sets", type=int, default=None, help="audit: 2000 (all: 2000 and 10000); "
+                                                                "rollout: 200; pacing: 18")
+    parser.add_argument("--subscriptions", type=int, default=5)
+    parser.add_argument("--instances", type=int, default=20, help="rollout: instances per set")
+    parser.add_argument("--batch-size", default="20%")
+    parser.add_argument("--lro-polls", type=int, default=0)
+    parser.add_argument("--latency", type=float, default=0.05, help="seconds added to every request")
+    args = parser.parse_args(argv)
+    runs: List[Tuple[str, Optional[int]]] = []
+    if args.scenario == "all":
+        runs = [("audit", 2000), ("audit", 10000), ("rollout", 200), ("pacing", 18), ("concurrency", None)]
+    else:
+        default = {"audit": 2000, "rollout": 200, "pacing": 18}.get(args.scenario)
+        runs = [(args.scenario, args.sets if args.sets is not None else default)]
+    ok = True
+    for scenario, sets in runs:
+        ok = SCENARIOS[scenario](argparse.Namespace(**dict(vars(args), sets=sets))) and ok
+        print()
     return 0 if ok else 1
 
 
