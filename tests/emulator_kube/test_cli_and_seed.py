@@ -15,7 +15,7 @@ from typing import Any, Dict, List
 import pytest
 import requests
 from helpers import interrupt, invoke_cli
-from kube_helpers import KUBECTL, needs_kubectl
+from kube_helpers import KUBECTL, needs_kubectl, throwaway_ca
 
 from vmss_terminate.cli import main
 from vmss_terminate.emulator.kube import DAEMON_SETS, NODES, PDBS, PODS, KubeState, load_seed
@@ -106,14 +106,21 @@ def test_cli_serves_in_the_foreground_for_kubectl(tmp_path: Path) -> None:
 
 
 @needs_kubectl
-def test_the_banners_kubectl_commands_run_as_printed(tmp_path: Path) -> None:
+@pytest.mark.parametrize("tls", [False, True], ids=["http", "https"])
+def test_the_banners_kubectl_commands_run_as_printed(tmp_path: Path, tls: bool) -> None:
     seed = tmp_path / "seed.json"
     drainable = dict(SEED, nodes=SEED["nodes"] + [{"name": "vmss000001"}], pods=SEED["pods"] + [  # the PDB allows one
         {"name": "web-2", "node": "vmss000001", "labels": {"app": "web"}, "owner": "ReplicaSet/web"}])
     seed.write_text(json.dumps(drainable))
     env = {k: v for k, v in os.environ.items() if "PROXY" not in k.upper() and not k.startswith("KUBE")}
     env["HOME"] = str(tmp_path)
-    proc = subprocess.Popen([sys.executable, "-m", "vmss_terminate", "emulator", "kube", "--seed", str(seed)],
+    args = ["--seed", str(seed)]
+    if tls:  # HTTPS with a random token: the printed flags carry the CA and the token
+        ca, _ = throwaway_ca()
+        ca.issue_cert("127.0.0.1").private_key_and_cert_chain_pem.write_to_path(str(tmp_path / "server.pem"))
+        ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
+        args += ["--tls-cert", str(tmp_path / "server.pem"), "--tls-ca", str(tmp_path / "ca.pem")]
+    proc = subprocess.Popen([sys.executable, "-m", "vmss_terminate", "emulator", "kube", *args],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
         assert proc.stdout is not None
