@@ -368,3 +368,23 @@ def test_a_scale_in_cancelled_while_the_agent_was_down_is_undone_by_the_next_age
     assert not node["spec"].get("unschedulable")
     assert TAINT_KEY not in [t["key"] for t in node["spec"].get("taints") or []]
     assert eid not in json.loads(state_file.read_text())["events"]
+
+
+def test_an_agent_without_the_journal_knows_its_cordon_from_the_node(cluster: Cluster) -> None:
+    """A DaemonSet pod replaced mid-drain starts with an empty journal: the node's annotation (the
+    EventId the cordon was for) tells the new agent the cordon is its own, so a cancel still undoes it."""
+    from vmss_terminate.agent.kubernetes.rules import CORDONED_BY
+
+    workloads(cluster, min_available=3)
+    eid = cluster.group.add_event("Terminate", [VM], not_before=cluster.clock.now() + 600)
+    with Running(cluster.agent()) as running:  # state in memory: gone with the agent
+        assert running.decisions.wait_kind(D.KUBE_EVICTION_REFUSED, eid, timeout=30)
+    assert cluster.node()["metadata"]["annotations"][CORDONED_BY] == eid
+    with Running(cluster.agent()) as running:
+        assert running.decisions.wait_kind(D.KUBE_EVICTION_REFUSED, eid, timeout=30)
+        cordoned = next(d for d in running.decisions.items if d.kind == D.KUBE_CORDONED)
+        assert cordoned.data["by_us"] is True and "already" not in cordoned.message
+        cluster.group.remove_event(eid)
+        assert running.decisions.wait_kind(D.KUBE_UNCORDONED, eid, timeout=30)
+    node = cluster.node()
+    assert not node["spec"].get("unschedulable") and CORDONED_BY not in (node["metadata"].get("annotations") or {})

@@ -72,26 +72,39 @@ def test_gone_is_judged_by_uid_not_by_name() -> None:
 def test_cordon_patch_adds_only_what_is_missing_and_carries_the_resource_version() -> None:
     taint = rules.parse_taint(rules.DEFAULT_TAINT)
     other = {"key": "gpu", "value": "true", "effect": "NoSchedule"}
-    patch, cordons, taints = rules.cordon_patch(node("n", taints=[other]), taint)
+    patch, cordons, taints = rules.cordon_patch(node("n", taints=[other]), taint, "E1")
     assert (cordons, taints) == (True, True)
-    assert patch == {"metadata": {"resourceVersion": "7"},
+    assert patch == {"metadata": {"resourceVersion": "7", "annotations": {rules.CORDONED_BY: "E1"}},
                      "spec": {"unschedulable": True, "taints": [other, taint.to_json()]}}
-    patch, cordons, taints = rules.cordon_patch(node("n", unschedulable=True), taint)
+    patch, cordons, taints = rules.cordon_patch(node("n", unschedulable=True), taint, "E1")
     assert (cordons, taints) == (False, True) and patch is not None and "unschedulable" not in patch["spec"]
+    assert "annotations" not in patch["metadata"]  # someone else's cordon is not marked ours
     done = node("n", unschedulable=True, taints=[taint.to_json()])
-    assert rules.cordon_patch(done, taint) == (None, False, False)
+    assert rules.cordon_patch(done, taint, "E1") == (None, False, False)
 
 
 def test_uncordon_patch_undoes_only_what_this_agent_did() -> None:
     taint = rules.parse_taint(rules.DEFAULT_TAINT)
     other = {"key": "gpu", "effect": "NoSchedule"}
     cordoned = node("n", unschedulable=True, taints=[other, taint.to_json()])
+    cordoned["metadata"]["annotations"] = {rules.CORDONED_BY: "E1", "keep": "me"}
     assert rules.uncordon_patch(cordoned, taint, uncordon=True, untaint=True) == {
-        "metadata": {"resourceVersion": "7"}, "spec": {"unschedulable": None, "taints": [other]}}
+        "metadata": {"resourceVersion": "7", "annotations": {rules.CORDONED_BY: None}},
+        "spec": {"unschedulable": None, "taints": [other]}}
     # cordoned by an admin before the drain: only the taint goes
+    del cordoned["metadata"]["annotations"][rules.CORDONED_BY]
     assert rules.uncordon_patch(cordoned, taint, uncordon=False, untaint=True) == {
         "metadata": {"resourceVersion": "7"}, "spec": {"taints": [other]}}
     assert rules.uncordon_patch(node("n"), taint, uncordon=True, untaint=True) is None
+
+
+def test_the_node_tells_a_new_agent_what_an_earlier_one_did_for_the_same_event() -> None:
+    taint = rules.parse_taint(rules.DEFAULT_TAINT)
+    marked = node("n", unschedulable=True, taints=[taint.to_json()])
+    marked["metadata"]["annotations"] = {rules.CORDONED_BY: "E1"}
+    assert rules.done_for(marked, taint, "E1") == (True, True)
+    assert rules.done_for(marked, taint, "E2") == (False, True)  # a stale mark of another event: not ours
+    assert rules.done_for(node("n", unschedulable=True), taint, "E1") == (False, False)  # an admin's cordon
 
 
 @pytest.mark.parametrize("text, expected", [

@@ -181,8 +181,14 @@ class NodeDrain:
 
     def _cordon(self, run: Run, eid: str, node: Dict[str, Any]) -> None:
         name = str(node["metadata"]["name"])
+        cordoned, tainted = rules.done_for(node, self.taint, eid)  # by an agent before us (journal lost)
+        if cordoned or tainted:
+            with self._lock:
+                record = self.journal.get(eid)
+                self.journal.update(eid, kube_cordoned=bool(record.get("kube_cordoned") or cordoned) or None,
+                                    kube_tainted=bool(record.get("kube_tainted") or tainted) or None)
         for _ in range(10):  # 409: someone changed the node meanwhile; read it again and redo
-            patch, cordons, taints = rules.cordon_patch(node, self.taint)
+            patch, cordons, taints = rules.cordon_patch(node, self.taint, eid)
             if patch is None:
                 break
             with self._lock:  # said before it is done: a restart must know the cordon is ours

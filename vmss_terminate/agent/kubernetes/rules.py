@@ -23,6 +23,7 @@ from vmss_terminate.errors import UsageError
 
 DEFAULT_TAINT = "vmss-terminate/terminating:NoSchedule"
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
+CORDONED_BY = "vmss-terminate.io/cordoned-for"  # annotation: the EventId whose drain cordoned the node
 TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 REPORTING_CONTROLLER = "vmss-terminate.io/agent"
 _QUALIFIED = r"([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?"
@@ -134,22 +135,39 @@ def still_there(uids: Mapping[str, str], pods: Iterable[Mapping[str, Any]]) -> D
 
 # -- patches and events --------------------------------------------------------------------------
 
-def cordon_patch(node: Mapping[str, Any], taint: Taint) -> Tuple[Optional[Dict[str, Any]], bool, bool]:
-    """(merge patch or None, cordons, taints): set `spec.unschedulable` and add the taint, whichever
-    is missing. The patch carries the node's resourceVersion, so a concurrent change of the taints
-    is a 409 to retry instead of lost."""
+def _has_taint(node: Mapping[str, Any], taint: Taint) -> bool:
+    return any(isinstance(t, dict) and t.get("key") == taint.key and t.get("effect") == taint.effect
+               for t in (node.get("spec") or {}).get("taints") or ())
+
+
+def done_for(node: Mapping[str, Any], taint: Taint, event_id: str) -> Tuple[bool, bool]:
+    """(cordoned, tainted) by a vmss-terminate agent for this very event, as the node itself says:
+    unschedulable with the `CORDONED_BY` annotation naming `event_id`, and the taint. What an agent
+    whose journal was lost (a DaemonSet pod replaced mid-drain) knows it did."""
+    meta = node.get("metadata") or {}
+    cordoned = bool((node.get("spec") or {}).get("unschedulable")) and \
+        (meta.get("annotations") or {}).get(CORDONED_BY) == event_id
+    return cordoned, _has_taint(node, taint)
+
+
+def cordon_patch(node: Mapping[str, Any], taint: Taint, event_id: str) -> Tuple[Optional[Dict[str, Any]], bool, bool]:
+    """(merge patch or None, cordons, taints): set `spec.unschedulable` (and the `CORDONED_BY`
+    annotation naming the event) and add the taint, whichever is missing. The patch carries the
+    node's resourceVersion, so a concurrent change of the taints is a 409 to retry instead of lost."""
     spec = node.get("spec") or {}
     cordon = not spec.get("unschedulable")
-    taints = [t for t in spec.get("taints") or () if isinstance(t, dict)]
-    add = not any(t.get("key") == taint.key and t.get("effect") == taint.effect for t in taints)
+    add = not _has_taint(node, taint)
     if not cordon and not add:
         return None, False, False
     patch_spec: Dict[str, Any] = {}
     if cordon:
         patch_spec["unschedulable"] = True
     if add:
-        patch_spec["taints"] = taints + [taint.to_json()]
-    return _versioned(node, patch_spec), cordon, add
+        patch_spec["taints"] = [t for t in spec.get("taints") or () if isinstance(t, dict)] + [taint.to_json()]
+    patch = _versioned(node, patch_spec)
+    if cordon:
+        patch["metadata"]["annotations"] = {CORDONED_BY: event_id}
+    return patch, cordon, add
 
 
 def uncordon_patch(node: Mapping[str, Any], taint: Taint, uncordon: bool, untaint: bool) -> Optional[Dict[str, Any]]:
@@ -162,7 +180,12 @@ def uncordon_patch(node: Mapping[str, Any], taint: Taint, uncordon: bool, untain
     kept = [t for t in taints if not (t.get("key") == taint.key and t.get("effect") == taint.effect)]
     if untaint and len(kept) != len(taints):
         patch_spec["taints"] = kept or None
-    return _versioned(node, patch_spec) if patch_spec else None
+    if not patch_spec:
+        return None
+    patch = _versioned(node, patch_spec)
+    if CORDONED_BY in ((node.get("metadata") or {}).get("annotations") or {}):
+        patch["metadata"]["annotations"] = {CORDONED_BY: None}
+    return patch
 
 
 def _versioned(node: Mapping[str, Any], spec: Dict[str, Any]) -> Dict[str, Any]:
