@@ -125,8 +125,9 @@ def _mapping(lines: List[_Line], i: int, indent: int) -> Tuple[Dict[str, Any], i
     return result, i
 
 
-_QUOTED_KEY = re.compile(r"^(\"(?:[^\"\\]|\\.)*\"|'(?:[^']|'')*')\s*:(?:\s+(.*)|)$")
-_PLAIN_START = re.compile(r"^[^-?:,\[\]{}#&*!|>'\"%@`\s]|^[-?:][^\s]")
+# [ \t], not \s: Python's \s also matches \xa0 and other characters YAML reads as text
+_QUOTED_KEY = re.compile(r"^(\"(?:[^\"\\]|\\.)*\"|'(?:[^']|'')*')[ \t]*:(?:[ \t]+(.*)|)$", re.DOTALL)
+_PLAIN_START = re.compile(r"^[^-?:,\[\]{}#&*!|>'\"%@` \t]|^[-?:][^ \t]")
 
 
 def _split_key(content: str) -> Optional[Tuple[str, str]]:
@@ -137,7 +138,7 @@ def _split_key(content: str) -> Optional[Tuple[str, str]]:
     if not _PLAIN_START.match(content):
         return None
     for i, ch in enumerate(content):
-        if ch == ":" and (i + 1 == len(content) or content[i + 1] == " "):
+        if ch == ":" and (i + 1 == len(content) or content[i + 1] in _BLANK):
             key = content[:i].rstrip(_BLANK)
             return (key, content[i + 1:].strip(_BLANK)) if key else None
     return None
@@ -197,6 +198,6 @@ def _scalar(text: str, number: int) -> Any:
         return True
     if text in ("false", "False", "FALSE"):
         return False
-    if re.match(r"^[-+]?\d+$", text):
+    if re.fullmatch(r"[-+]?(0|[1-9][0-9]*)", text):  # decimal only: "09" is text, as in YAML
         return int(text)
     return text
