@@ -75,9 +75,10 @@ class InvalidValue(UsageError):
 
     @property
     def shown(self) -> str:
-        """The value as the user wrote it: quoted text, `120` for 120.0."""
+        """The value as the user wrote it: quoted text (cut after 40 characters: a 5,000-digit
+        number is not repeated), `120` for 120.0."""
         if isinstance(self.value, str):
-            return repr(self.value)
+            return repr(self.value) if len(self.value) <= 40 else f"{self.value[:40]!r}... ({len(self.value)} characters)"
         return f"{self.value:g}" if isinstance(self.value, float) else str(self.value)
 
 

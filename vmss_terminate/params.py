@@ -11,6 +11,8 @@ click, so a default or a help text is written in exactly one place.
 from __future__ import annotations
 
 import dataclasses
+import math
+import re
 from typing import Any, Callable, Mapping, NamedTuple, Optional, Tuple
 
 from vmss_terminate.errors import InvalidValue
@@ -78,18 +80,75 @@ def options_of(cls: Any) -> Tuple[Option, ...]:
     return tuple(found)
 
 
-def whole_number(name: str, low: int, high: int) -> Callable[[Any], int]:
+# Numbers a user types: ASCII digits only (Python's int() and float() also take full-width and
+# other Unicode digits, surrounding spaces, `nan`, `inf`, `1e9` and `1_000`), an optional `-`, at
+# most one `.`, and a bounded length (int() of 5,000 digits raises "Exceeds the limit").
+_WHOLE = re.compile(r"-?[0-9]{1,18}", re.ASCII)
+_DECIMAL = re.compile(r"-?[0-9]{1,15}(?:\.[0-9]{1,15})?|-?\.[0-9]{1,15}", re.ASCII)
+
+
+def shown(value: Any, limit: int = 40) -> str:
+    """`value` quoted for a one-line message, cut after `limit` characters (a 5,000-digit number
+    is said in a few words, not repeated)."""
+    text = str(value)
+    return repr(text) if len(text) <= limit else repr(text[:limit]) + f"... ({len(text)} characters)"
+
+
+def strict_whole(value: Any) -> Optional[int]:
+    """`value` as a whole number typed in ASCII digits (an int passes as it is), else None."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    text = str(value)
+    return int(text) if _WHOLE.fullmatch(text) else None
+
+
+def strict_decimal(value: Any) -> Optional[float]:
+    """`value` as a finite decimal number typed in ASCII (`10`, `0.5`, `-1`; an int or float passes
+    if finite), else None: no `nan`, `inf`, exponent, underscore, Unicode digit or space."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value) if math.isfinite(value) else None
+    text = str(value)
+    return float(text) if _DECIMAL.fullmatch(text) else None
+
+
+_NON_FINITE = ("nan", "inf", "+inf", "-inf", "infinity", "+infinity", "-infinity")
+
+
+def strict_float(value: Any) -> Optional[float]:
+    """`strict_decimal`, plus the words `nan` and `inf`, which a library check refuses in its own
+    words (`invalid --poll-interval nan: expected a number of seconds`): for options whose range
+    the library checks; None for anything else (full-width digits, spaces, `1e3`, 5,000 digits)."""
+    number = strict_decimal(value)
+    if number is None and isinstance(value, str) and value.lower() in _NON_FINITE:
+        return float(value)
+    return number
+
+
+def number_range(name: str, low: Optional[float] = None, high: Optional[float] = None, *,
+                 what: str = "a number of seconds") -> Callable[[Any], float]:
+    """A parser for a decimal number in low..high (None: unbounded there; the library may check):
+    `invalid --wait-timeout 'nan': a number of seconds >= 0` (the option and the value said once)."""
+    bounds = ("" if low is None and high is None else f" >= {low:g}" if high is None
+              else f" <= {high:g}" if low is None else f" from {low:g} to {high:g}")
+
+    def parse(value: Any) -> float:
+        number = strict_decimal(value)
+        if number is None or (low is not None and number < low) or (high is not None and number > high):
+            raise InvalidValue(name.replace("-", "_"), value, f"{what}{bounds}", option="--" + name)
+        return number
+
+    return parse
+
+
+def whole_number(name: str, low: Optional[int] = None, high: Optional[int] = None) -> Callable[[Any], int]:
     """A parser for a whole number in low..high: `invalid --concurrency 'x': a whole number from 1 to
-    256` (the option and the value said once)."""
+    256` (the option and the value said once). No bounds: the library checks the range itself."""
+    bounds = "" if low is None or high is None else f" from {low} to {high}"
 
     def parse(value: Any) -> int:
-        try:
-            number = value if isinstance(value, int) and not isinstance(value, bool) else int(str(value).strip())
-        except ValueError:
-            number = None
-        if number is None or not low <= number <= high:
-            raise InvalidValue(name.replace("-", "_"), value, f"a whole number from {low} to {high}",
-                               option="--" + name)
+        number = strict_whole(value)
+        if number is None or (bounds and not low <= number <= high):  # type: ignore[operator]
+            raise InvalidValue(name.replace("-", "_"), value, f"a whole number{bounds}", option="--" + name)
         return number
 
     return parse

@@ -20,14 +20,14 @@ from vmss_terminate.errors import InvalidValue
 MIN_MINUTES = 5
 MAX_MINUTES = 15
 
-_NUMBER = r"\d+(?:[.,]\d+)?"
+_NUMBER = r"[0-9]{1,12}(?:[.,][0-9]{1,12})?"  # ASCII digits, bounded: never int() of 5,000 digits
 _ISO = re.compile(
     rf"^P(?:(?P<Y>{_NUMBER})Y)?(?:(?P<MO>{_NUMBER})M)?(?:(?P<W>{_NUMBER})W)?(?:(?P<D>{_NUMBER})D)?"
-    rf"(?:T(?=.)(?:(?P<H>{_NUMBER})H)?(?:(?P<MI>{_NUMBER})M)?(?:(?P<S>{_NUMBER})S)?)?$",
-    re.IGNORECASE,
+    rf"(?:T(?=.)(?:(?P<H>{_NUMBER})H)?(?:(?P<MI>{_NUMBER})M)?(?:(?P<S>{_NUMBER})S)?)?\Z",
+    re.IGNORECASE | re.ASCII,
 )
 _SECONDS = {"W": 7 * 86400, "D": 86400, "H": 3600, "MI": 60, "S": 1}
-_MINUTES = re.compile(r"^(\d+)\s*(?:m|min|mins|minutes?)?$", re.IGNORECASE)
+_MINUTES = re.compile(r"^([0-9]{1,12}) ?(?:m|min|mins|minutes?)?\Z", re.IGNORECASE | re.ASCII)
 
 
 class InvalidTimeout(InvalidValue):
@@ -39,7 +39,7 @@ class InvalidTimeout(InvalidValue):
 
 def parse_timeout(value: Union[str, int]) -> int:
     """Return the timeout in whole minutes, or raise InvalidTimeout with a one-line reason."""
-    text = str(value).strip()
+    text = str(value)  # not stripped: ' 10' is not a number (docs/cli-reference.md: strict ASCII)
     seconds = _to_seconds(text)
     if seconds is None:
         raise InvalidTimeout(text, "use minutes (10, 10m) or an ISO 8601 duration (PT10M, PT600S, P0DT10M)")

@@ -20,7 +20,7 @@ from typing import Any, Collection, Dict, List, Mapping, Optional, Sequence, Tup
 
 from vmss_terminate.agent.config import AgentConfig
 from vmss_terminate.errors import UsageError, VmssTerminateError
-from vmss_terminate.params import Option, option, options_of
+from vmss_terminate.params import Option, option, options_of, shown, strict_float
 from vmss_terminate.signals import AGENT_STOP_SIGNALS, StopOnSignals
 
 COMMAND_PATH = "vmss-terminate agent run"
@@ -97,10 +97,10 @@ def parse_args(argv: Sequence[str], options: Sequence[Option] = RUN_OPTIONS) -> 
 
 def _convert(option: Option, name: str, value: str) -> Any:
     if option.kind == "float":
-        try:
-            return float(value)
-        except ValueError:
-            raise ArgumentError(f"Invalid value for '{name}': {value!r} is not a valid float.") from None
+        number = strict_float(value)  # ASCII digits, bounded length: as the click command
+        if number is None:
+            raise ArgumentError(f"Invalid value for '{name}': {shown(value)} is not a valid float.")
+        return number
     if option.kind == "choice" and value not in option.choices:
         raise ArgumentError(f"Invalid value for '{name}': {value!r} is not one of "
                          + ", ".join(repr(c) for c in option.choices) + ".")

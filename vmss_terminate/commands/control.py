@@ -12,7 +12,7 @@ import click
 
 from vmss_terminate import control
 from vmss_terminate.commands.fields import ParsedType, apply_options, grouped
-from vmss_terminate.commands.options import BATCH_SIZE, TIMEOUT
+from vmss_terminate.commands.options import BATCH_SIZE, TIMEOUT, decimal_range
 from vmss_terminate.commands.output import emit, output_option
 from vmss_terminate.commands.progress import ProgressBar, terminal_progress
 from vmss_terminate.control.connection import CLOUDS, DEFAULT_CLOUD, Connection, check_subscription
@@ -81,11 +81,13 @@ _UPGRADE_OPTIONS = [
         help="Manual policy: instances per manualupgrade call (count or % of all instances).",
     ),
     click.option("--wait", is_flag=True, help="Automatic/Rolling policy: wait until every instance is current."),
-    click.option("--wait-timeout", type=click.FloatRange(min=0), default=1800.0, show_default=True,
+    click.option("--wait-timeout", type=decimal_range("wait-timeout", 0), metavar="S",
+                 default=1800.0, show_default=True,
                  help="Seconds each wait may last: for an Azure operation (the PATCH's, each manualupgrade "
                       "batch's) and, with --wait, for every instance to be current; past it, exit 1 naming "
                       "what still runs."),
-    click.option("--poll-interval", type=click.FloatRange(min=0.01), default=10.0, show_default=True,
+    click.option("--poll-interval", type=decimal_range("poll-interval", 0.01), metavar="S",
+                 default=10.0, show_default=True,
                  help="Seconds between instance-list polls with --wait."),
 ]
 _UPGRADE_KEYS = ("batch_size", "wait", "wait_timeout", "poll_interval")

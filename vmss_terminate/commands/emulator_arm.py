@@ -20,12 +20,12 @@ if TYPE_CHECKING:
 BANNER_SETS = 10  # scale sets listed in the start-up banner
 
 
-_GENERATE = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*(?:x\s*(\d+))?\s*$")
+_GENERATE = re.compile(r"^([0-9]{1,6}) */ *([0-9]{1,6}) *(?:x *([0-9]{1,6}))?$", re.ASCII)
 
 
 def _generate(text: str) -> Dict[str, int]:
     """`--generate 200/5x20`: 200 scale sets across 5 subscriptions, 20 instances each."""
-    match = _GENERATE.match(text)
+    match = _GENERATE.fullmatch(text)
     if not match or int(match.group(2)) < 1:
         raise UsageError(f"invalid --generate {text!r}: use SETS/SUBSCRIPTIONS[xINSTANCES], e.g. 200/5x20")
     config = {"scaleSets": int(match.group(1)), "subscriptions": int(match.group(2))}

@@ -15,7 +15,7 @@ from typing import Dict, List, Optional, Tuple
 import click
 
 from vmss_terminate.commands.foreground import Foreground
-from vmss_terminate.commands.options import fault_option, int_range
+from vmss_terminate.commands.options import decimal_range, fault_option, int_range
 from vmss_terminate.emulator.faults import Fault
 from vmss_terminate.emulator.imds.app import Approval, EmulatedEvent, ImdsEmulator, PlacementGroup
 from vmss_terminate.emulator.imds.launch import load_scenario, parse_event_spec, start_imds
@@ -117,11 +117,12 @@ def _banner(servers: List[EmulatorServer]) -> None:
               help="Seed an event, e.g. Terminate:myvmss_3 or Freeze:myvmss_0,myvmss_1@60 (NotBefore in 60 s).")
 @click.option("--scenario", type=click.Path(dir_okay=False), default=None,
               help='JSON file: [{"EventType": "Terminate", "Resources": ["myvmss_3"], "NotBeforeIn": 300}, ...].')
-@click.option("--first-call-delay", default=0.0, type=click.FloatRange(0), show_default=True,
+@click.option("--first-call-delay", default=0.0, type=decimal_range("first-call-delay", 0), show_default=True, metavar="S",
               help="Seconds the first Scheduled Events request waits (real IMDS: up to 120).")
-@click.option("--rate-limit", default=5.0, type=click.FloatRange(0), show_default=True,
+@click.option("--rate-limit", default=5.0, type=decimal_range("rate-limit", 0, what="a number of requests per second"),
+              show_default=True, metavar="N",
               help="Requests per second per VM before 429; 0 disables.")
-@click.option("--started-ttl", default=60.0, type=click.FloatRange(0), show_default=True,
+@click.option("--started-ttl", default=60.0, type=decimal_range("started-ttl", 0), show_default=True, metavar="S",
               help="Seconds a Started event stays listed before it is removed.")
 @click.option("--no-auto-start", is_flag=True,
               help="Approval and NotBefore do not start events (start them with the admin endpoint).")

@@ -14,7 +14,7 @@ from typing import Any, Callable, Optional, Sequence, Tuple, Type
 import click
 
 from vmss_terminate.errors import InvalidValue, UsageError, VmssTerminateError
-from vmss_terminate.params import Option, options_of
+from vmss_terminate.params import Option, options_of, shown, strict_float
 
 Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
 
@@ -47,8 +47,9 @@ def click_option(option: Option) -> Decorator:
         return click.option(*option.flags, option.dest, is_flag=True, flag_value=not option.default,
                             default=option.default, help=option.help)
     kind: Any = None
-    if option.kind == "float":
-        kind = float
+    if option.kind == "float":  # ASCII digits, bounded length: as the click-free parser
+        kind = ParsedType(option.flag.lstrip("-"), _decimal, errors=(ValueError,),
+                          message=lambda value, exc: f"{shown(value)} is not a valid float.")
     elif option.kind == "choice":
         kind = click.Choice(list(option.choices))
     elif option.kind == "file":
@@ -92,3 +93,11 @@ def declared_options(cls: Any, name: str) -> Decorator:
     """The options `cls` declares, handed to the command as one argument `name` = `cls(**values)`."""
     options = options_of(cls)
     return grouped([click_option(o) for o in options], [o.dest for o in options], name, cls)
+
+
+def _decimal(value: Any) -> float:
+    number = strict_float(value)
+    if number is None:
+        raise ValueError(value)
+    return number
+

@@ -14,14 +14,22 @@ from vmss_terminate.commands.output import echo_json, output_option  # noqa: F40
 from vmss_terminate.control.upgrade import BatchSize
 from vmss_terminate.emulator.faults import FAULT_SPEC_HELP, FaultSpecError, parse_fault_spec
 from vmss_terminate.errors import UsageError
-from vmss_terminate.params import whole_number
+from vmss_terminate.params import number_range, whole_number
 from vmss_terminate.timeout import parse_timeout
 
 
-def int_range(name: str, low: int, high: int) -> ParsedType:
+def int_range(name: str, low: Optional[int] = None, high: Optional[int] = None) -> ParsedType:
     """A whole number in low..high: `invalid --concurrency 'x': a whole number from 1 to 256` (the
     option and the value said once; click's IntRange says "'x' is not a valid integer range")."""
     return ParsedType(name, whole_number(name, low, high))
+
+
+def decimal_range(name: str, low: Optional[float] = None, high: Optional[float] = None,
+                  what: str = "a number of seconds") -> ParsedType:
+    """A decimal number in low..high typed in ASCII digits (no nan, inf, exponent or full-width
+    digits): `invalid --wait-timeout 'nan': a number of seconds >= 0` (click's FloatRange takes
+    `nan`, `inf` and `１０`)."""
+    return ParsedType(name, number_range(name, low, high, what=what))
 
 
 # `--timeout`: minutes (10, 10m) or ISO 8601 (PT10M) -> whole minutes.

@@ -13,23 +13,24 @@ from typing import Optional
 import click
 
 from vmss_terminate.commands.foreground import Foreground
-from vmss_terminate.commands.options import TIMEOUT
+from vmss_terminate.commands.options import TIMEOUT, decimal_range, int_range
 from vmss_terminate.commands.output import emit, output_option, tsv_lines
 from vmss_terminate.errors import VmssTerminateError
 from vmss_terminate.timeout import to_iso
 
 
 @click.command("demo")
-@click.option("--instances", type=int, default=4, show_default=True, help="Instances in the scale set (2..20).")
-@click.option("--scale-in", type=int, default=2, show_default=True, help="How many instances the scale-in removes.")
+@click.option("--instances", type=int_range("instances"), default=4, show_default=True, metavar="INTEGER",
+              help="Instances in the scale set (2..20).")
+@click.option("--scale-in", type=int_range("scale-in"), default=2, metavar="INTEGER", show_default=True, help="How many instances the scale-in removes.")
 @click.option("--timeout", type=TIMEOUT, default="PT5M", show_default=True,
               help="notBeforeTimeout the control plane enables (5..15 minutes: 10, 10m, PT10M).")
-@click.option("--speed", type=float, default=60.0, show_default=True,
+@click.option("--speed", type=decimal_range("speed", what="a clock speed"), default=60.0, metavar="FLOAT", show_default=True,
               help="Sandbox clock speed: sandbox seconds per real second (60: PT5M passes in 5 s); 1 up to the "
                    "timeout in seconds / 5 (the timeout must last 5 real seconds).")
 @click.option("--hook", default=None, metavar="CMD",
               help="Drain hook command for every agent (default: python -m vmss_terminate.demo_hook).")
-@click.option("--deadline", type=click.FloatRange(min=1.0), default=None,
+@click.option("--deadline", type=decimal_range("deadline", 1), metavar="FLOAT RANGE", default=None,
               help="Real seconds the story may take before the demo fails "
                    "[default: 30 + (timeout + 30 s deletion) / speed].")
 @click.option("--kubernetes", is_flag=True,
@@ -65,18 +66,19 @@ def demo(instances: int, scale_in: int, timeout: int, speed: float, hook: Option
 
 
 @click.command("sandbox")
-@click.option("--instances", type=int, default=4, show_default=True, help="Instances in the scale set (1..100).")
+@click.option("--instances", type=int_range("instances"), default=4, show_default=True, metavar="INTEGER",
+              help="Instances in the scale set (1..100).")
 @click.option("--timeout", type=TIMEOUT, default="PT5M", show_default=True,
               help="notBeforeTimeout the scale set starts with (ignored with --no-feature).")
 @click.option("--no-feature", is_flag=True, help="Create the scale set without terminate notifications "
                                                   "(then try `vmss-terminate enable` against it).")
-@click.option("--speed", type=float, default=1.0, show_default=True,
+@click.option("--speed", type=decimal_range("speed", what="a clock speed"), default=1.0, metavar="FLOAT", show_default=True,
               help="Sandbox clock speed. Agents you start yourself run on real time, so keep 1 for them.")
-@click.option("--port-base", type=int, default=0, show_default=True,
+@click.option("--port-base", type=int_range("port-base"), default=0, metavar="INTEGER", show_default=True,
               help="ARM on this port, token endpoint +1, IMDS of each instance +2, +3, ... (0: free ports).")
 @click.option("--name", default="myvmss", show_default=True, help="Scale set name.")
 @click.option("--resource-group", default="sandbox-rg", show_default=True, help="Resource group name.")
-@click.option("--duration", type=click.FloatRange(min=0), default=None,
+@click.option("--duration", type=decimal_range("duration", 0), metavar="FLOAT RANGE", default=None,
               help="Stop after this many real seconds (default: run until Ctrl-C).")
 @click.option("--kubernetes", is_flag=True,
               help="Also a Kubernetes API emulator whose nodes are the instances (spec.providerID = the VM), "

@@ -9,6 +9,7 @@ its root cause) and an answer that is not the JSON the SDK expected each become 
 from __future__ import annotations
 
 import json
+import os
 import re
 from contextlib import contextmanager
 from typing import Any, Dict, Iterator, Optional, Tuple
@@ -141,9 +142,26 @@ def arm_errors(action: str, resource: str, subscription: Optional[str] = None) -
     except VmssTerminateError:
         raise
     except OSError as exc:  # e.g. REQUESTS_CA_BUNDLE names a missing file: requests raises a bare OSError
-        raise AzureError(f"{action}: {one_line(str(exc))[:300]}") from None
+        raise AzureError(f"{action}: {ca_bundle_problem(exc) or one_line(str(exc))[:300]}") from None
     except Exception as exc:  # noqa: BLE001 - an SDK/transport surprise (odd body, deserializer) is one line
         raise AzureError(f"{action}: unexpected answer ({type(exc).__name__}: {one_line(str(exc))[:200]})") from None
+
+
+CA_BUNDLE_VARIABLES = ("REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE")
+"""Where requests (under the Azure SDK) reads the CA certificates for https, first one set wins."""
+
+
+def ca_bundle_problem(exc: OSError) -> Optional[str]:
+    """requests' "Could not find a suitable TLS CA certificate bundle, invalid path: X" said with
+    the variable that named X, and what to do (None when it is not that)."""
+    if "CA certificate bundle" not in str(exc):
+        return None
+    for variable in CA_BUNDLE_VARIABLES:
+        path = os.environ.get(variable)
+        if path:
+            return (f"{variable}={path} names no usable CA certificate bundle (no such file); point "
+                    f"{variable} at a PEM file of CA certificates, or unset it")
+    return one_line(str(exc))[:300]
 
 
 def credentials_tried(message: str) -> str:

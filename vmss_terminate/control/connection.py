@@ -73,16 +73,25 @@ def resolve_endpoint(arm_endpoint: Optional[str], cloud: Optional[str], scope: O
     if arm_endpoint is not None and not arm_endpoint.strip():
         raise InvalidValue("arm_endpoint", arm_endpoint, "empty: leave it unset for the cloud's endpoint")
     if arm_endpoint:
-        parts = urlsplit(arm_endpoint.strip())
+        try:
+            parts = urlsplit(arm_endpoint.strip())
+            port = parts.port  # ValueError: not a number, or not 0..65535
+        except ValueError as exc:
+            raise InvalidValue("arm_endpoint", arm_endpoint, f"not a URL ({exc})") from None
         scheme = parts.scheme.lower()
         if scheme not in ("http", "https") or not parts.hostname:
             raise InvalidValue("arm_endpoint", arm_endpoint, "expected an https:// URL")
+        if port == 0:
+            raise InvalidValue("arm_endpoint", arm_endpoint, "port 0 is no server's port: name the port (1..65535) "
+                                                             "or leave it out for the scheme's")
         if scheme == "http" and not is_loopback_host(parts.hostname):
             raise InvalidValue(
                 "arm_endpoint", arm_endpoint, "plain http would send the bearer token in clear; "
                 "use https (http is allowed only for loopback: 127.0.0.1, localhost, [::1])"
             )
         base_url = arm_endpoint.strip().rstrip("/")
+    if scope is not None and not scope.strip():
+        raise InvalidValue("scope", scope, "empty: leave it unset for the cloud's audience", option="--arm-scope")
     if scope:
         token_scope = scope.strip()
     else:
@@ -134,6 +143,7 @@ ENV_ARM_ENDPOINT = "VMSS_TERMINATE_ARM_ENDPOINT"
 ENV_ARM_SCOPE = "VMSS_TERMINATE_ARM_SCOPE"
 _GUID = re.compile(r"^[0-9a-fA-F]{8}-(?:[0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12}$")
 _GUID_LIKE = re.compile(r"^[0-9a-fA-F-]{30,}$")
+_GUID_PART = re.compile(r"^[0-9a-fA-F]{4,}(?:-[0-9a-fA-F]{4,})+$")  # 0000-1111-2222: a cut-off id
 _NAME_FORBIDDEN = re.compile(r"[/\\?#<>%&\x00-\x1f\x7f]")
 NAME_PLACEHOLDER = "00000000-0000-0000-0000-000000000000"
 
@@ -153,7 +163,7 @@ def check_subscription(value: Optional[str]) -> Tuple[str, Optional[str]]:
         )
     if _GUID.match(text):
         return text.lower(), None
-    if _GUID_LIKE.match(text):
+    if _GUID_LIKE.match(text) or (_GUID_PART.match(text) and re.search(r"[0-9]", text)):
         raise InvalidValue("subscription_id", text, "not a subscription id (expected "
                            "xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx) nor a display name", option="--subscription")
     if len(text) > 64 or _NAME_FORBIDDEN.search(text):

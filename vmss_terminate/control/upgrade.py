@@ -30,7 +30,7 @@ PLATFORM = "platform"  # Automatic / Rolling: Azure applies the model
 SKIPPED = "skipped"  # --no-upgrade
 UNAVAILABLE = "unavailable"  # no per-instance model information (Flexible without VM list)
 
-_BATCH = re.compile(r"^\s*(\d+)\s*(%?)\s*$")
+_BATCH = re.compile(r"^([0-9]{1,9})(%?)\Z", re.ASCII)  # ASCII digits, bounded; no spaces
 
 
 @dataclass(frozen=True)

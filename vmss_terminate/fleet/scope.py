@@ -53,6 +53,10 @@ class Scope:
         for sub in subscriptions:
             if not sub.strip():
                 raise UsageError("invalid --subscription '': give a subscription id or display name")
+        for group in management_groups:
+            if not str(group).strip():
+                raise UsageError("invalid --management-group '': give a management group id (its name, "
+                                 "not its display name)")
         return cls(tuple(s.strip() for s in subscriptions), tuple(management_groups), groups, tuple(pairs), name)
 
     def query(self) -> str:
