@@ -10,7 +10,7 @@ from vmss_terminate.control import body
 from vmss_terminate.control.connection import CLOUDS, check_compute_api_version, resolve_endpoint
 from vmss_terminate.control.upgrade import BatchSize
 from vmss_terminate.emulator.arm.app import ArmServers, ArmState
-from vmss_terminate.errors import UsageError
+from vmss_terminate.errors import InvalidValue, UsageError
 
 from .conftest import RG, SUB, requests_seen, run
 
@@ -116,4 +116,7 @@ def test_batch_size_arithmetic() -> None:
     assert BatchSize.parse("20%").for_total(1000) == 200
     assert BatchSize.parse("20%").for_total(3) == 1  # never below one
     assert BatchSize.parse("7").for_total(3) == 7
-    assert BatchSize.parse(" 100 % ").for_total(9) == 9
+    assert BatchSize.parse("100%").for_total(9) == 9
+    for loose in (" 100 % ", "１０", "10\n", "9" * 5000):  # strict ASCII digits, bounded (issue 20)
+        with pytest.raises(InvalidValue):
+            BatchSize.parse(loose)
