@@ -55,14 +55,20 @@ def per_request(pods: int) -> None:
         http.trust_env = False
         base = kube.url + "/api/v1"
         count = min(pods // 2, 100)  # the budget allows half of them
-        get = median_ms([lambda i=i: http.get(f"{base}/namespaces/default/pods/web-{i}", timeout=10)
-                         for i in range(count)])
-        listing = median_ms([lambda: http.get(f"{base}/pods", params={"fieldSelector": "spec.nodeName=pool000000"},
-                                              timeout=30) for _ in range(5)])
-        evict = median_ms([lambda i=i: http.post(f"{base}/namespaces/default/pods/web-{i}/eviction", timeout=10,
-                                                 json={"apiVersion": "policy/v1", "kind": "Eviction",
-                                                       "metadata": {"name": f"web-{i}"}}) for i in range(count)])
-        print(f"| {pods} | {get:.1f} ms | {listing:.0f} ms | {evict:.1f} ms |")
+        def get(index: int) -> Callable[[], requests.Response]:
+            return lambda: http.get(f"{base}/namespaces/default/pods/web-{index}", timeout=10)
+
+        def evict(index: int) -> Callable[[], requests.Response]:
+            body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": f"web-{index}"}}
+            return lambda: http.post(f"{base}/namespaces/default/pods/web-{index}/eviction", json=body, timeout=10)
+
+        def listing() -> requests.Response:
+            return http.get(f"{base}/pods", params={"fieldSelector": "spec.nodeName=pool000000"}, timeout=30)
+
+        got = median_ms([get(i) for i in range(count)])
+        listed = median_ms([listing] * 5)
+        evicted = median_ms([evict(i) for i in range(count)])
+        print(f"| {pods} | {got:.1f} ms | {listed:.0f} ms | {evicted:.1f} ms |")
 
 
 def kubectl_drain(pods: int, kubectl: str) -> None:
