@@ -1,6 +1,7 @@
 """ARM failures as one-line project errors: what Azure answered, never a Python exception name.
 
-`arm_errors(action, resource)` wraps every call into the Azure SDK: a rejected credential, a 404
+`arm_errors(action, resource)` wraps every call into the Azure SDK: a token the managed identity
+refused (the scope and the endpoint's answer), a rejected credential, a 404
 (naming the first missing level: subscription, resource group or scale set), any other error answer
 (`ArmRequestError`, keeping ARM's code and HTTP status for callers), a transport failure (named from
 its root cause) and an answer that is not the JSON the SDK expected each become one line.
@@ -14,6 +15,7 @@ import re
 from contextlib import contextmanager
 from typing import Any, Dict, Iterator, Optional, Tuple
 
+from vmss_terminate.control.token_answers import TokenRequestRefused
 from vmss_terminate.errors import AzureError, VmssTerminateError
 
 CREDENTIAL_HELP = (
@@ -112,6 +114,10 @@ def arm_errors(action: str, resource: str, subscription: Optional[str] = None) -
 
     try:
         yield
+    except TokenRequestRefused as exc:
+        if exc.action:  # said already, by an inner arm_errors
+            raise
+        raise exc.during(action) from None
     except ClientAuthenticationError as exc:
         # CredentialUnavailableError is a subclass; its text lists every credential tried (multi-line).
         if getattr(exc, "status_code", None) in (401, 403):

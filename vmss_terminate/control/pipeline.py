@@ -8,7 +8,8 @@
   policies (the fleet's per-subscription throttle) come from one `ResolvedConnection`
   (`sdk_client_kwargs`);
 * the credential is DefaultAzureCredential for the cloud's authority, over a transport that sends
-  requests for local endpoints (managed identity) without a proxy.
+  requests for local endpoints (managed identity) without a proxy and waits on an injectable clock;
+  a token its managed identity refuses is named (`control/token_answers.py`).
 
 Azure packages are imported inside functions so that importing this module stays cheap.
 """
@@ -20,8 +21,10 @@ from typing import Any, Dict
 from urllib.parse import urlsplit
 
 from vmss_terminate import extras
+from vmss_terminate.clock import SYSTEM_CLOCK, Clock
 from vmss_terminate.control.connection import CLOUDS, DEFAULT_CLOUD, ResolvedConnection
 from vmss_terminate.control.origin import arm_origin_policy
+from vmss_terminate.control.token_answers import ExplainedCredential, TokenAnswers
 from vmss_terminate.net import is_local_host, is_loopback_http
 
 
@@ -59,25 +62,33 @@ def quiet_sdk_logging() -> None:
         logger.addHandler(logging.NullHandler())
 
 
-def build_credential(cloud: str = DEFAULT_CLOUD) -> Any:
+def build_credential(cloud: str = DEFAULT_CLOUD, clock: Clock = SYSTEM_CLOCK) -> Any:
     """DefaultAzureCredential for the cloud's Entra authority (env, workload/managed identity, az CLI, ...),
-    over a transport that never sends a request for a local endpoint through a proxy.
+    over a transport that never sends a request for a local endpoint through a proxy, wrapped so that
+    a token the managed identity refuses is named with the endpoint's answer (`ExplainedCredential`).
 
-    Why: the managed-identity endpoints are local (IMDS at 169.254.169.254, App Service/Arc on
-    loopback). Through HTTP_PROXY, the chain's one-second IMDS probe reached the proxy, whose error
-    page made azure-identity believe IMDS answered and retry the token request with backoff (7
-    requests, ~25 s) before "no credential". Direct, the probe fails in a second off Azure.
-    Entra (login.microsoftonline.com) still goes through the configured proxy.
+    Why the transport: the managed-identity endpoints are local (IMDS at 169.254.169.254, App
+    Service/Arc on loopback). Through HTTP_PROXY, the chain's one-second IMDS probe reached the proxy,
+    whose error page made azure-identity believe IMDS answered and retry the token request with
+    backoff (7 requests, ~25 s) before "no credential". Direct, the probe fails in a second off Azure.
+    Entra (login.microsoftonline.com) still goes through the configured proxy. azure-identity's own
+    retries are kept (App Service: 3 retries after 0, 1.6 and 3.2 s; IMDS: its longer policy); their
+    backoff waits on `clock`.
     """
     from azure.identity import DefaultAzureCredential  # noqa: PLC0415
 
-    authority = CLOUDS.get(cloud or DEFAULT_CLOUD, CLOUDS[DEFAULT_CLOUD])[2]
-    return DefaultAzureCredential(authority=authority, transport=local_endpoints_bypass_proxies())
+    name = cloud if cloud in CLOUDS else DEFAULT_CLOUD
+    _, audience, authority = CLOUDS[name]
+    answers = TokenAnswers()
+    credential = DefaultAzureCredential(authority=authority, transport=local_endpoints_bypass_proxies(clock),
+                                        raw_response_hook=answers)
+    return ExplainedCredential(credential, answers, name, audience.rstrip("/") + "/.default")
 
 
-def local_endpoints_bypass_proxies() -> Any:
+def local_endpoints_bypass_proxies(clock: Clock = SYSTEM_CLOCK) -> Any:
     """An azure-core requests transport that sends loopback and link-local requests without a proxy
-    (`proxies={"http": None, "https": None}` is what stops requests from reading HTTP_PROXY)."""
+    (`proxies={"http": None, "https": None}` is what stops requests from reading HTTP_PROXY), and
+    whose retry backoff (`sleep`, which azure-core's RetryPolicy calls) waits on `clock`."""
     from azure.core.pipeline.transport import RequestsTransport  # noqa: PLC0415
 
     class LocalEndpointsBypassProxies(RequestsTransport):  # type: ignore[misc]
@@ -85,6 +96,9 @@ def local_endpoints_bypass_proxies() -> Any:
             if is_local_host(urlsplit(request.url).hostname):
                 kwargs["proxies"] = {"http": None, "https": None}
             return super().send(request, **kwargs)
+
+        def sleep(self, duration: float) -> None:
+            clock.sleep(duration)
 
     return LocalEndpointsBypassProxies()
 

@@ -1,0 +1,160 @@
+"""A refused managed-identity token, named: the scope asked for and what the token endpoint
+answered (HTTP status and its own message, never a token).
+
+Why: a managed identity refuses a resource Entra ID does not know (App Service answers a vague
+`500 {"message": "An unexpected error occured while fetching the AAD Token."}`, IMDS `400
+invalid_resource`), azure-identity calls that "unavailable", DefaultAzureCredential moves on, and
+the chain ends in "no usable Azure credential": the one answer that says what went wrong is lost.
+
+`TokenAnswers` is the credential's `raw_response_hook` (azure-core's public per-answer callback,
+called for every attempt, retries included): it keeps, per resource, the last error answer to a
+managed-identity token request (a GET with a `resource` parameter) and forgets it when one
+succeeds. Bodies of successful answers are never read. `ExplainedCredential` wraps the chain: when
+it fails for a scope whose token request was answered with an error, it raises
+`TokenRequestRefused`, which `arm_errors` prefixes with the action (exit 1: the endpoint answered,
+and its answer does not tell a wrong scope from a failure on its side).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import dataclass
+from typing import Any, Dict, Optional
+from urllib.parse import parse_qs, urlsplit
+
+from vmss_terminate.errors import AzureError
+
+DEFAULT_SUFFIX = "/.default"
+
+
+@dataclass(frozen=True)
+class TokenAnswer:
+    """One error answer of a token endpoint: status, its own message ('' when the body is not a
+    JSON error) and how many error answers the resource has had since its last success."""
+
+    status: int
+    message: str
+    attempts: int
+
+
+def resource_of_scope(scope: str) -> str:
+    """The resource a managed identity is asked for (azure-identity drops `/.default`)."""
+    return scope[: -len(DEFAULT_SUFFIX)] if scope.endswith(DEFAULT_SUFFIX) else scope
+
+
+def endpoint_message(body: Any) -> str:
+    """The message of a token endpoint's JSON error body: App Service `message`; IMDS, Arc and
+    Entra `error: error_description`. Named fields only, so nothing else of a body is repeated."""
+    if not isinstance(body, dict):
+        return ""
+    message, error, description = (body.get(k) for k in ("message", "error", "error_description"))
+    if isinstance(message, str) and message.strip():
+        text = message
+    elif isinstance(description, str) and description.strip():
+        text = f"{error}: {description}" if isinstance(error, str) and error else description
+    else:
+        text = error if isinstance(error, str) else ""
+    return " ".join(text.split())[:300]
+
+
+class TokenAnswers:
+    """Per resource, the last error answer to a managed-identity token request (thread-safe)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._failed: Dict[str, TokenAnswer] = {}
+
+    def __call__(self, response: Any) -> None:
+        """azure-core `raw_response_hook`: `response` is a PipelineResponse."""
+        request, answer = response.http_request, response.http_response
+        resource = parse_qs(urlsplit(request.url).query).get("resource")
+        if request.method != "GET" or not resource:
+            return  # not a managed-identity token request (Entra's are POSTs)
+        key = resource[0].rstrip("/")
+        if answer.status_code < 400:
+            with self._lock:
+                self._failed.pop(key, None)
+            return
+        try:
+            message = endpoint_message(json.loads(answer.text()))
+        except Exception:  # noqa: BLE001 - not JSON, or not text: the status alone is named
+            message = ""
+        with self._lock:
+            seen = self._failed.get(key)
+            self._failed[key] = TokenAnswer(answer.status_code, message, (seen.attempts if seen else 0) + 1)
+
+    def refused(self, scope: str) -> Optional[TokenAnswer]:
+        """The last error answer for `scope`'s resource since its last success, if any."""
+        with self._lock:
+            return self._failed.get(resource_of_scope(scope).rstrip("/"))
+
+
+class TokenRequestRefused(AzureError):
+    """The managed identity's token endpoint refused a token for `scope` (exit 1). The message
+    names the scope, the endpoint's status and message, and what to check; never a token."""
+
+    def __init__(self, scope: str, answer: TokenAnswer, attempts: int, cloud: str, cloud_scope: str,
+                 action: str = "") -> None:
+        self.scope, self.answer, self.attempts = scope, answer, attempts
+        self.cloud, self.cloud_scope, self.action = cloud, cloud_scope, action
+        said = f' "{answer.message}"' if answer.message else ""
+        tries = f" after {attempts} attempts" if attempts > 1 else ""
+        head = (f"{action + ': ' if action else ''}the managed identity token endpoint refused a token for scope "
+                f"{scope}: HTTP {answer.status}{said}{tries}")
+        if scope.rstrip("/").lower() == cloud_scope.lower():
+            hint = (f"; that is {cloud}'s own ARM scope, so the identity endpoint failed on its side: run the "
+                    "command again, and if it persists check the managed identity of this host")
+            super().__init__(head + hint)
+            return
+        where = (f"a managed identity refuses a resource Entra ID does not know: check the scope ({{}}; "
+                 f"{cloud}'s ARM scope is {cloud_scope})")
+        super().__init__(f"{head}; {where.format('Connection(scope=...) or VMSS_TERMINATE_ARM_SCOPE')}",
+                         cli_message=f"{head}; {where.format('--arm-scope or VMSS_TERMINATE_ARM_SCOPE')}")
+
+    def during(self, action: str) -> "TokenRequestRefused":
+        """The same refusal, said as the failure of `action` (e.g. "reading scale set rg/web")."""
+        return TokenRequestRefused(self.scope, self.answer, self.attempts, self.cloud, self.cloud_scope, action)
+
+    def details(self) -> Dict[str, Any]:
+        return {"scope": self.scope, "token_endpoint_status": self.answer.status,
+                "token_endpoint_message": self.answer.message, "attempts": self.attempts}
+
+
+class ExplainedCredential:
+    """A TokenCredential around DefaultAzureCredential that raises `TokenRequestRefused` when the
+    chain fails for a scope the managed identity's endpoint answered with an error."""
+
+    def __init__(self, credential: Any, answers: TokenAnswers, cloud: str, cloud_scope: str) -> None:
+        self.credential, self.answers = credential, answers
+        self._cloud, self._cloud_scope = cloud, cloud_scope
+
+    def get_token(self, *scopes: str, **kwargs: Any) -> Any:
+        return self._explained(self.credential.get_token, scopes, kwargs)
+
+    def get_token_info(self, *scopes: str, **kwargs: Any) -> Any:
+        return self._explained(self.credential.get_token_info, scopes, kwargs)
+
+    def _explained(self, get: Any, scopes: Any, kwargs: Dict[str, Any]) -> Any:
+        from azure.core.exceptions import ClientAuthenticationError  # noqa: PLC0415
+
+        scope = scopes[0] if len(scopes) == 1 else None
+        before = self.answers.refused(scope) if scope else None
+        try:
+            return get(*scopes, **kwargs)
+        except ClientAuthenticationError:
+            answer = self.answers.refused(scope) if scope else None
+            if scope is None or answer is None:
+                raise
+            attempts = answer.attempts - (before.attempts if before else 0)
+            raise TokenRequestRefused(scope, answer, attempts, self._cloud, self._cloud_scope) from None
+
+    def close(self) -> None:
+        self.credential.close()
+
+    def __enter__(self) -> "ExplainedCredential":
+        self.credential.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.credential.__exit__(*exc)
