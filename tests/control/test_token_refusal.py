@@ -105,8 +105,24 @@ def test_the_clouds_own_scope_refused_says_the_endpoint_failed(arm: ArmServers, 
         arm.tokens.allow_resources(audiences)
     message = str(caught.value)
     assert "for scope https://management.azure.com/.default: HTTP 500" in message
-    assert "that is AzureCloud's own ARM scope, so the identity endpoint failed on its side" in message
+    assert "the identity endpoint failed on its side: run the command again" in message
     assert "--arm-scope" not in message and caught.value.cli_message is None
+
+
+def test_a_refused_identity_header_names_the_answer_and_what_to_configure(arm: ArmServers, state: ArmState,
+                                                                         monkeypatch: pytest.MonkeyPatch,
+                                                                         tmp_path: Path) -> None:
+    """401 is about the identity, not the scope: the hint is the credential help (not retried)."""
+    monkeypatch.setenv("AZURE_CONFIG_DIR", str(tmp_path))
+    monkeypatch.setenv("IDENTITY_HEADER", "wrong-secret")
+    with build_credential() as built:  # the App Service credential reads IDENTITY_HEADER when built
+        with pytest.raises(TokenRequestRefused) as caught:
+            status(RG, "web", connection=Connection(subscription_id=SUB, arm_endpoint=arm.arm_url, credential=built))
+    message = str(caught.value)
+    assert "scope https://management.azure.com/.default: HTTP 401 \"X-IDENTITY-HEADER is missing or wrong.\";" \
+        in message
+    assert "check the managed identity of this host, or configure an Azure credential: run `az login`" in message
+    assert "wrong-secret" not in message and len(_token_requests(arm)) == 1
 
 
 @pytest.mark.slow  # the CLI builds its own credential: azure-identity's 4.8 real seconds of backoff
@@ -121,7 +137,7 @@ def test_cli_wrong_arm_scope_is_one_line_naming_the_scope_and_the_answer(arm: Ar
     assert len(lines) == 2 and "Traceback" not in result.output, result.stderr
     assert lines[0] == (f"error: reading scale set {RG}/web: the managed identity token endpoint refused a token for "
                         f"scope {WRONG}: HTTP 500 \"{UNKNOWN_RESOURCE_MESSAGE}\" after 4 attempts; a managed identity "
-                        "refuses a resource Entra ID does not know: check the scope (--arm-scope or "
+                        "answers so for a resource Entra ID does not know: check the scope (--arm-scope or "
                         "VMSS_TERMINATE_ARM_SCOPE; AzureCloud's ARM scope is https://management.azure.com/.default)")
     error = json.loads(lines[1])["error"]
     assert error["exit_code"] == 1 and error["scope"] == WRONG and error["token_endpoint_status"] == 500

@@ -15,13 +15,8 @@ import re
 from contextlib import contextmanager
 from typing import Any, Dict, Iterator, Optional, Tuple
 
-from vmss_terminate.control.token_answers import TokenRequestRefused
+from vmss_terminate.control.token_answers import CREDENTIAL_HELP, TokenRequestRefused
 from vmss_terminate.errors import AzureError, VmssTerminateError
-
-CREDENTIAL_HELP = (
-    "configure an Azure credential: run `az login`, or set AZURE_CLIENT_ID, AZURE_CLIENT_SECRET and "
-    "AZURE_TENANT_ID (service principal), or run where a managed identity is available"
-)
 
 
 class ArmRequestError(AzureError):

@@ -26,6 +26,13 @@ from urllib.parse import parse_qs, urlsplit
 from vmss_terminate.errors import AzureError
 
 DEFAULT_SUFFIX = "/.default"
+UNKNOWN_RESOURCE_STATUSES = (400, 500)
+"""How managed identities answer a resource Entra ID does not know: App Service a vague 500, IMDS
+400 invalid_resource (AADSTS500011). Other refusals are about the identity, not the scope."""
+CREDENTIAL_HELP = (
+    "configure an Azure credential: run `az login`, or set AZURE_CLIENT_ID, AZURE_CLIENT_SECRET and "
+    "AZURE_TENANT_ID (service principal), or run where a managed identity is available"
+)
 
 
 @dataclass(frozen=True)
@@ -102,15 +109,16 @@ class TokenRequestRefused(AzureError):
         tries = f" after {attempts} attempts" if attempts > 1 else ""
         head = (f"{action + ': ' if action else ''}the managed identity token endpoint refused a token for scope "
                 f"{scope}: HTTP {answer.status}{said}{tries}")
-        if scope.rstrip("/").lower() == cloud_scope.lower():
-            hint = (f"; that is {cloud}'s own ARM scope, so the identity endpoint failed on its side: run the "
-                    "command again, and if it persists check the managed identity of this host")
-            super().__init__(head + hint)
-            return
-        where = (f"a managed identity refuses a resource Entra ID does not know: check the scope ({{}}; "
-                 f"{cloud}'s ARM scope is {cloud_scope})")
-        super().__init__(f"{head}; {where.format('Connection(scope=...) or VMSS_TERMINATE_ARM_SCOPE')}",
-                         cli_message=f"{head}; {where.format('--arm-scope or VMSS_TERMINATE_ARM_SCOPE')}")
+        if answer.status in UNKNOWN_RESOURCE_STATUSES and scope.rstrip("/").lower() != cloud_scope.lower():
+            where = (f"a managed identity answers so for a resource Entra ID does not know: check the scope ({{}}; "
+                     f"{cloud}'s ARM scope is {cloud_scope})")
+            super().__init__(f"{head}; {where.format('Connection(scope=...) or VMSS_TERMINATE_ARM_SCOPE')}",
+                             cli_message=f"{head}; {where.format('--arm-scope or VMSS_TERMINATE_ARM_SCOPE')}")
+        elif answer.status >= 500:
+            super().__init__(f"{head}; the identity endpoint failed on its side: run the command again, and if "
+                             "it persists check the managed identity of this host")
+        else:  # refused who asked (a wrong identity header, no identity assigned): the configuration
+            super().__init__(f"{head}; check the managed identity of this host, or {CREDENTIAL_HELP}")
 
     def during(self, action: str) -> "TokenRequestRefused":
         """The same refusal, said as the failure of `action` (e.g. "reading scale set rg/web")."""
