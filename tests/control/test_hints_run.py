@@ -113,3 +113,15 @@ def test_sigterm_while_the_patch_is_in_flight_prints_commands_that_reach_the_set
         done = _paste(line)
         assert done.returncode == 0, (line, done.stderr)
     assert _profile(state, SUB) is None  # the env's subscription was never reached
+
+
+def test_no_wait_on_a_set_that_already_matches_says_so(arm: ArmServers, state: ArmState) -> None:
+    _two_sets(state)
+    assert run("enable", "-g", RG, "-n", "web", "--timeout", "10m", "--subscription", OTHER).exit_code == 0
+    again = run("enable", "-g", RG, "-n", "web", "--timeout", "10m", "--no-wait", "--subscription", OTHER)
+    assert again.exit_code == 0, again.output
+    assert "profile already matches (enabled, notBeforeTimeout PT10M): nothing sent" in again.output, again.output
+    assert "until the profile shows the change" not in again.output
+    (upgrade,) = _commands(again.output)
+    done = _paste(upgrade)
+    assert done.returncode == 0, done.stderr

@@ -11,6 +11,7 @@ import click
 
 from vmss_terminate.commands.foreground import Foreground
 from vmss_terminate.commands.options import fault_option, int_range, tls_server_context
+from vmss_terminate.control.commandline import command
 from vmss_terminate.emulator.faults import Fault
 from vmss_terminate.errors import UsageError
 
@@ -125,9 +126,12 @@ def arm_command(host: str, port: int, token_port: int, seed: Optional[Path], pag
             click.echo("Point DefaultAzureCredential and the CLI at it (bash):")
             for name, value in connect.items():
                 click.echo(f"  export {name}={value}")
-            target = (f"--subscription {example.subscription} --resource-group {example.resource_group} "
-                      f"--name {example.name} " if example else "")
-            click.echo(f"  vmss-terminate status {target}--arm-endpoint {servers.arm_url}")
+            if example is not None:
+                click.echo("  " + command("status", "-g", example.resource_group, "-n", example.name, "--subscription",
+                                          example.subscription, "--arm-endpoint", servers.arm_url))
+            else:  # a status command needs a set: say how to have one rather than print one that fails
+                click.echo("  (no scale sets yet: start with --seed FILE or --generate SETS/SUBSCRIPTIONS, "
+                           "or create one with a PUT, then run vmss-terminate status -g GROUP -n NAME)")
             if context is not None:  # az needs HTTPS (docs/emulators.md)
                 click.echo("Point the Azure CLI at it (with the exports above and REQUESTS_CA_BUNDLE=<CA file>):")
                 click.echo(f"  az cloud register -n VmssTerminateLocal --endpoint-resource-manager {servers.arm_url}/"

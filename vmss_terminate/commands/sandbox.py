@@ -15,6 +15,7 @@ import click
 from vmss_terminate.commands.foreground import Foreground
 from vmss_terminate.commands.options import TIMEOUT, decimal_range, int_range
 from vmss_terminate.commands.output import emit, output_option, tsv_lines
+from vmss_terminate.control.commandline import command
 from vmss_terminate.errors import VmssTerminateError
 from vmss_terminate.timeout import to_iso
 
@@ -164,9 +165,9 @@ def _print_endpoints(box, hook: str, kubeconfig: Optional[str] = None) -> None: 
                    f"--hook {shlex.quote(hook)}{drain}   # {vm}")
     click.echo("")
     click.echo("# Then, with the exports above:")
-    click.echo(f"vmss-terminate status -g {cfg.resource_group} -n {cfg.name}")
+    click.echo(command("status", "-g", cfg.resource_group, "-n", cfg.name))
     if cfg.timeout_minutes is None:
-        click.echo(f"vmss-terminate enable -g {cfg.resource_group} -n {cfg.name} --timeout PT5M")
+        click.echo(command("enable", "-g", cfg.resource_group, "-n", cfg.name, "--timeout", "PT5M"))
     click.echo(f"curl -s -H 'Metadata: true' '{next(iter(box.imds_urls().values()))}"
                f"/metadata/scheduledevents?api-version=2019-01-01'")
     click.echo("# Scale in: get a token from the sandbox's identity endpoint, then lower sku.capacity")

@@ -228,7 +228,8 @@ def _change(
             if the_plan.profile_change:
                 _patch_interruptible(client, payload, wait=False)
             return ChangeResult(action, changed=the_plan.profile_change, dry_run=False, plan=the_plan,
-                                no_wait=True, follow_up=_follow_up(client))
+                                no_wait=True, follow_up=_follow_up(client) if the_plan.profile_change else
+                                f"`{_command(client, 'upgrade')}` brings instances still on an older model to it")
         if the_plan.profile_change:
             _patch_interruptible(client, payload, wait=True, desired=the_plan.desired, action=action,
                                  operation=OperationWait(options.wait_timeout, clock))

@@ -153,8 +153,9 @@ class ChangeResult:
         if self.dry_run:
             return "dry run: nothing written"
         if self.no_wait:
-            done = (f"profile change to {self.plan.desired.describe()} accepted by ARM (not waited for)"
-                    if self.changed else "profile: no change")
+            if not self.changed:  # nothing was sent: there is no change to follow
+                return f"profile already matches ({self.plan.desired.describe()}): nothing sent; {self.follow_up}"
+            done = f"profile change to {self.plan.desired.describe()} accepted by ARM (not waited for)"
             return f"{done}; instances not upgraded; {self.follow_up}"
         profile = f"profile {self.after.describe()}" if self.changed and self.after else "profile: no change"
         if self.upgrade is not None:

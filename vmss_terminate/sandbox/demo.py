@@ -178,8 +178,10 @@ def _story(sandbox: Sandbox, options: DemoOptions, deadline: float,  # type: ign
 
     kube: Dict[str, Any] = {} if cluster is None else {"kubernetes": True, "kubeconfig": cluster.kubeconfig}
     agents = SandboxAgents(sandbox, hooks=[options.hook or demo_hook_command()], **kube).start()
-    if not agents.wait_ready(max(0.0, deadline - time.monotonic())):
-        return "the agents did not learn their VM names from IMDS in time", [], None, agents
+    if not agents.wait_ready(max(0.0, deadline - time.monotonic())):  # waits until the deadline, no longer
+        return (f"the {options.real_deadline:g} s deadline passed before every agent was running (learnt its VM "
+                f"name from its IMDS); allow more time: a larger --deadline, or leave it out for the default",
+                [], None, agents)
     record("demo", "agents_ready", "", f"{len(agents.agents)} agents running, one per instance, each "
                                        f"polling its own IMDS with a drain hook"
                                        + (" and --kubernetes (cordon, evict, wait)" if cluster is not None else ""))

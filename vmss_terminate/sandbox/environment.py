@@ -27,6 +27,7 @@ from typing import Any, Dict, List, NamedTuple, Optional
 from vmss_terminate.clock import Clock, ScaledClock
 from vmss_terminate.control import body
 from vmss_terminate.control.connection import Connection
+from vmss_terminate.control.names import check_resource_group, check_scale_set_name
 from vmss_terminate.control.profile import parse_scheduled_events_profile
 from vmss_terminate.emulator.arm.app import ArmServers, ArmState, InstanceRecord, ScaleSetRecord, start_arm
 from vmss_terminate.emulator.imds.app import ImdsEmulator, PlacementGroup
@@ -97,6 +98,8 @@ class SandboxConfig:
     imds_rate_limit: Optional[float] = 5.0
 
     def validated(self) -> "SandboxConfig":
+        check_resource_group(self.resource_group)  # the names Azure would accept, as `enable` checks them
+        check_scale_set_name(self.name)
         if not 1 <= self.instances <= MAX_INSTANCES:
             raise InvalidValue("instances", self.instances, f"expected 1..{MAX_INSTANCES}")
         if not self.speed > 0:
