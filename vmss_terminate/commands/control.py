@@ -30,7 +30,9 @@ ENDPOINT_OPTIONS = [
         envvar="VMSS_TERMINATE_ARM_ENDPOINT",
         help="ARM base URL (https; http only for loopback) [env VMSS_TERMINATE_ARM_ENDPOINT].",
     ),
-    click.option("--cloud", type=click.Choice(list(CLOUDS)), default=DEFAULT_CLOUD, show_default=True),
+    click.option("--cloud", type=click.Choice(list(CLOUDS)), default=DEFAULT_CLOUD, show_default=True,
+                 help="The Azure cloud: its Resource Manager endpoint and token audience (--arm-endpoint overrides "
+                      "the endpoint)."),
     click.option(
         "--arm-scope",
         envvar="VMSS_TERMINATE_ARM_SCOPE",
@@ -229,7 +231,9 @@ class DetailedExitCommand(click.Command):
 @click.command("plan", cls=DetailedExitCommand)
 @scale_set_options
 @click.option("--timeout", type=TIMEOUT, required=True, help="The timeout `enable` would set (5..15 minutes).")
-@click.option("--batch-size", type=BATCH_SIZE, default="20%", show_default=True)
+@click.option("--batch-size", type=BATCH_SIZE, default="20%", show_default=True,
+              help="Manual policy: instances per manualupgrade call, as `enable` would send them (count or % of "
+                   "all instances); the plan counts the batches.")
 @click.option("--detailed-exitcode", is_flag=True,
               help="Exit 0: no change, 1: error, 2: changes pending or compliance unknown.")
 def plan_command(resource_group: str, name: str, connection: Connection, output: str, timeout: int,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import signal
 import sys
 import threading
@@ -98,7 +99,9 @@ def _csv(rows: List[Dict[str, Any]]) -> str:
     out = io.StringIO()
     if not rows:
         return ""
-    flat = [_flat(row) for row in rows]
+    # every JSON field a column (docs/fleet.md): lists joined with `;`, objects (tags) as compact JSON
+    flat = [{k: json.dumps(v, sort_keys=True, separators=(",", ":")) if isinstance(v, dict) else
+             ";".join(v) if isinstance(v, list) else v for k, v in row.items()} for row in rows]
     writer = csv.DictWriter(out, fieldnames=list(flat[0]), lineterminator="\n")
     writer.writeheader()
     for row in flat:

@@ -28,6 +28,7 @@ class LazyGroup(click.Group):
     def __init__(self, *args: Any, lazy: Optional[Mapping[str, Lazy]] = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.lazy = dict(lazy or {})
+        self.path: Tuple[str, ...] = ()  # its words after the program name (set by `describe`)
 
     def list_commands(self, ctx: click.Context) -> List[str]:
         return sorted(set(self.commands) | set(self.lazy))
@@ -37,6 +38,7 @@ class LazyGroup(click.Group):
             entry = self.lazy[cmd_name]
             command = getattr(importlib.import_module(entry.module), entry.attr)
             refuse_repeated_options(command)
+            describe(command, self.path + (cmd_name,))
             self.commands[cmd_name] = command
         return self.commands.get(cmd_name)
 
@@ -50,21 +52,49 @@ class LazyGroup(click.Group):
         return super().resolve_command(ctx, args)
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        """click's listing, but a command not imported yet is summarised from its registration."""
+        """click's listing, but a command not imported yet is summarised from its registration, and
+        every summary is its whole first sentence (wrapped), never cut with "..."."""
         rows = []
-        limit = formatter.width - 6 - max((len(name) for name in self.list_commands(ctx)), default=0)
         for name in self.list_commands(ctx):
             command = self.commands.get(name)
             if command is not None:
                 if command.hidden:
                     continue
-                rows.append((name, command.get_short_help_str(limit)))
+                rows.append((name, command.get_short_help_str(WHOLE)))
             else:
-                # click shortens the summary exactly as it would the command's own help
-                rows.append((name, click.Command(name, help=self.lazy[name].summary).get_short_help_str(limit)))
+                rows.append((name, click.Command(name, help=self.lazy[name].summary).get_short_help_str(WHOLE)))
         if rows:
             with formatter.section("Commands"):
                 formatter.write_dl(rows)
+
+
+WHOLE = 10_000
+"""A summary limit no first sentence reaches: `--help` listings show it whole, wrapped."""
+
+EXIT_CODES = ("Exit codes: 0 done (also: nothing to change), 1 Azure or runtime failure, 2 bad input (said "
+              "before any request), 130 stopped by Ctrl-C, 143 stopped by SIGTERM.")
+SERVING_EXIT_CODES = ("Exit codes: 0 stopped by Ctrl-C or SIGTERM (its normal stop), 1 runtime failure, "
+                      "2 bad input (said before it starts).")
+SERVING = {("agent", "run"), ("emulator", "arm"), ("emulator", "imds"), ("emulator", "kube"), ("sandbox",)}
+"""Commands that serve until stopped: Ctrl-C and SIGTERM are how they end (docs/cli-reference.md)."""
+
+
+def describe(command: click.Command, path: Tuple[str, ...]) -> None:
+    """Give `command` (and every subcommand) its exit codes in the `--help` epilog, after any epilog
+    of its own, and a summary that group listings show whole (click cuts it at ~45 characters)."""
+    if isinstance(command, LazyGroup):
+        command.path = path  # what it loads later is described under it
+    if isinstance(command, click.Group):
+        for name, sub in getattr(command, "commands", {}).items():
+            describe(sub, path + (name,))
+        return
+    codes = SERVING_EXIT_CODES if path in SERVING else EXIT_CODES
+    if any(param.name == "detailed_exitcode" for param in command.params):
+        codes += " With --detailed-exitcode (Terraform's): 0 no change, 1 error, 2 changes pending or non-compliant."
+    if codes not in (command.epilog or ""):
+        command.epilog = f"{command.epilog}\n\n{codes}" if command.epilog else codes
+    if not command.short_help and command.help:
+        command.short_help = command.get_short_help_str(WHOLE)
 
 
 def refuse_repeated_options(command: click.Command) -> None:
