@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import socket
 import statistics
 import subprocess
 import sys
@@ -111,6 +112,13 @@ def agent_rss(python: Path, seconds: float, *extra: str) -> Dict[str, float]:
     return {"median": statistics.median(samples), "max": max(samples)}
 
 
+def free_port() -> int:
+    """A loopback port nothing listens on now (the agent refuses `--listen` port 0)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
 def control_refusal(python: Path) -> str:
     proc = subprocess.run([str(python.parent / "vmss-terminate"), "status", "-g", "rg", "-n", "vmss"],
                           capture_output=True, text=True, timeout=60)
@@ -156,7 +164,7 @@ def main() -> None:
         print(f"  RSS agent idle median {agent['median'] / MIB:.1f} MiB (max {agent['max'] / MIB:.1f}), "
               f"`python -c \"import requests\"` {floor / MIB:.1f} MiB, ratio {ratio:.2f}x "
               f"[target <= 1.1x: {_verdict(ratio <= 1.1)}]")
-        listening = agent_rss(lean, args.idle, "--listen", "127.0.0.1:0")
+        listening = agent_rss(lean, args.idle, "--listen", f"127.0.0.1:{free_port()}")  # port 0 is refused
         print(f"  RSS agent idle with --listen median {listening['median'] / MIB:.1f} MiB, "
               f"ratio {listening['median'] / floor:.2f}x")
         after = size_bytes(site)
