@@ -9,7 +9,9 @@ error occured while fetching the AAD Token."). azure-identity retries that 500 (
 
 from __future__ import annotations
 
+import http.server
 import json
+import threading
 from pathlib import Path
 from typing import Any, Iterator, List
 
@@ -123,6 +125,54 @@ def test_a_refused_identity_header_names_the_answer_and_what_to_configure(arm: A
         in message
     assert "check the managed identity of this host, or configure an Azure credential: run `az login`" in message
     assert "wrong-secret" not in message and len(_token_requests(arm)) == 1
+
+
+class _ImdsRefusingTheResource(http.server.BaseHTTPRequestHandler):
+    """Azure IMDS's identity endpoint as it answers a resource Entra ID does not know (the IMDS
+    emulator serves instance metadata, not identity tokens)."""
+
+    seen: List[str] = []
+    BODY = {"error": "invalid_resource", "error_description": "AADSTS500011: The resource principal named "
+            "https://wrong.example was not found in the tenant."}
+
+    def do_GET(self) -> None:
+        self.seen.append(self.path)
+        body = json.dumps(self.BODY).encode()
+        self.send_response(400)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+def test_imds_refusing_the_resource_is_named_too(arm: ArmServers, clock: Any, monkeypatch: pytest.MonkeyPatch,
+                                                  tmp_path: Path) -> None:
+    """On a VM the managed identity is IMDS (azure-identity's own retry policy; 400 is not retried):
+    its `error: error_description` is the message."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _ImdsRefusingTheResource)
+    _ImdsRefusingTheResource.seen = []
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    for name in ("IDENTITY_ENDPOINT", "IDENTITY_HEADER"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AZURE_POD_IDENTITY_AUTHORITY_HOST", f"http://127.0.0.1:{server.server_address[1]}")
+    monkeypatch.setenv("AZURE_CONFIG_DIR", str(tmp_path))
+    try:
+        with build_credential(clock=clock) as built:
+            with pytest.raises(TokenRequestRefused) as caught:
+                status(RG, "web", connection=Connection(subscription_id=SUB, arm_endpoint=arm.arm_url, scope=WRONG,
+                                                        credential=built))
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert f"scope {WRONG}: HTTP 400 \"invalid_resource: AADSTS500011: The resource principal named " \
+           "https://wrong.example was not found in the tenant.\"; a managed identity answers so for a resource " \
+           "Entra ID does not know" in str(caught.value)
+    assert _ImdsRefusingTheResource.seen == ["/metadata/identity/oauth2/token?api-version=2018-02-01"
+                                             "&resource=https://wrong.example"]
+    assert arm.arm_server.log.all() == []
 
 
 @pytest.mark.slow  # the CLI builds its own credential: azure-identity's 4.8 real seconds of backoff
