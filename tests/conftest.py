@@ -41,10 +41,21 @@ def _guarded_connect(self: socket.socket, address: Any) -> Any:
 
 
 @pytest.hookimpl(trylast=True)
-def pytest_collection_modifyitems(items: List[pytest.Item]) -> None:
-    """Tests marked `slow` run first (the sort is stable otherwise): under pytest-xdist each then
-    starts at once on a worker of its own instead of ending the run alone after everything else."""
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+def pytest_collection_modifyitems(config: pytest.Config, items: List[pytest.Item]) -> None:
+    """Tests marked `slow` start first, spread over the workers: pytest-xdist's worksteal scheduler
+    hands worker i the i-th contiguous share of the collection (then idle workers steal from the
+    tail of the longest queue), so each share begins with its part of the slow tests instead of one
+    worker running them all, or one of them ending the run alone. Otherwise the order is kept."""
+    workers = max(1, int(getattr(config, "workerinput", {}).get("workercount", 1)))
+    slow = [item for item in items if item.get_closest_marker("slow") is not None]
+    rest = [item for item in items if item.get_closest_marker("slow") is None]
+    ordered: List[pytest.Item] = []
+    for worker in range(workers):
+        share = (len(items) - len(ordered)) // (workers - worker)  # the scheduler's own split
+        first = slow[worker::workers]
+        ordered += first + rest[:max(0, share - len(first))]
+        del rest[:max(0, share - len(first))]
+    items[:] = ordered + rest
 
 
 @pytest.fixture(autouse=True)

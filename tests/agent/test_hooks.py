@@ -116,6 +116,7 @@ def test_shared_terminate_runs_hooks_but_is_not_approved_by_default(imds: Imds, 
     assert imds.approved_ids() == [shared]
 
 
+@pytest.mark.slow  # a real hook deadline 3..4 s away, then the kill grace
 @pytest.mark.parametrize("prefix", ["", "trap \"\" TERM; "], ids=["plain", "ignores-sigterm"])
 def test_deadline_stops_a_long_hook_and_its_children(imds: Imds, tmp_path: Path, prefix: str) -> None:
     pidfile = tmp_path / "child.pid"

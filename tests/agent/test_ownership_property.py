@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 from typing import Any, Callable, Dict, List, Set
 
+import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from inprocess import InProcessTransport
@@ -89,6 +90,7 @@ def _posted_ids(log: RequestLog) -> List[str]:
     return [item["EventId"] for r in log.find("POST") for item in json.loads(r.body)["StartRequests"]]
 
 
+@pytest.mark.slow  # 300 generated estates (drawing them is most of the time)
 @settings(max_examples=300, deadline=None)
 @given(case=scenario(), listed=st.sets(st.sampled_from(EVENT_TYPES)), none=st.booleans(),
        approve_shared=st.booleans())

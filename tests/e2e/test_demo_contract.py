@@ -51,6 +51,7 @@ def test_demo_checks_the_hook_before_anything_runs(hook: str, message: str) -> N
     assert started.stdout == ""  # no header, no enable, no upgrade
 
 
+@pytest.mark.slow  # a whole demo with failing hooks, on scaled real time
 def test_failed_hooks_are_one_consistent_story() -> None:
     """`--hook false`: nobody drained, so nothing counts as "drained and approved"; the failure is said
     once (the error line); no raw agent log line reaches stderr."""

@@ -48,6 +48,7 @@ def test_demo_full_story_through_the_cli() -> None:
         assert any(line.startswith(f"{vm}:") and f"approved by {vm} " in line for line in data["report"])
 
 
+@pytest.mark.slow  # two whole demos on scaled real time
 def test_demo_text_output_and_failure_exit_code() -> None:
     ok = invoke_cli(main, ["demo", "--instances", "3", "--scale-in", "1", "--timeout", "6"])
     assert ok.exit_code == 0, ok.output
@@ -59,6 +60,7 @@ def test_demo_text_output_and_failure_exit_code() -> None:
     assert not failed.ok and "drain hook failed" in (failed.failure or "")
 
 
+@pytest.mark.slow  # a PT5M notice lasts 4 real seconds by design
 def test_unapproved_pending_deletion_holds_back_an_approved_one() -> None:
     # x75: myvmss_3's PT5M is 4 s of real time, ~3 s of slack for myvmss_2's approval to arrive first
     with running(instances=4, timeout_minutes=5, speed=75.0, delete_duration=10.0) as box:
