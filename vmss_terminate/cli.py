@@ -23,7 +23,7 @@ from vmss_terminate import __version__
 from vmss_terminate.commands.lazy import Lazy, LazyGroup
 from vmss_terminate.commands.output import report_error, requested_output
 from vmss_terminate.errors import Interrupted, VmssTerminateError, interrupt_exit_code, interrupt_name
-from vmss_terminate.signals import StopOnSignals, raise_stop_signal
+from vmss_terminate.signals import StopOnSignals, finish_quietly, kept_handlers, raise_stop_signal
 
 CONTROL = "control"  # the extra of vmss_terminate/extras.py (not imported here: the agent does not need it)
 
@@ -65,18 +65,26 @@ COMMANDS = {
 
 class _Root(LazyGroup):
     def main(self, args: Optional[Sequence[str]] = None, prog_name: Optional[str] = None,
-             complete_var: Optional[str] = None, standalone_mode: bool = True, **extra: Any) -> Any:
+             complete_var: Optional[str] = None, standalone_mode: bool = True, *, ends_process: bool = False,
+             **extra: Any) -> Any:
+        """`ends_process` (the console script): the process exits with the command, so a stop
+        signal after the work is done stays ignored through the exit (never a kill by the raw
+        signal after the report); an embedding caller (a test runner) gets its handlers back."""
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         argv = list(sys.argv[1:] if args is None else args)
         # SIGTERM interrupts like Ctrl-C (as `StopSignal`), so work in progress is reported and the
-        # exit code is 143; commands that serve in the foreground install their own handler.
-        with StopOnSignals(("SIGTERM",), then=raise_stop_signal):
-            try:
-                code = super().main(argv, prog_name, complete_var, standalone_mode=False, **extra)
-            except BaseException as exc:  # noqa: BLE001 - the one place every failure is reported
-                code = _report(exc, requested_output(argv))
-        sys.exit(code if isinstance(code, int) else 0)
+        # exit code is 143; commands that serve in the foreground install their own handler. Once the
+        # command returned (its report printed, `finish_quietly`) a late signal changes nothing.
+        with kept_handlers(restore=not ends_process):
+            with StopOnSignals(("SIGTERM",), then=raise_stop_signal):
+                try:
+                    code = super().main(argv, prog_name, complete_var, standalone_mode=False, **extra)
+                except BaseException as exc:  # noqa: BLE001 - the one place every failure is reported
+                    finish_quietly()
+                    code = _report(exc, requested_output(argv))
+                finish_quietly()
+            sys.exit(code if isinstance(code, int) else 0)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:

@@ -25,4 +25,4 @@ def main(argv: Optional[List[str]] = None) -> None:
         sys.exit(run_agent(args[2:], signals))
     from vmss_terminate.cli import main as cli
 
-    cli(args, prog_name="vmss-terminate")
+    cli(args, prog_name="vmss-terminate", ends_process=True)

@@ -60,10 +60,12 @@ class StopOnSignals:
         return self
 
     def restore(self) -> None:
-        """Put the previous handlers back (once; later calls do nothing)."""
+        """Put the previous handlers back (once; later calls do nothing), where ours is still the
+        one installed: a handler set meanwhile (`finish_quietly`) is left to whoever set it."""
         previous, self._previous = self._previous, {}
         for signum, handler in previous.items():
-            signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
+            if signal.getsignal(signum) == self._handler:
+                signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
 
     def __enter__(self) -> "StopOnSignals":
         return self.install()
@@ -71,3 +73,40 @@ class StopOnSignals:
     def __exit__(self, kind: Optional[Type[BaseException]], exc: Optional[BaseException],
                  tb: Optional[TracebackType]) -> None:
         self.restore()
+
+
+def finish_quietly(signals: Sequence[str] = STOP_SIGNALS) -> None:
+    """The work is done: from now on a stop signal changes nothing (it is ignored), so the report is
+    printed whole and the exit code is the work's, not 130/143 or a kill by the raw signal. Called
+    where a command starts printing its result and by the CLI root once a command returned; the
+    root puts the previous handlers back for an embedding caller (`kept_handlers`), the console
+    script keeps them ignored until the process ends. Main thread only, like every handler."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for sig in (getattr(signal, name, None) for name in signals):
+        if sig is not None:
+            try:
+                signal.signal(sig, signal.SIG_IGN)
+            except (ValueError, OSError):
+                pass
+
+
+class kept_handlers:  # noqa: N801 - used as a context manager, like contextlib's
+    """Save the handlers of `signals` and put them back on exit (unless `restore` is False: a
+    process that ends with the block keeps ignoring late signals through its exit)."""
+
+    def __init__(self, signals: Sequence[str] = STOP_SIGNALS, restore: bool = True) -> None:
+        self._signals = [sig for sig in (getattr(signal, name, None) for name in signals) if sig is not None]
+        self._restore = restore
+        self._saved: Dict[int, Any] = {}
+
+    def __enter__(self) -> "kept_handlers":
+        if threading.current_thread() is threading.main_thread():
+            self._saved = {int(sig): signal.getsignal(sig) for sig in self._signals}
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if not self._restore:
+            return
+        for signum, handler in self._saved.items():
+            signal.signal(signum, handler if handler is not None else signal.SIG_DFL)

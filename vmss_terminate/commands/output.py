@@ -19,6 +19,8 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Type
 
 import click
 
+from vmss_terminate.signals import finish_quietly
+
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 FORMATS = ("table", "json", "tsv")
@@ -66,7 +68,9 @@ def _cell(value: Any) -> str:
 
 
 def emit(result: Any, output: str, lines: Optional[Callable[[], Iterable[str]]] = None) -> None:
-    """Print a library result (`to_dict()` for json/tsv, `lines()` -- or `lines` -- for table)."""
+    """Print a library result (`to_dict()` for json/tsv, `lines()` -- or `lines` -- for table). The
+    work is done: a stop signal from here on changes nothing (the report is printed whole)."""
+    finish_quietly()
     if output == "json":
         echo_json(result.to_dict())
     elif output == "tsv":

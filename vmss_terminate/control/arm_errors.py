@@ -145,7 +145,7 @@ def arm_errors(action: str, resource: str, subscription: Optional[str] = None) -
     except OSError as exc:  # e.g. REQUESTS_CA_BUNDLE names a missing file: requests raises a bare OSError
         raise AzureError(f"{action}: {ca_bundle_problem(exc) or one_line(str(exc))[:300]}") from None
     except Exception as exc:  # noqa: BLE001 - an SDK/transport surprise (odd body, deserializer) is one line
-        raise AzureError(f"{action}: unexpected answer ({type(exc).__name__}: {one_line(str(exc))[:200]})") from None
+        raise AzureError(f"{action}: ARM's answer could not be read ({one_line(str(exc))[:200]})") from None
 
 
 CA_BUNDLE_VARIABLES = ("REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE")
@@ -192,14 +192,36 @@ def transport_failure(exc: BaseException, fallback: str) -> str:
     return f"{fallback}: {one_line(str(exc))[:300]}"
 
 
+_MISSING = object()
+
+
+def describe_json(value: Any = _MISSING, text: Optional[str] = None) -> str:
+    """What an answer was, in Azure's terms rather than Python's: "a JSON list", "a JSON string",
+    "JSON null", "an empty body", "text that is not JSON ('<html>...')"."""
+    if value is _MISSING:
+        if not text or not text.strip():
+            return "an empty body"
+        try:
+            value = json.loads(text)
+        except (ValueError, RecursionError):
+            return f"text that is not JSON ({one_line(text)[:60]!r})"
+    if value is None:
+        return "JSON null"
+    if isinstance(value, bool):
+        return f"JSON {str(value).lower()}"
+    for kind, name in ((dict, "object"), (list, "list"), (str, "string"), ((int, float), "number")):
+        if isinstance(value, kind):
+            return f"a JSON {name}"
+    return "a JSON value"
+
+
 def json_object(text: str, what: str) -> Dict[str, Any]:
-    """A JSON object body, or AzureError: ARM bodies that are empty, not JSON or not an object
-    (a string, a list, a number) are one-line failures, never a traceback."""
+    """A JSON object body, or AzureError naming what it was instead: ARM bodies that are empty, not
+    JSON or not an object (a string, a list, a number) are one-line failures, never a traceback."""
     try:
         data = json.loads(text) if text and text.strip() else None
-    except ValueError:
+    except (ValueError, RecursionError):
         data = None
     if not isinstance(data, dict):
-        shown = one_line(text or "")[:80] or "an empty body"
-        raise AzureError(f"{what} with {shown!r}, not a JSON object")
+        raise AzureError(f"{what} with {describe_json(text=text)} where a JSON object was expected")
     return data

@@ -9,7 +9,7 @@ compared as ARM compares them: scheme and host case-insensitively, query paramet
 
 from __future__ import annotations
 
-from typing import Any, List, Optional, Set, Tuple
+from typing import Optional, Set, Tuple
 from urllib.parse import parse_qsl, urlsplit
 
 from vmss_terminate.errors import AzureError
@@ -53,14 +53,3 @@ class PageGuard:
                              f"{link}")
         self._followed.add(key)
         return link
-
-
-def read_pages(pager: Any, what: str) -> List[Any]:
-    """Every item of an azure-core `ItemPaged`, page by page under a PageGuard."""
-    pages = pager.by_page()
-    guard = PageGuard(what)
-    items: List[Any] = []
-    for page in pages:
-        items.extend(page)
-        guard.next_link(pages.continuation_token)
-    return items

@@ -17,12 +17,12 @@ import threading
 from dataclasses import replace
 from typing import Any, Dict, List, Optional, Sequence, Union
 
-from vmss_terminate.control.arm_errors import arm_errors, one_line
+from vmss_terminate.control.arm_errors import arm_errors, describe_json, json_object
 from vmss_terminate.control.connection import Connection, ResolvedConnection
 from vmss_terminate.control.names import check_resource_group, check_scale_set_name
 from vmss_terminate.control.operations import DEFAULT_WAIT, OperationWait, await_operation
 from vmss_terminate.control.origin import OriginGuard
-from vmss_terminate.control.paging import read_pages
+from vmss_terminate.control.paging import PageGuard
 from vmss_terminate.control.pipeline import build_compute_client, build_credential, quiet_sdk_logging, require_sdk
 from vmss_terminate.control.subscriptions import lookup_subscription
 from vmss_terminate.errors import AzureError
@@ -59,12 +59,8 @@ class ComputeClient:
         """One scale set of this subscription, over this client (closing it leaves this open)."""
         return ScaleSetClient(self, resource_group, name)
 
-    def call_kwargs(self) -> Dict[str, Any]:
-        """What every operation call takes: the pinned api-version (the client constructor's
-        `api_version` is ignored by azure-mgmt-compute, so it goes on every call)."""
-        return {"api_version": self.resolved.api_version} if self.resolved.api_version else {}
-
-    def send(self, method: str, url: str, body: Optional[bytes] = None) -> Any:
+    def send(self, method: str, url: str, body: Optional[bytes] = None,
+             params: Optional[Dict[str, str]] = None) -> Any:
         """One request through the SDK client's pipeline (credential, retries, origin rule), with
         the api-version that goes on the wire; an error answer raises the SDK's exception for it
         (404 ResourceNotFoundError, 401 ClientAuthenticationError, else HttpResponseError), which
@@ -72,7 +68,9 @@ class ComputeClient:
         from azure.core.rest import HttpRequest  # noqa: PLC0415
 
         headers = {"Content-Type": "application/json"} if body is not None else {}
-        params = {} if "api-version=" in url else {"api-version": self.api_version}
+        params = dict(params or {})
+        if "api-version=" not in url:
+            params["api-version"] = self.api_version
         # streamed, then read here: azure-core would otherwise decode a JSON body itself and fail on
         # one ARM answered badly before we could say what it was (the SDK's own writes do the same)
         response = self.sdk().send_request(HttpRequest(method, url, params=params, content=body, headers=headers),
@@ -156,22 +154,26 @@ class ScaleSetClient:
         return {"subscription_id": self.resolved.subscription_id, "resource_group": self.resource_group,
                 "name": self.name}
 
+    def _path(self, suffix: str = "") -> str:
+        """The scale set's path (+ suffix), once its subscription is known (a name looked up first)."""
+        self.compute.sdk()
+        return self.resource_path + suffix
+
     def _errors(self, action: str) -> Any:
         return arm_errors(action, self.resource, self.resolved.subscription_id)
 
     def get(self) -> Dict[str, Any]:
         action = f"reading scale set {self.resource}"
         with self._errors(action):
-            model = self.compute.sdk().virtual_machine_scale_sets.get(
-                self.resource_group, self.name, **self.compute.call_kwargs())
-            return _model_dict(model, action)
+            answer = self.compute.send("GET", self._path())
+            return json_object(answer.text(), f"{action}: ARM answered {answer.status_code}")
 
     def patch(self, body: bytes, wait: OperationWait = DEFAULT_WAIT) -> None:
         """PATCH these exact bytes (a VirtualMachineScaleSetUpdate) and wait for its operation,
         bounded by `wait`. A failure after ARM accepted the PATCH (the operation failed, ran past
         the wait, or pointed elsewhere) is `PatchUnconfirmed`: the change may well be applied."""
         with self._errors(f"updating scale set {self.resource}"):
-            answer = self.compute.send("PATCH", self.resource_path, body)
+            answer = self.compute.send("PATCH", self._path(), body)
         try:
             with self._errors(f"confirming the update of {self.resource}"):
                 self._await(answer, "PATCH", f"the update of {self.resource}", wait)
@@ -181,43 +183,58 @@ class ScaleSetClient:
     def patch_no_wait(self, body: bytes) -> None:
         """PATCH these exact bytes and return once ARM accepted them (`--no-wait`): no LRO polling."""
         with self._errors(f"updating scale set {self.resource}"):
-            self.compute.send("PATCH", self.resource_path, body)
+            self.compute.send("PATCH", self._path(), body)
 
     def list_instances(self, stale_only: bool = False) -> List[Dict[str, Any]]:
         """Every VM of the scale set (all pages, each page link followed once); `stale_only`: only
         those on an older model (the list's documented `$filter=properties/latestModelApplied eq
         false`: fewer, smaller pages)."""
-        kwargs = dict(self.compute.call_kwargs())
-        if stale_only:
-            kwargs["filter"] = STALE_FILTER
+        params = {"$filter": STALE_FILTER} if stale_only else None
         what = f"listing instances of {self.resource}"
         with self._errors(what):
-            pager = self.compute.sdk().virtual_machine_scale_set_vms.list(self.resource_group, self.name, **kwargs)
-            return [_model_dict(vm, "listing instances") for vm in read_pages(pager, what)]
+            return self._list(self._path("/virtualMachines"), what, params)
 
     def list_flexible_members(self, scale_set_id: str) -> List[Dict[str, Any]]:
         """Flexible members are standalone VMs: list the resource group's VMs that belong to the set."""
         what = f"listing member VMs of {self.resource}"
         with self._errors(what):
-            pager = self.compute.sdk().virtual_machines.list(
-                self.resource_group, filter=f"'virtualMachineScaleSet/id' eq '{scale_set_id}'",
-                **self.compute.call_kwargs()
-            )
-            wanted = scale_set_id.lower()
-            members = []
-            for vm in read_pages(pager, what):
-                data = _model_dict(vm, "listing member VMs")
-                owner = ((data.get("properties") or {}).get("virtualMachineScaleSet") or {}).get("id") or ""
-                if owner.lower() == wanted:
-                    members.append(data)
-            return members
+            self.compute.sdk()
+            path = (f"/subscriptions/{self.resolved.subscription_id}/resourceGroups/{self.resource_group}"
+                    "/providers/Microsoft.Compute/virtualMachines")
+            found = self._list(path, what, {"$filter": f"'virtualMachineScaleSet/id' eq '{scale_set_id}'"})
+        wanted = scale_set_id.lower()
+        return [vm for vm in found
+                if str(((vm.get("properties") or {}).get("virtualMachineScaleSet") or {}).get("id") or "").lower()
+                == wanted]
+
+    def _list(self, path: str, what: str, params: Optional[Dict[str, str]] = None) -> List[Dict[str, Any]]:
+        """Every item of an ARM list (`value`, then `nextLink` under a PageGuard); an answer of another
+        shape is an error saying what it was."""
+        guard = PageGuard(what)
+        items: List[Dict[str, Any]] = []
+        url: Optional[str] = path
+        while url:
+            answer = self.compute.send("GET", url, params=params if url == path else None)
+            page = json_object(answer.text(), f"{what}: ARM answered {answer.status_code}")
+            value = page.get("value", [])
+            if not isinstance(value, list):
+                raise AzureError(f"{what}: ARM answered {describe_json(value)} for 'value' where a JSON list "
+                                 "was expected")
+            for item in value:
+                if not isinstance(item, dict):
+                    raise AzureError(f"{what}: ARM answered {describe_json(item)} in 'value' where a JSON "
+                                     "object was expected")
+            items.extend(value)
+            link = page.get("nextLink")
+            url = guard.next_link(link if isinstance(link, str) else None)
+        return items
 
     def manual_upgrade(self, instance_ids: Sequence[str], wait: OperationWait = DEFAULT_WAIT) -> None:
         """POST manualupgrade for these instances and wait for its operation, bounded by `wait`."""
         body = json.dumps({"instanceIds": list(instance_ids)}).encode("utf-8")
         batch = _id_range(instance_ids)
         with self._errors(f"upgrading instances {batch} of {self.resource}"):
-            answer = self.compute.send("POST", self.resource_path + "/manualupgrade", body)
+            answer = self.compute.send("POST", self._path("/manualupgrade"), body)
             self._await(answer, "POST", f"the manualupgrade of instances {batch} of {self.resource}", wait)
 
     def _await(self, answer: Any, method: str, what: str, wait: OperationWait) -> None:
@@ -254,16 +271,6 @@ def raise_for_arm_status(response: Any) -> None:
     error_map = {401: ClientAuthenticationError, 404: ResourceNotFoundError, 409: ResourceExistsError}
     map_error(status_code=response.status_code, response=response, error_map=error_map)
     raise HttpResponseError(response=response, error_format=ARMErrorFormat)
-
-
-def _model_dict(model: Any, action: str) -> Dict[str, Any]:
-    """An SDK model as a wire-form dict; a body ARM sent that is not a JSON object (a string, a
-    list, a number, nothing) is a one-line AzureError, not an AttributeError traceback."""
-    as_dict = getattr(model, "as_dict", None)
-    if as_dict is None:
-        shown = one_line(model if isinstance(model, str) else repr(model))[:80]
-        raise AzureError(f"{action}: ARM answered with {shown!r}, not a JSON object")
-    return dict(as_dict())
 
 
 def _id_range(ids: Sequence[str]) -> str:

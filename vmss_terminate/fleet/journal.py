@@ -17,9 +17,12 @@ import time
 from pathlib import Path
 from typing import Any, Dict, Optional, Set, TextIO, Union
 
+from vmss_terminate.control.arm_errors import describe_json
 from vmss_terminate.errors import UsageError
 
 DONE, FAILED, STARTED, INTERRUPTED = "done", "failed", "started", "interrupted"
+MAX_DEPTH = 8
+"""How deep a journal entry may nest: the tool writes flat objects (depth 1)."""
 
 
 class Journal:
@@ -52,27 +55,52 @@ class Journal:
         return {key for key, status in self.status.items() if status == DONE}
 
     def _read(self) -> Optional[Dict[str, Any]]:
+        """The header, after reading every entry's status. A torn last line (an interrupted write: no
+        newline after it) is ignored; any other line that is not valid UTF-8, not JSON, not an object
+        or nested absurdly is bad input (exit 2) naming the file and the line."""
         if not self.path.exists():
             return None
         header = None
         try:
-            text = self.path.read_text(encoding="utf-8")
+            data = self.path.read_bytes()
         except OSError as exc:
             raise UsageError(f"cannot read journal {self.path}: {exc.strerror or exc}") from None
-        for line in text.splitlines():
-            try:
-                entry = json.loads(line)
-            except ValueError:
-                continue  # a torn last line from an interrupted write
-            if not isinstance(entry, dict):
+        lines = data.split(b"\n")
+        for number, raw in enumerate(lines, start=1):
+            torn = number == len(lines)  # no newline after it: a write cut short
+            entry = self._entry(raw, number, torn)
+            if entry is None:
                 continue
             if entry.get("event") == "rollout" and header is None:
                 header = entry
             elif entry.get("event") == "set" and isinstance(entry.get("id"), str):
                 self.status[entry["id"].lower()] = str(entry.get("status"))
-        if text.strip() and header is None:
+        if data.strip() and header is None:
             raise UsageError(f"{self.path} is not a vmss-terminate rollout journal")
         return header
+
+    def _entry(self, raw: bytes, number: int, torn: bool) -> Optional[Dict[str, Any]]:
+        if not raw.strip():
+            return None
+        try:
+            entry = json.loads(raw.decode("utf-8"))
+        except UnicodeDecodeError:
+            problem = "is not valid UTF-8"
+        except RecursionError:
+            problem = "is nested too deeply"
+        except ValueError:
+            problem = "is not JSON"
+        else:
+            if not isinstance(entry, dict):
+                problem = f"is {describe_json(entry)} where a JSON object was expected"
+            elif _depth(entry) > MAX_DEPTH:
+                problem = f"is nested more than {MAX_DEPTH} levels deep"
+            else:
+                return entry
+        if torn and problem in ("is not valid UTF-8", "is not JSON"):
+            return None  # the torn last line of an interrupted write
+        raise UsageError(f"journal {self.path} line {number} {problem}: not a journal this tool wrote "
+                         "(pass another --journal file, or repair that line)")
 
     def record(self, resource_id: str, status: str, **extra: Any) -> None:
         entry = {"event": "set", "id": resource_id, "status": status}
@@ -91,3 +119,15 @@ class Journal:
     def close(self) -> None:
         if self._handle is not None:
             self._handle.close()
+
+
+def _depth(value: Any) -> int:
+    """Nesting depth of a parsed JSON value, without recursion."""
+    deepest, todo = 0, [(value, 1)]
+    while todo:
+        item, level = todo.pop()
+        if isinstance(item, (dict, list)):
+            deepest = max(deepest, level)
+            if level <= MAX_DEPTH:
+                todo.extend((child, level + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return deepest
