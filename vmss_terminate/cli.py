@@ -21,7 +21,7 @@ import click
 
 from vmss_terminate import __version__
 from vmss_terminate.commands.lazy import Lazy, LazyGroup
-from vmss_terminate.commands.output import report_error, requested_output
+from vmss_terminate.commands.output import SIGNALS_OWNED, report_error, requested_output
 from vmss_terminate.errors import Interrupted, VmssTerminateError, interrupt_exit_code, interrupt_name
 from vmss_terminate.signals import StopOnSignals, finish_quietly, kept_handlers, raise_stop_signal
 
@@ -87,6 +87,7 @@ class _Root(LazyGroup):
             sys.exit(code if isinstance(code, int) else 0)
 
     def invoke(self, ctx: click.Context) -> Any:
+        ctx.meta[SIGNALS_OWNED] = True  # main() restores the handlers: commands may call work_done()
         try:
             return super().invoke(ctx)
         except KeyboardInterrupt as exc:  # before click turns it into "Aborted!" (and loses SIGTERM)

@@ -13,13 +13,12 @@ import click
 from vmss_terminate import control
 from vmss_terminate.commands.fields import ParsedType, apply_options, grouped
 from vmss_terminate.commands.options import BATCH_SIZE, TIMEOUT, decimal_range
-from vmss_terminate.commands.output import emit, output_option
+from vmss_terminate.commands.output import emit, output_option, work_done
 from vmss_terminate.commands.progress import ProgressBar, terminal_progress
 from vmss_terminate.control.connection import CLOUDS, DEFAULT_CLOUD, Connection, check_subscription
 from vmss_terminate.control.names import check_resource_group, check_scale_set_name
 from vmss_terminate.control.upgrade import BatchSize, Progress, UpgradeIncomplete, UpgradeOptions
 from vmss_terminate.errors import VmssTerminateError
-from vmss_terminate.signals import finish_quietly
 
 RESOURCE_GROUP = ParsedType("resource-group", check_resource_group)
 SCALE_SET_NAME = ParsedType("name", check_scale_set_name)
@@ -127,7 +126,7 @@ def _reporting_partial(output: str, resource: str, call: Callable[[Optional[Prog
     try:
         return call(progress)
     except UpgradeIncomplete as exc:
-        finish_quietly()  # what was done is known: print it whole, whatever signal comes now
+        work_done()  # what was done is known: print it whole, whatever signal comes now
         if progress is not None:
             progress.finish()
         if output == "table":

@@ -19,14 +19,14 @@ from click.core import ParameterSource
 
 from vmss_terminate.commands.control import DetailedExitCommand, endpoint_options
 from vmss_terminate.commands.fields import declared_options, grouped
-from vmss_terminate.commands.output import echo_json, output_option, tsv_lines
+from vmss_terminate.commands.output import echo_json, output_option, tsv_lines, work_done
 from vmss_terminate.commands.progress import ProgressBar, terminal_progress
 from vmss_terminate.control.commandline import command
 from vmss_terminate.control.connection import Connection
 from vmss_terminate.errors import StopSignal, interrupt_exit_code, interrupt_name
 from vmss_terminate.fleet.options import AuditOptions, RolloutOptions
 from vmss_terminate.fleet.scope import Scope
-from vmss_terminate.signals import StopOnSignals, finish_quietly
+from vmss_terminate.signals import StopOnSignals
 
 
 def _scope(subscriptions: Sequence[str], management_groups: Sequence[str], resource_groups: Sequence[str],
@@ -68,7 +68,7 @@ def audit_command(scope: Scope, connection: Connection, options: AuditOptions, o
     from vmss_terminate.fleet import audit
 
     report = audit(scope, options, connection=connection)
-    finish_quietly()  # the work is done: a late signal changes neither the report nor the exit code
+    work_done()  # the work is done: a late signal changes neither the report nor the exit code
     records = report.scale_sets
     if output == "json":
         echo_json([r.to_dict() for r in records])
@@ -153,7 +153,7 @@ def rollout_command(scope: Scope, connection: Connection, options: RolloutOption
     # and the report says what remains; the handlers go back at once, so a second signal interrupts.
     with StopOnSignals(stop=stop, then=_announce_stop, once=True) as interrupt:
         result = rollout(scope, options, connection=connection, progress=display, on_plan=show_plan, stop=stop)
-        finish_quietly()  # the work is done: a late signal changes neither the report nor the exit code
+        work_done()  # the work is done: a late signal changes neither the report nor the exit code
     if display is not None:
         display.finish()
     summary = result.to_dict()

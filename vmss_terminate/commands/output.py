@@ -70,7 +70,7 @@ def _cell(value: Any) -> str:
 def emit(result: Any, output: str, lines: Optional[Callable[[], Iterable[str]]] = None) -> None:
     """Print a library result (`to_dict()` for json/tsv, `lines()` -- or `lines` -- for table). The
     work is done: a stop signal from here on changes nothing (the report is printed whole)."""
-    finish_quietly()
+    work_done()
     if output == "json":
         echo_json(result.to_dict())
     elif output == "tsv":
@@ -79,6 +79,19 @@ def emit(result: Any, output: str, lines: Optional[Callable[[], Iterable[str]]] 
     else:
         for line in (lines or result.lines)():
             click.echo(line)
+
+
+SIGNALS_OWNED = "vmss_terminate.signals_owned"
+"""`ctx.meta` key the CLI root sets: it restores the signal handlers when it returns."""
+
+
+def work_done() -> None:
+    """The command's work is done and its report is about to be printed: from here a stop signal
+    changes nothing (`signals.finish_quietly`). Only under the CLI root, which puts the handlers
+    back for an embedding caller; a function called on its own leaves the process's handlers be."""
+    ctx = click.get_current_context(silent=True)
+    if ctx is not None and ctx.meta.get(SIGNALS_OWNED):
+        finish_quietly()
 
 
 def requested_output(args: Sequence[str]) -> str:
