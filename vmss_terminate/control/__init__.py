@@ -6,6 +6,7 @@ The public API (documented in docs/control-plane.md):
 
     status, plan, enable, disable, retime, upgrade      -> result objects with to_dict()
     Connection                                         -> where/as whom to talk to ARM
+    ComputeClient                                      -> one subscription's client, shared by many sets
     UpgradeOptions, BatchSize                          -> how to upgrade instances afterwards
 """
 
@@ -14,12 +15,14 @@ from __future__ import annotations
 from vmss_terminate.control.api import disable, enable, plan, retime, status, upgrade
 from vmss_terminate.control.connection import CLOUDS, Connection
 from vmss_terminate.control.results import ChangeResult, Plan, StatusResult
+from vmss_terminate.control.scaleset import ComputeClient
 from vmss_terminate.control.upgrade import BatchSize, UpgradeIncomplete, UpgradeOptions, UpgradeResult
 
 __all__ = [
     "CLOUDS",
     "BatchSize",
     "ChangeResult",
+    "ComputeClient",
     "Connection",
     "Plan",
     "StatusResult",

@@ -97,10 +97,9 @@ class ComputeClient:
                     self._credential = build_credential(self.resolved.source.cloud)
                 client = build_compute_client(self.resolved, self._credential)
                 if self.resolved.subscription_name is not None:
+                    # every path is built here from `resolved`, so the same client serves the id found
                     found = lookup_subscription(client, self.resolved.subscription_name)
-                    client.close()
                     self.resolved = replace(self.resolved, subscription_id=found, subscription_name=None)
-                    client = build_compute_client(self.resolved, self._credential)
                 self._client = client
             return self._client
 
