@@ -35,3 +35,21 @@ def test_an_answer_of_the_wrong_shape_is_named_in_azure_terms(arm: ArmServers, s
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and said in lines[0], lines
     assert not PYTHON_NAMES.search(lines[0]), lines[0]
+
+
+@pytest.mark.parametrize("body, said", [
+    (b"<html>", "looking up subscription 'Production': ARM answered 200 with text that is not JSON ('<html>') where "
+                 "JSON was expected"),
+    (b'{"value": 3}', "GET /subscriptions answered a JSON number for 'value' where a JSON list was expected"),
+    (b"[1]", "GET /subscriptions answered 200 with a JSON list where a JSON object was expected"),
+], ids=["html", "value-number", "list"])
+def test_a_subscription_list_of_the_wrong_shape_is_named_in_azure_terms(arm: ArmServers, state: ArmState,
+                                                                       body: bytes, said: str) -> None:
+    state.add_subscription(SUB, display_name="Production")
+    arm.arm_server.faults.add(status=200, body=body, method="GET", path_contains="/subscriptions",
+                              headers={"Content-Type": "application/json"})
+    result = run("status", "-g", RG, "-n", "web", "--subscription", "Production")
+    assert result.exit_code == 1, result.output
+    line = result.stderr.strip()
+    assert said in line and "\n" not in line, line
+    assert not PYTHON_NAMES.search(line), line

@@ -61,6 +61,13 @@ def _lro_status(response: Any) -> Optional[str]:
     return status if status in ("Failed", "Canceled") else None
 
 
+def _text(response: Any) -> str:
+    try:
+        return str(response.text()) if response is not None else ""
+    except Exception:  # noqa: BLE001 - a body that cannot be read is described as empty
+        return ""
+
+
 def _json_body(response: Any) -> Any:
     if response is None:
         return None
@@ -101,6 +108,7 @@ def arm_errors(action: str, resource: str, subscription: Optional[str] = None) -
     """Turn Azure SDK failures during `action` on `resource` into one-line project errors."""
     from azure.core.exceptions import (  # noqa: PLC0415
         ClientAuthenticationError,
+        DecodeError,
         HttpResponseError,
         ResourceNotFoundError,
         ServiceRequestError,
@@ -125,6 +133,12 @@ def arm_errors(action: str, resource: str, subscription: Optional[str] = None) -
         raise ArmRequestError(
             f"{action}: {_not_found(code, resource, subscription)} ({describe_arm_error(exc)})", code, 404
         ) from None
+    except DecodeError as exc:  # azure-core could not parse a JSON answer: say what ARM sent instead
+        response = getattr(exc, "response", None)
+        text = _text(response)
+        status = getattr(response, "status_code", None)
+        raise AzureError(f"{action}: ARM answered {status or 'with'} {'with ' if status else ''}"
+                         f"{describe_json(text=text)} where JSON was expected") from None
     except HttpResponseError as exc:
         status = getattr(exc, "status_code", None)
         hint = (

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional
 
-from vmss_terminate.control.arm_errors import arm_errors, json_object
+from vmss_terminate.control.arm_errors import arm_errors, describe_json, json_object
 from vmss_terminate.control.paging import PageGuard
-from vmss_terminate.errors import InvalidValue
+from vmss_terminate.errors import AzureError, InvalidValue
 
 SUBSCRIPTIONS_API_VERSION = "2022-12-01"
 
@@ -54,7 +54,11 @@ def list_subscriptions(client: Any) -> List[Dict[str, Any]]:
         response = send(HttpRequest("GET", url))
         response.raise_for_status()
         page = json_object(response.text(), f"GET /subscriptions answered {response.status_code}")
-        seen.extend(item for item in page.get("value") or [] if isinstance(item, dict))
+        value = page.get("value") or []
+        if not isinstance(value, list):
+            raise AzureError(f"GET /subscriptions answered {describe_json(value)} for 'value' where a JSON list "
+                             "was expected")
+        seen.extend(item for item in value if isinstance(item, dict))
         link = page.get("nextLink")
         url = guard.next_link(link if isinstance(link, str) else None)
     return seen
