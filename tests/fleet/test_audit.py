@@ -106,6 +106,19 @@ def test_management_group_scope(arm: ArmServers, conn: Connection) -> None:
     assert {r.subscription_id for r in report.scale_sets} == {PROD, STAGING}
 
 
+
+def test_management_group_audit_and_rollout_plan_name_the_subscriptions(arm: ArmServers) -> None:
+    """The table shows subscription names, not ids, also when a management group picked them; the
+    rollout plan's lines name the subscription (the same rg/name recurs across subscriptions)."""
+    table = run("fleet", "audit", "--management-group", "contoso")
+    assert table.exit_code == 0, table.output
+    assert "Contoso Production" in table.stdout and PROD not in table.stdout
+    plan = run("fleet", "rollout", "--management-group", "contoso", "--timeout", "10", "--dry-run")
+    assert plan.exit_code == 0, plan.output
+    lines = [line for line in plan.stdout.splitlines() if line.startswith("  ")]
+    assert lines and all("(Contoso " in line for line in lines), lines
+
+
 def test_paging_and_call_count(arm: ArmServers, conn: Connection, state: ArmState) -> None:
     state.rg_page_size = 3
     report = audit(connection=conn)

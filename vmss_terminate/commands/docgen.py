@@ -27,10 +27,12 @@ fails when this file and the CLI disagree.
 
 Exit codes (all commands): `0` done (including "no change"), `1` Azure or runtime failure,
 `2` bad input (reported before any request is sent; unknown options, a single-value option given
-twice and empty or malformed values included), `130` stopped by Ctrl-C, `143` stopped by SIGTERM
-(a change stopped part-way says what was done, what remains and how to resume); a signal
-after the work is done changes nothing (the report is printed whole, the exit code is the work's).
-Commands that serve
+twice and empty or malformed values included; numbers are plain ASCII digits such as `10` or `0.5`,
+without spaces, `nan` or `inf`), `130` stopped by Ctrl-C, `143` stopped by SIGTERM
+(a change stopped part-way says what was done, what remains and how to resume; every command it
+prints to resume or follow up names the subscription and a non-default endpoint, so it runs as
+printed); a signal after the work is done changes nothing (the report is printed whole, the exit
+code is the work's). Each command's `--help` ends with its exit codes. Commands that serve
 until stopped (`agent run`, `emulator ...`, `sandbox`) treat Ctrl-C and SIGTERM as their normal stop:
 they shut down cleanly and exit 0. `plan
 --detailed-exitcode` follows Terraform instead (see its entry).

@@ -10,6 +10,7 @@ listed: enabling them makes every instance stale anyway, which `rollout` plans f
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Optional, Tuple
@@ -24,6 +25,8 @@ from vmss_terminate.fleet.records import ScaleSetAudit, parse_row
 from vmss_terminate.fleet.scope import Scope, is_subscription_id
 from vmss_terminate.fleet.session import FleetSession
 from vmss_terminate.fleet.stale import count_stale
+
+log = logging.getLogger(__name__)
 
 MAX_SUBSCRIPTIONS_PER_QUERY = 1000
 _INACTIVE_STATES = ("disabled", "deleted")
@@ -112,11 +115,16 @@ def audit(
 def _subscriptions(session: FleetSession, scope: Scope, calls: Dict[str, int]) -> "tuple[List[str], Dict[str, str]]":
     """Subscription ids to query and their display names (lower-case id -> name)."""
     given = list(scope.subscriptions)
-    if scope.management_groups and not given:
-        return [], {}
+    if scope.management_groups and not given:  # Resource Graph resolves the groups; the list only names them
+        calls["subscription_lists"] += 1
+        try:
+            return [], _names(session.list_subscriptions())
+        except AzureError as exc:  # names are a courtesy: the audit goes on with ids
+            log.warning("subscription names unavailable (%s); showing ids", exc)
+            return [], {}
     calls["subscription_lists"] += 1
     visible = session.list_subscriptions()
-    names = {str(s.get("subscriptionId", "")).lower(): str(s.get("displayName") or "") for s in visible}
+    names = _names(visible)
     if not given:
         return [str(s["subscriptionId"]) for s in visible
                 if s.get("subscriptionId") and str(s.get("state", "Enabled")).lower() not in _INACTIVE_STATES], names
@@ -135,6 +143,11 @@ def _subscriptions(session: FleetSession, scope: Scope, calls: Dict[str, int]) -
                          f"lists {len(visible)}: {shown}): refusing to report it as having no scale sets; check "
                          "the id and the credential's role assignments")
     return _unique(resolved), names
+
+
+def _names(visible: List[Dict[str, Any]]) -> Dict[str, str]:
+    """lower-case subscription id -> display name, from GET /subscriptions."""
+    return {str(s.get("subscriptionId", "")).lower(): str(s.get("displayName") or "") for s in visible}
 
 
 def _unique(items: List[str]) -> List[str]:

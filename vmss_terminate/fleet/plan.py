@@ -46,7 +46,9 @@ class PlannedSet:
                 "done_earlier": self.done_earlier, "findings": list(self.record.findings), "note": self.note}
 
     def describe(self) -> str:
-        target = f"{self.record.resource_group}/{self.record.name}"
+        # the subscription too: the same group and set names recur across subscriptions
+        where = self.record.subscription_name or self.record.subscription_id
+        target = f"{self.record.resource_group}/{self.record.name} ({where})"
         if self.action == SKIP:
             return f"skip     {target}: {', '.join(self.reasons)} ({codes.EXPLANATIONS[self.reasons[0]]})"
         if self.action == NONE:
