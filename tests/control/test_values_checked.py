@@ -70,3 +70,18 @@ def test_unicode_digits_and_spaces_are_refused_by_both_agent_parsers() -> None:
             parse_args(["--poll-interval", value])
         with pytest.raises(click.UsageError):
             run_command.make_context("run", ["--poll-interval", value])
+
+
+def test_emulator_event_and_fault_numbers_are_strict() -> None:
+    from vmss_terminate.emulator.faults import FaultSpecError, parse_fault_spec
+    from vmss_terminate.emulator.imds.launch import parse_event_spec
+    from vmss_terminate.errors import UsageError
+
+    assert parse_event_spec("Terminate:vm_1@60")["not_before_in"] == 60.0
+    for spec in ("Terminate:vm_1@６０", "Terminate:vm_1@nan", "Terminate:vm_1@ 60", "Terminate:vm_1@" + LONG):
+        with pytest.raises(UsageError):
+            parse_event_spec(spec)
+    assert parse_fault_spec("status=503,times=2").status == 503
+    for spec in ("status=５０３", "delay=inf", "times=" + LONG):
+        with pytest.raises(FaultSpecError):
+            parse_fault_spec(spec)

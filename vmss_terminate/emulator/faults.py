@@ -13,6 +13,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional
 
+from vmss_terminate.params import shown, strict_decimal, strict_whole
+
 # Answer faults: the app answers, but what it says is wrong in a way a client must survive. Only
 # the ARM emulator acts on them (they name ARM's links, operations and Resource Graph pages).
 ANSWER_FIELDS = ("foreign-link", "link-loop", "stuck", "short-rows", "duplicate-rows", "repeat-skiptoken")
@@ -212,10 +214,9 @@ def _number(fields: Mapping[str, Any], name: str, kind: type, low: float, high: 
         if value is True:
             raise FaultSpecError(f"fault field {name} needs a value")
         return None
-    try:
-        number = kind(value)
-    except (TypeError, ValueError):
-        raise FaultSpecError(f"invalid fault {name} {value!r}: expected a number") from None
+    number = strict_whole(value) if kind is int else strict_decimal(value)  # ASCII digits, bounded
+    if number is None:
+        raise FaultSpecError(f"invalid fault {name} {shown(value)}: expected a number")
     if not low <= number <= high:
         raise FaultSpecError(f"invalid fault {name} {value!r}: expected {low}..{high}")
     return number

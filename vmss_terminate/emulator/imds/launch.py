@@ -16,6 +16,7 @@ from vmss_terminate.emulator.imds.app import EVENT_TYPES, EmulatedEvent, ImdsEmu
 from vmss_terminate.emulator.imds.events import event_fields_from_mapping
 from vmss_terminate.emulator.server import EmulatorServer, stop_servers
 from vmss_terminate.errors import UsageError
+from vmss_terminate.params import shown, strict_decimal
 
 
 def parse_event_spec(spec: str) -> Dict[str, Any]:
@@ -30,10 +31,10 @@ def parse_event_spec(spec: str) -> Dict[str, Any]:
         )
     fields: Dict[str, Any] = {"event_type": matched, "resources": resources}
     if delay:
-        try:
-            fields["not_before_in"] = float(delay)
-        except ValueError:
-            raise UsageError(f"invalid --event {spec!r}: @SECONDS must be a number") from None
+        seconds = strict_decimal(delay)  # ASCII digits, bounded: no nan, inf or full-width digits
+        if seconds is None:
+            raise UsageError(f"invalid --event {shown(spec)}: @SECONDS must be a number such as 60")
+        fields["not_before_in"] = seconds
     return fields
 
 
