@@ -63,6 +63,13 @@ def test_values_no_agent_can_use_are_refused_with_exit_2(args: List[str], words:
     assert done.stderr.startswith("error: ") and words in done.stderr and len(done.stderr.splitlines()) == 1
 
 
+@pytest.mark.parametrize("command", [["events"], ["approve", "E1"]])
+def test_one_shot_commands_refuse_a_vm_name_no_vm_can_have(imds: Imds, command: List[str]) -> None:
+    done = run_cli(*command, "--vm-name", "a b", "--imds-url", imds.url, "--retry-for", "0")
+    assert done.returncode == 2 and done.stderr.startswith("error: invalid --vm-name 'a b'"), done.stderr
+    assert imds.server.log.count() == 0
+
+
 def test_a_sigterm_before_the_agent_started_still_ends_with_a_stop_line() -> None:
     """SIGTERM arrives while the console script imports the agent (the ~1.5 s window after start,
     made exact here: the signal is sent when `vmss_terminate.agent.agent` is imported): the agent

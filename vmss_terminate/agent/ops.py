@@ -8,7 +8,7 @@ from typing import Any, Dict, List, Optional
 from vmss_terminate.agent.events import Event, EventsDocument
 from vmss_terminate.agent.imds import ForeignEventError, ImdsClient
 from vmss_terminate.errors import UsageError
-from vmss_terminate.scheduled_events import DEFAULT_API_VERSION
+from vmss_terminate.scheduled_events import DEFAULT_API_VERSION, vm_name_problem
 
 
 @dataclass(frozen=True)
@@ -48,6 +48,9 @@ def list_events(imds_url: Optional[str] = None, api_version: str = DEFAULT_API_V
     check_retry_for(retry_for)
     if vm_name is not None and not vm_name.strip():
         raise UsageError("empty --vm-name: leave it out to learn the name from instance metadata")
+    problem = vm_name_problem(vm_name.strip()) if vm_name is not None else None
+    if problem:  # as `agent run` refuses it: no VM of a scale set has this name
+        raise UsageError(f"invalid --vm-name {vm_name!r}: {problem}")
     imds = _client(imds_url, api_version, client)
     name = vm_name.strip() if vm_name else imds.vm_name(retry_for=retry_for)
     return EventsView(name, imds.get_events(retry_for=retry_for))
