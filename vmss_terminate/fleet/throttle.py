@@ -63,12 +63,15 @@ class _Gate:
 
     def learn(self, remaining: int, now: float) -> None:
         """A fresh count from an answer: learn the refill rate from how the count moved since the
-        last one (answers since then each spent a token), then restart from it. Only a count above
+        last one (answers since then each spent a token), then restart from it. Only an answer with
+        no other request in flight (so the count moved by refill alone), and only a count above
         zero says tokens came back faster than they were spent (Azure reports whole tokens, so a 0
         proves nothing): the rate then rises, at most doubling per answer, so one early answer does
         not make it burst; it falls smoothly, and a 429 halves it."""
         span = max(0.1, 0.5 / self.rate) if self.rate else 0.1  # at least half a token's refill time
-        if self.tokens is not None and remaining >= 1 and now - self.at >= span and self.tokens < self.bucket - 1:
+        alone = self.in_flight == 0  # no other request spent tokens meanwhile: the change is refill
+        if (self.tokens is not None and alone and remaining >= 1 and now - self.at >= span
+                and self.tokens < self.bucket - 1):
             refill = (remaining - (self.tokens - self.answered - 1)) / (now - self.at)
             if self.rate is None:
                 self.rate = refill
