@@ -61,6 +61,10 @@ class _Gate:
         refilled = self.tokens + (self.rate or 0.0) * max(0.0, now - self.at)
         return min(refilled, max(self.bucket, self.tokens)) - self.in_flight
 
+    def ceiling(self) -> float:
+        """Tokens a request could have at the most once the bucket is full again."""
+        return max(self.bucket, self.tokens or 0.0) - self.in_flight
+
     def learn(self, remaining: int, now: float) -> None:
         """A fresh count from an answer: learn the refill rate from how the count moved since the
         last one (answers since then each spent a token), then restart from it. Only an answer with
@@ -137,8 +141,10 @@ class SubscriptionThrottle:
                     self.stats.waited_seconds += waited
                     self.stats.paced += int(held)
                     return
-                elif gate.rate is None or available is None:
-                    pause = -1.0  # wait for an in-flight answer to tell what is left
+                elif gate.rate is None or available is None or gate.ceiling() < 1:
+                    # wait for an in-flight answer: to tell what is left, or because requests in
+                    # flight hold every token the bucket can refill (waiting on the clock would spin)
+                    pause = -1.0
                 else:
                     pause = (1.0 - available) / gate.rate
                 held = True
@@ -168,7 +174,9 @@ class SubscriptionThrottle:
                 else:
                     backoff = retry_after
                 if gate.rate is not None and gate.blocked_until <= now:  # once per pause, not per answer
-                    gate.rate *= 0.5  # it was sent too early: the refill is slower than we thought
+                    # it was sent too early: the refill is slower than we thought (never below a
+                    # token per BACKOFF_MAX: a wait stays bounded)
+                    gate.rate = max(1.0 / BACKOFF_MAX, gate.rate * 0.5)
                 elif retry_after:
                     gate.rate = 1.0 / retry_after  # a first guess: one token per Retry-After
                 gate.blocked_until = max(gate.blocked_until, now + backoff)
