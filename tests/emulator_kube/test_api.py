@@ -250,6 +250,30 @@ def test_unhealthy_pods_may_go_while_the_budget_is_met(api: requests.Session, st
     assert _evict(api, "web-0").status_code == 429
 
 
+@pytest.mark.parametrize("budget", [{"min_available": 0}, {"max_unavailable": 1}])
+def test_an_unhealthy_pod_under_a_budget_that_desires_none_is_a_429(
+        api: requests.Session, state: KubeState, budget: Dict[str, Any]) -> None:
+    # the real eviction subresource takes the IfHealthyBudget shortcut only when desiredHealthy > 0;
+    # here desired is 0, so the normal check runs and finds disruptionsAllowed == 0
+    state.add_node("n1")
+    state.add_replicaset("web", 1, labels={"app": "web"})
+    state.add_pod("web-0", "n1", labels={"app": "web"}, owner="ReplicaSet/web", ready=False)
+    state.add_pdb("web", selector={"app": "web"}, **budget)
+    answer = _evict(api, "web-0")
+    assert (answer.status_code, answer.json()["reason"]) == (429, "TooManyRequests")
+    assert not state.get(PODS, "default", "web-0")["metadata"].get("deletionTimestamp")
+
+
+@pytest.mark.parametrize("budget", [{"min_available": "50%"}, {"max_unavailable": 1}])
+def test_an_unhealthy_pod_without_a_controller_under_a_scaled_budget_is_a_429(
+        api: requests.Session, state: KubeState, budget: Dict[str, Any]) -> None:
+    # the controller cannot compute a scale for a pod without one: desired 0, nothing allowed
+    state.add_node("n1")
+    state.add_pod("lone", "n1", labels={"app": "lone"}, ready=False)
+    state.add_pdb("lone", selector={"app": "lone"}, **budget)
+    assert _evict(api, "lone").status_code == 429
+
+
 def _event(**overrides: Optional[str]) -> Json:
     event: Json = {"apiVersion": "events.k8s.io/v1", "kind": "Event",
                    "metadata": {"generateName": "vmss000000."},

@@ -529,7 +529,9 @@ class KubeState:
         healthy = disruption.is_healthy(pod)
         if not healthy:
             policy = (pdb.get("spec") or {}).get("unhealthyPodEvictionPolicy", "IfHealthyBudget")
-            if policy == "AlwaysAllow" or budget.current >= budget.desired:
+            # eviction.go: the IfHealthyBudget shortcut also needs desiredHealthy > 0; with 0 desired the
+            # request falls through to the normal check, where disruptionsAllowed == 0 answers 429
+            if policy == "AlwaysAllow" or (budget.current >= budget.desired and budget.desired > 0):
                 return
         elif budget.allowed > 0:
             return
