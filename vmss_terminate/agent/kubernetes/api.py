@@ -5,7 +5,10 @@ Like `ImdsClient` for IMDS, every Kubernetes request goes through this one class
   never followed (a 3xx is an error, so a token cannot be forwarded elsewhere);
 - the bearer token is read again for every request (the projected service-account token rotates);
 - TLS is verified against the cluster CA (or the system's); plain http only on loopback;
-- proxies as kubectl takes them: HTTPS_PROXY / NO_PROXY from the environment; never .netrc;
+- proxies as kubectl takes them (Go's ProxyFromEnvironment): HTTPS_PROXY / NO_PROXY from the
+  environment for an https server that is not loopback; never a proxy for a loopback host (a proxy
+  cannot reach our loopback anyway) nor for a plain-http server (it would carry the bearer token in
+  clear to the proxy); never .netrc;
 - every request has a connect and a read timeout, and an answer is capped in size;
 - no retry here: the drain decides what to retry and until when (its deadline is NotBefore minus
   the safety margin), so one answer -> `Answer`, one failure on the wire -> `KubeError`.
@@ -17,7 +20,7 @@ import json
 import logging
 from dataclasses import dataclass
 from typing import Any, Dict, Optional
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 import requests
 import requests.utils
@@ -25,6 +28,7 @@ import requests.utils
 from vmss_terminate import __version__
 from vmss_terminate.agent.kubernetes.credentials import Access
 from vmss_terminate.errors import VmssTerminateError
+from vmss_terminate.net import is_loopback_url
 
 log = logging.getLogger(__name__)
 
@@ -71,8 +75,7 @@ class KubeApi:
         self._session = session or requests.Session()
         self._session.trust_env = False  # no .netrc: it could replace our Authorization header
         self._session.headers.update({"User-Agent": f"vmss-terminate/{__version__}", "Accept": JSON})
-        found: Dict[str, Any] = dict(requests.utils.get_environ_proxies(access.server))
-        self._proxies: Any = found or {"http": None, "https": None}
+        self._proxies: Any = _proxies_for(access.server)
 
     @property
     def server(self) -> str:
@@ -114,6 +117,16 @@ class KubeApi:
     def close(self) -> None:
         self._session.close()
         self.access.close()
+
+
+def _proxies_for(server: str) -> Dict[str, Any]:
+    """The environment's proxy for `server`, as kubectl would use one; none (explicitly, so requests
+    adds none either) for a loopback host or a plain-http server: requests' own lookup proxies
+    127.0.0.1 unless NO_PROXY names it, and through an http proxy the token would travel in clear."""
+    none: Dict[str, Any] = {"http": None, "https": None}
+    if urlsplit(server).scheme.lower() != "https" or is_loopback_url(server):
+        return none
+    return dict(requests.utils.get_environ_proxies(server)) or none
 
 
 def _read_capped(response: requests.Response) -> bytes:
