@@ -4,6 +4,7 @@ cannot start for lack of descriptors is tried again until its deadline."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import resource
@@ -11,12 +12,12 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
-from typing import List
+from typing import Any, Iterator, List, Tuple
 
 import pytest
 
 from vmss_terminate.agent.metrics import AgentMetrics
-from vmss_terminate.agent.probes import MAX_CONNECTIONS, ProbeServer
+from vmss_terminate.agent.probes import MAX_CONNECTIONS, MAX_PER_PEER, ProbeServer
 
 from .conftest import VM, Imds, agent_cli, make_agent, wait_until
 from .test_hooks import probe, runs
@@ -113,6 +114,70 @@ def test_idle_and_slow_connections_are_closed_and_capped(imds: Imds) -> None:
         assert _raw_get(port, "/healthz").startswith(b"HTTP/1.1 503")  # not running: answered all the same
     finally:
         server.close()
+
+
+def _connect(port: int, source: str) -> socket.socket:
+    """A connection to the probe port on 127.0.0.1 from `source` (any 127.0.0.0/8 address: another peer)."""
+    return socket.create_connection(("127.0.0.1", port), timeout=5, source_address=(source, 0))
+
+
+def _closed_by_server(sock: socket.socket) -> bool:
+    try:
+        return sock.recv(100) == b""
+    except ConnectionResetError:
+        return True
+
+
+@contextlib.contextmanager
+def _serving(imds: Imds, **limits: Any) -> Iterator[Tuple[ProbeServer, int]]:
+    """A probe server of a (not running) agent on 127.0.0.1, with `limits`; yields it and its port."""
+    server = ProbeServer(AgentMetrics(make_agent(imds.url)).attach(), "127.0.0.1", 0, **limits).start()
+    try:
+        yield server, int(server.server_address[1])
+    finally:
+        server.close()
+
+
+def test_one_host_opening_connections_in_a_loop_closes_only_its_own(imds: Imds) -> None:
+    """The default limits: the kubelet (127.0.0.2) connects, then 127.0.0.1 opens 200 connections
+    before the probe's request is read. Before, the 65th connection closed the oldest -- the probe."""
+    flood: List[socket.socket] = []
+    with _serving(imds) as (server, port):
+        kubelet = _connect(port, "127.0.0.2")
+        try:
+            for _ in range(200):
+                flood.append(_connect(port, "127.0.0.1"))
+            # the 200th connection closed the oldest the flood still held: all 200 were accepted
+            assert _closed_by_server(flood[-MAX_PER_PEER - 1])
+            assert wait_until(lambda: server.open_connections == MAX_PER_PEER + 1, 5)
+            kubelet.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert _read_answer(kubelet).startswith(b"HTTP/1.1 503")  # answered (the agent does not run)
+        finally:
+            for sock in [kubelet, *flood]:
+                sock.close()
+
+
+def test_when_every_connection_is_taken_the_busiest_peer_makes_room(imds: Imds) -> None:
+    with _serving(imds, max_connections=4, max_per_peer=8, request_seconds=30) as (_, port):
+        balancer = _connect(port, "127.0.0.3")  # idle and the oldest, but its address holds just one
+        flood = [_connect(port, "127.0.0.1") for _ in range(6)]
+        assert _closed_by_server(flood[0]) and _closed_by_server(flood[2])
+        balancer.sendall(b"GET /readyz HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert _read_answer(balancer).startswith(b"HTTP/1.1 200")
+        for sock in [balancer, *flood]:
+            sock.close()
+
+
+def test_a_peer_over_its_share_loses_an_idle_connection_before_one_mid_request(imds: Imds) -> None:
+    with _serving(imds, max_per_peer=3, request_seconds=30) as (_, port):
+        started = _connect(port, "127.0.0.4")
+        started.sendall(b"GET /healthz HTTP/1.1\r\n")  # mid-request (whether or not read yet)
+        idle = [_connect(port, "127.0.0.4") for _ in range(3)]  # the 4th makes room: the oldest idle one
+        assert _closed_by_server(idle[0])
+        started.sendall(b"Host: x\r\n\r\n")
+        assert _read_answer(started).startswith(b"HTTP/1.1 503")
+        for sock in [started, *idle]:
+            sock.close()
 
 
 def test_a_client_that_goes_away_early_is_no_traceback(imds: Imds, tmp_path: Path) -> None:

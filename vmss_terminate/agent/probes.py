@@ -8,10 +8,16 @@ carries a secret. The numbers come from `metrics.AgentMetrics`.
 Why one thread and a selector, not a thread per connection: the port may face a network, and the
 agent's real work (hooks, the state file) needs file descriptors. A thread per connection let 1,100
 idle connections take every descriptor of a process at the usual limit of 1,024, so the drain hook
-could not start. Here one thread serves every connection, at most `MAX_CONNECTIONS` are open at once
-(a new one closes the oldest), each has `REQUEST_SECONDS` from accept to its answer sent (idle and
-slow clients are cut off), a request is at most `MAX_REQUEST_BYTES`, and every answer closes the
-connection. A client that goes away early is a debug line, never a traceback.
+could not start. Here one thread serves every connection, at most `MAX_CONNECTIONS` are open at once,
+each has `REQUEST_SECONDS` from accept to its answer sent (idle and slow clients are cut off), a
+request is at most `MAX_REQUEST_BYTES`, and every answer closes the connection. A client that goes
+away early is a debug line, never a traceback.
+
+Who makes room when connections run out: the host that holds the most. One peer address may hold
+`MAX_PER_PEER` connections; its next one closes one of its own, and when all `MAX_CONNECTIONS` are
+taken the new connection closes one of the busiest peer's. Of that peer's connections an idle one
+(nothing sent yet) goes first, then the oldest. So one host opening connections in a loop closes only
+its own and cannot cut off the kubelet's or the load balancer's probe before it is read.
 """
 
 from __future__ import annotations
@@ -37,7 +43,8 @@ log = logging.getLogger(__name__)
 
 DEFAULT_HOST = "127.0.0.1"
 METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-MAX_CONNECTIONS = 64         # open at once; the 65th closes the oldest (docs/agent.md)
+MAX_CONNECTIONS = 64         # open at once; then a new one closes one of the busiest peer's (docs/agent.md)
+MAX_PER_PEER = 8             # open at once from one address; its 9th closes one of its own
 REQUEST_SECONDS = 5.0        # from accept to the answer sent: idle and slow clients are closed
 MAX_REQUEST_BYTES = 8192     # request line and headers; more is answered 431
 _ACCEPT_PAUSE = 0.1          # after accept() failed for lack of descriptors or memory
@@ -75,6 +82,18 @@ class _Connection:
 
     __slots__ = ("sock", "peer", "deadline", "received", "outgoing")
 
+    def started(self) -> bool:
+        """The client sent something: read by us, or waiting in the socket (so a request that
+        arrived in the same instant as a flood of connections counts as started)."""
+        if self.received:
+            return True
+        try:
+            return bool(self.sock.recv(1, socket.MSG_PEEK))  # b"": closed by the client, idle
+        except (BlockingIOError, InterruptedError):
+            return False
+        except OSError:
+            return False  # reset: nothing to keep
+
     def __init__(self, sock: socket.socket, peer: str, deadline: float) -> None:
         self.sock = sock
         self.peer = peer
@@ -87,9 +106,11 @@ class ProbeServer:
     """Serves an agent's metrics and probes in one daemon thread until `close()` (see the module doc)."""
 
     def __init__(self, metrics: AgentMetrics, host: str = DEFAULT_HOST, port: int = 0, *,
-                 max_connections: int = MAX_CONNECTIONS, request_seconds: float = REQUEST_SECONDS) -> None:
+                 max_connections: int = MAX_CONNECTIONS, max_per_peer: int = MAX_PER_PEER,
+                 request_seconds: float = REQUEST_SECONDS) -> None:
         self.metrics = metrics
         self.max_connections = max_connections
+        self.max_per_peer = max_per_peer
         self.request_seconds = request_seconds
         self.routes: Dict[str, Route] = {
             "/metrics": lambda: (200, metrics.render(), METRICS_CONTENT_TYPE),
@@ -111,6 +132,7 @@ class ProbeServer:
             raise UsageError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
         self.server_address: Tuple[str, int] = self._listener.getsockname()[:2]
         self._open: "OrderedDict[int, _Connection]" = OrderedDict()  # by fd, oldest first
+        self._per_peer: Dict[str, int] = {}  # open connections by peer address
         self._selector = selectors.DefaultSelector()
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
@@ -204,14 +226,28 @@ class ProbeServer:
                 log.debug("probe server: accept failed: %s", exc)  # ECONNABORTED and the like
                 return True
             sock.setblocking(False)
-            while len(self._open) >= self.max_connections:
-                oldest = next(iter(self._open.values()))
-                self._drop(oldest, f"closed: more than {self.max_connections} connections open")
             peer = str(address[0]) if isinstance(address, tuple) else str(address)
+            self._make_room(peer)
             conn = _Connection(sock, peer, time.monotonic() + self.request_seconds)
             self._open[sock.fileno()] = conn
+            self._per_peer[peer] = self._per_peer.get(peer, 0) + 1
             self._selector.register(sock, selectors.EVENT_READ, conn)
         return True
+
+    def _make_room(self, peer: str) -> None:
+        """Before `peer`'s new connection: close one of its own when it holds `max_per_peer`, else one
+        of the busiest peer's when `max_connections` are open -- an idle one first, then the oldest."""
+        while self._open:
+            if self._per_peer.get(peer, 0) >= self.max_per_peer:
+                victim_peer, why = peer, f"closed: more than {self.max_per_peer} connections from one address"
+            elif len(self._open) >= self.max_connections:
+                victim_peer = max(self._per_peer, key=lambda p: self._per_peer[p])
+                why = f"closed: more than {self.max_connections} connections open"
+            else:
+                return
+            theirs = [c for c in self._open.values() if c.peer == victim_peer]  # oldest first
+            victim = next((c for c in theirs if not c.started()), theirs[0])
+            self._drop(victim, why)
 
     def _read(self, conn: _Connection) -> None:
         try:
@@ -290,7 +326,10 @@ class ProbeServer:
         if why:
             log.debug("probe connection from %s %s", conn.peer, why)
         fd = conn.sock.fileno()
-        self._open.pop(fd, None)
+        if self._open.pop(fd, None) is not None:
+            left = self._per_peer.pop(conn.peer) - 1
+            if left:
+                self._per_peer[conn.peer] = left
         try:
             self._selector.unregister(conn.sock)
         except (KeyError, ValueError):
