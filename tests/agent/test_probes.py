@@ -43,15 +43,34 @@ def scrape(server: ProbeServer) -> Dict[Tuple[str, Tuple[Tuple[str, str], ...]],
 @pytest.mark.parametrize("value, expected", [
     ("9100", ("127.0.0.1", 9100)), (":9100", ("127.0.0.1", 9100)), ("0.0.0.0:9100", ("0.0.0.0", 9100)),
     ("10.0.0.4:80", ("10.0.0.4", 80)), ("[::1]:9100", ("::1", 9100)), ("localhost:0", ("localhost", 0)),
+    ("[10.0.0.4]:9102", ("10.0.0.4", 9102)), ("[fd00:10:244::4]:9102", ("fd00:10:244::4", 9102)),
 ])
 def test_listen_address_defaults_to_loopback(value: str, expected: Tuple[str, int]) -> None:
     assert parse_listen(value) == expected
 
 
-@pytest.mark.parametrize("value", ["", "host", "1.2.3.4:", "1.2.3.4:99999", "::1:9100", "a b:1"])
+@pytest.mark.parametrize("value", ["", "host", "1.2.3.4:", "1.2.3.4:99999", "::1:9100", "a b:1", "[host]:1",
+                                   "[1.2.3]:80", "[::1::2]:80", "[::1]", "[10.0.0.4]"])
 def test_bad_listen_address_is_a_usage_error(value: str) -> None:
     with pytest.raises(UsageError):
         parse_listen(value)
+
+
+def test_an_unbracketed_ipv6_address_is_refused_with_the_bracketed_form() -> None:
+    """`fd00::1:9102` is never guessed at (the port could be the address's last group)."""
+    with pytest.raises(UsageError, match="an IPv6 address goes in brackets"):
+        parse_listen("fd00::1:9102")
+
+
+@pytest.mark.parametrize("listen", ["[127.0.0.1]:0", "[::1]:0"])
+def test_a_bracketed_address_of_either_family_serves(imds: Imds, listen: str) -> None:
+    """What the Kubernetes DaemonSet's `--listen [$(POD_IP)]:9102` becomes on an IPv4 or an IPv6 node."""
+    server = serve(make_agent(imds.url), listen)
+    try:
+        assert server.url.startswith(("http://127.0.0.1:", "http://[::1]:"))
+        assert get(server, "/healthz").status_code == 503  # answered; the agent is not running
+    finally:
+        server.close()
 
 
 def test_metrics_are_real_prometheus_text(imds: Imds, tmp_path: Path) -> None:

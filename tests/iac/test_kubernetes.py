@@ -27,6 +27,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 from helpers import cli_command, invoke_cli, poll_until  # noqa: E402
 from kube_helpers import KUBECTL, Kubectl, needs_kubectl, serve_for_kubectl  # noqa: E402
 
+from vmss_terminate.agent.probes import parse_listen  # noqa: E402
 from vmss_terminate.cli import main  # noqa: E402
 from vmss_terminate.emulator.kube import NODES, KubeState, start_kube  # noqa: E402
 from vmss_terminate.emulator.kube.kinds import SECRETS  # noqa: E402
@@ -83,7 +84,7 @@ def test_the_daemonset_runs_on_every_node_with_probes_and_scraping() -> None:
     assert args[:3] == ["agent", "run", "--kubernetes"]
     listen = args[args.index("--listen") + 1]
     port = container["ports"][0]["containerPort"]
-    assert listen == f"$(POD_IP):{port}" and container["ports"][0]["name"] == "http"
+    assert listen == f"[$(POD_IP)]:{port}" and container["ports"][0]["name"] == "http"
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
     assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
     annotations = spec["template"]["metadata"]["annotations"]
@@ -106,9 +107,15 @@ def _agent_accepts(argv: List[str]) -> None:
     assert ctx.params["kubernetes"] is True
 
 
-def test_the_daemonset_command_line_is_the_agents() -> None:
+@pytest.mark.parametrize("pod_ip, host", [("10.0.0.4", "10.0.0.4"), ("fd00:10:244::4", "fd00:10:244::4")])
+def test_the_daemonset_command_line_is_the_agents(pod_ip: str, host: str) -> None:
+    """On an IPv4 and on an IPv6-primary node (status.podIP is then an IPv6 address): with
+    `$(POD_IP):9102` the agent refused the IPv6 form at start, so the pod crash-looped."""
     container = _by_kind(kubernetes.manifests())["DaemonSet"]["spec"]["template"]["spec"]["containers"][0]
-    _agent_accepts([a.replace("$(POD_IP)", "10.0.0.4") for a in container["args"][2:]])
+    argv = [a.replace("$(POD_IP)", pod_ip) for a in container["args"][2:]]
+    _agent_accepts(argv)
+    port = container["ports"][0]["containerPort"]
+    assert parse_listen(argv[argv.index("--listen") + 1], any_port=False) == (host, port)
 
 
 def test_the_systemd_drop_in_runs_the_agent_with_the_hosts_kubeconfig() -> None:
@@ -144,7 +151,7 @@ def test_render_prints_the_manifests_for_the_given_options() -> None:
     container = kinds["DaemonSet"]["spec"]["template"]["spec"]["containers"][0]
     assert container["image"] == "example.azurecr.io/vmss-terminate:1.2.3"
     assert container["args"][-2:] == ["--taint", "example.com/draining=true:NoSchedule"]
-    assert "$(POD_IP):9200" in container["args"]
+    assert "[$(POD_IP)]:9200" in container["args"]
     assert kinds["DaemonSet"]["metadata"]["namespace"] == kinds["ServiceAccount"]["metadata"]["namespace"] == "ops"
     assert kinds["ClusterRoleBinding"]["subjects"][0]["namespace"] == "ops"
 

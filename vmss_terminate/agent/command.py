@@ -37,7 +37,8 @@ class RunOptions:
     listen: Optional[str] = option(
         metavar="HOST:PORT",
         help="Serve /metrics (Prometheus), /healthz and /readyz (the drain probe) here; a bare PORT "
-             "is loopback. Off by default.")
+             "is loopback; an IPv6 address in brackets ([fd00::4]:9100; [10.0.0.4]:9100 works too). "
+             "Off by default.")
     once: bool = option(False, help="Handle what is visible now (waiting for its hooks) and exit.")
     log_format: str = option("text", choices=("text", "json"), show_default=True,
                              help="Logs on stderr: human-readable lines, or one JSON object per line.")

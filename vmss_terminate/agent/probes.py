@@ -23,6 +23,7 @@ its own and cannot cut off the kubelet's or the load balancer's probe before it 
 from __future__ import annotations
 
 import errno
+import ipaddress
 import logging
 import re
 import selectors
@@ -56,7 +57,12 @@ Route = Callable[[], Tuple[int, str, str]]
 
 
 def parse_listen(value: str, *, any_port: bool = True) -> Tuple[str, int]:
-    """`HOST:PORT`, `[IPv6]:PORT`, `:PORT` or `PORT` -> (host, port); loopback when no host is named.
+    """`HOST:PORT`, `[IP]:PORT`, `:PORT` or `PORT` -> (host, port); loopback when no host is named.
+
+    Brackets hold an IP address of either family: required around IPv6 (`[fd00::1]:9102`), allowed
+    around IPv4 (`[10.0.0.4]:9102`, as Go's SplitHostPort reads it), so one form -- the Kubernetes
+    template's `[$(POD_IP)]:9102` -- works on IPv4 and IPv6 nodes. An unbracketed IPv6 address is
+    refused, never guessed at: in `fd00::1:9102` the port could be part of the address.
 
     `any_port=False` (the CLI) refuses port 0, any free port: neither a load balancer nor
     Prometheus can be pointed at a port chosen at start. The Python API (and tests) may use it."""
@@ -64,6 +70,8 @@ def parse_listen(value: str, *, any_port: bool = True) -> Tuple[str, int]:
     bracketed = re.match(r"^\[([0-9A-Fa-f:.]+)\]:([0-9]{1,5})$", text)
     if bracketed:
         host, port_text = bracketed.group(1), bracketed.group(2)
+        if not _is_ip(host):
+            port_text = ""
     else:
         host, colon, port_text = text.rpartition(":")
         if not colon and not re.match(r"^[0-9]+$", text):
@@ -72,9 +80,18 @@ def parse_listen(value: str, *, any_port: bool = True) -> Tuple[str, int]:
             port_text = ""
     low = 0 if any_port else 1
     if not re.match(r"^[0-9]{1,5}$", port_text) or not low <= int(port_text) <= 65535:
-        raise UsageError(f"invalid --listen {value!r}: expected HOST:PORT, [IPv6]:PORT or PORT "
-                         f"(port {low}..65535)")
+        hint = "; an IPv6 address goes in brackets" if text.count(":") > 1 and not bracketed else ""
+        raise UsageError(f"invalid --listen {value!r}: expected HOST:PORT, [IP]:PORT or PORT "
+                         f"(port {low}..65535){hint}")
     return host or DEFAULT_HOST, int(port_text)
+
+
+def _is_ip(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
 
 
 class _Connection:

@@ -11,7 +11,8 @@ What the agent needs from the API, and nothing more (RBAC):
   * events (events.k8s.io) create, in namespace `default` only (where node events live): a Role there.
 
 The pod: on every node (tolerates every taint, `system-node-critical` so it is the last to go),
-`NODE_NAME` from the downward API, `--listen $(POD_IP):PORT` for the probes and Prometheus
+`NODE_NAME` from the downward API, `--listen [$(POD_IP)]:PORT` for the probes and Prometheus
+(brackets: an IPv6-primary node's pod IP needs them, and the agent reads `[10.0.0.4]:PORT` too)
 (`/healthz` liveness, `/readyz` readiness, scrape annotations), host network so IMDS at
 169.254.169.254 is reachable whatever the CNI or network policies say, the journal on an emptyDir
 (survives container restarts: a restarted agent resumes its drain), non-root, read-only root file
@@ -129,7 +130,7 @@ def _daemonset(namespace: str, image: str, port: int, agent_args: List[str]) -> 
     container = {
         "name": "agent",
         "image": image,
-        "args": ["agent", "run", "--kubernetes", "--listen", f"$(POD_IP):{port}",
+        "args": ["agent", "run", "--kubernetes", "--listen", f"[$(POD_IP)]:{port}",
                  "--state-file", f"{STATE_DIR}/state.json", *agent_args],
         "env": [
             {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
