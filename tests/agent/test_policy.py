@@ -197,3 +197,20 @@ def test_a_drain_ends_when_its_event_leaves_unless_the_vm_is_going() -> None:
 def test_bad_drain_delay_is_refused(delay: float) -> None:
     with pytest.raises(UsageError):
         config(drain_delay=delay)
+
+
+def test_an_event_is_gone_for_good_after_two_answers_without_it_spanning_a_few_seconds() -> None:
+    since = NB - 100
+    assert not policy.gone_for_good(1, since, since + 60)  # one answer without it: not yet
+    assert not policy.gone_for_good(2, since, since + 1)   # two quick answers: not yet
+    assert policy.gone_for_good(2, since, since + policy.GONE_AFTER)
+
+
+def test_a_vm_is_departing_once_its_approval_was_being_sent_or_its_not_before_passed() -> None:
+    ahead = event()
+    assert not policy.departing({}, ahead, NB - 100)
+    assert policy.departing({"approved": NB - 200}, ahead, NB - 100)
+    assert policy.departing({"approval_started": NB - 200}, ahead, NB - 100)  # killed mid-POST: maybe sent
+    assert policy.departing({}, ahead, NB)  # NotBefore passed: Azure starts it
+    assert policy.departing({}, event(status="Started"), NB - 100)
+    assert not policy.departing({}, None, NB + 1000)  # nothing known but the journal: not departing

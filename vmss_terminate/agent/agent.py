@@ -29,7 +29,7 @@ from vmss_terminate.agent.config import AgentConfig
 from vmss_terminate.agent.decisions import Decision, DecisionBus
 from vmss_terminate.agent.events import EVENT_TYPES, Event, EventsDocument, canonical_type
 from vmss_terminate.agent.health import Outage
-from vmss_terminate.agent.hooks import CommandHook, HookContext, PythonHook, WebhookHook
+from vmss_terminate.agent.hooks import FAILED, CommandHook, HookContext, PythonHook, StepResult, WebhookHook
 from vmss_terminate.agent.imds import ForeignEventError, ImdsClient, ImdsError, Stopped
 from vmss_terminate.agent.jobs import JobRunner, Step
 from vmss_terminate.agent.journal import StateStore, resolve_state_file
@@ -48,6 +48,16 @@ class _Seen:
 
     event: Event
     said: Set[str] = field(default_factory=set)
+
+
+@dataclass
+class _Missing:
+    """An event of a previous document absent from the latest one(s): gone for good only once
+    `policy.gone_for_good` says so (an event that drops out of one answer is not a cancellation)."""
+
+    event: Event
+    since: float  # clock time of the first answer without it
+    polls: int = 0  # consecutive answers without it
 
 
 class Agent:
@@ -75,9 +85,11 @@ class Agent:
 
             self._notifier = ChatNotifier(self.config.webhook, self.config.webhook_format)
         self._seen: Dict[str, _Seen] = {}  # by EventId; guarded by _lock
+        self._missing: Dict[str, _Missing] = {}  # by EventId: left the document, maybe not for good; _lock
         self._lock = threading.Lock()
         self._approve_lock = threading.Lock()  # approvals come from the loop and from job threads
-        self.jobs = JobRunner(self.config, clock, self.state, self._decide, self._latest, lambda: self.vm_name or "")
+        self.jobs = JobRunner(self.config, clock, self.state, self._decide, self._latest, lambda: self.vm_name or "",
+                              gone=self.gone)
         self.drain: Any = None  # --kubernetes: the node drain step (agent/kubernetes/drain.py)
         if self.config.kubernetes:
             self.drain = self._node_drain()
@@ -220,16 +232,44 @@ class Agent:
                 self._handle_event(event)
             except Exception:  # one odd event must not stop the others (or the loop)
                 log.exception("handling event %s failed", event.event_id)
+        now = self.clock.now()
         with self._lock:
             vanished = {eid: self._seen.pop(eid).event for eid in list(self._seen) if eid not in present}
+            for eid in present:
+                self._missing.pop(eid, None)  # back (or never away): not gone
+            for eid, last in vanished.items():
+                self._missing[eid] = _Missing(last, now)
+            for missing in self._missing.values():
+                missing.polls += 1
+            unsure = {eid for eid, m in self._missing.items() if not policy.gone_for_good(m.polls, m.since, now)}
+            gone = {eid: m.event for eid, m in self._missing.items() if eid not in unsure}
         running = set(self.jobs.event_ids())
         for eid, last in vanished.items():
             self._decide(D.EVENT_GONE, eid, f"event {eid} left the document (completed or cancelled)")
             self._end_drain(last)
-            self.jobs.wake(eid)  # a running node drain stops and undoes its cordon itself
+        for eid in gone:
+            self.jobs.wake(eid)  # gone for good: a running node drain stops and undoes its cordon itself
         if self.drain is not None:
-            self._undo_node_drains(present | running, vanished)
-        self.state.prune(present | running)  # writes the file only when something was dropped
+            self._undo_node_drains(present | running | unsure, gone)
+        self.state.prune(present | running | unsure)  # writes the file only when something was dropped
+        with self._lock:  # what is gone for good is forgotten once no job needs to know it
+            for eid in gone:
+                if eid not in running:
+                    self._missing.pop(eid, None)
+
+    def live(self, event_id: str) -> bool:
+        """The event is in the document (or left it, not yet for good) or a job handles it."""
+        with self._lock:
+            missing = self._missing.get(event_id)
+            known = event_id in self._seen or (
+                missing is not None and not policy.gone_for_good(missing.polls, missing.since, self.clock.now()))
+        return known or self.jobs.running(event_id)
+
+    def gone(self, event_id: str) -> bool:
+        """The event left the document for good (`policy.gone_for_good`): its drain stops and is undone."""
+        with self._lock:
+            missing = self._missing.get(event_id)
+            return missing is not None and policy.gone_for_good(missing.polls, missing.since, self.clock.now())
 
     def _handle_event(self, event: Event) -> None:
         vm = self.vm_name or ""
@@ -271,8 +311,11 @@ class Agent:
         verdict = policy.next_step(event, self.vm_name or "", self.config, progress, has_hooks=bool(steps),
                                    now=self.clock.now())
         if verdict.action == policy.INTERRUPTED:
-            if self._resume_interrupted(event, self.state.get(event.event_id), steps):
+            failed = self._resume_interrupted(event, self.state.get(event.event_id), steps)
+            if failed is None:
                 self.jobs.start(event, steps, then=self._after_hooks)
+            elif any(step.always for step in steps):  # the node drain still runs before any approval
+                self.jobs.start(event, steps, then=self._after_hooks, failed=failed)
             else:
                 self._maybe_approve(event)
         elif verdict.action == policy.RUN_HOOKS:
@@ -290,9 +333,10 @@ class Agent:
             data = {"others": list(verdict.others)} if verdict.others else {}
             self._once(verdict.kind, event_id, verdict.message, **data)
 
-    def _resume_interrupted(self, event: Event, record: Dict[str, Any], steps: List[Step]) -> bool:
-        """A hook was started but not finished when the previous agent died. Returns True to run the
-        hooks again (the finished ones are skipped), False when the interruption counts as a failure."""
+    def _resume_interrupted(self, event: Event, record: Dict[str, Any], steps: List[Step]) -> Optional[StepResult]:
+        """A hook was started but not finished when the previous agent died. Returns None to run the
+        hooks again (the finished ones are skipped), else the failure the interruption counts as: the
+        steps that always run (the node drain) still run after it."""
         eid = event.event_id
         pid, token = record.get("hook_pid"), record.get("hook_token")
         if pid and stop_orphan(int(pid), token, grace=self.config.kill_grace):
@@ -304,10 +348,11 @@ class Agent:
                          current=[s.name for s in steps])
         if plan.rerun:
             self._decide(D.HOOK_RERUN, eid, plan.message, hook=record.get("current_step"))
-            return True
-        self.state.update(eid, hooks_finished=self.clock.now(), hooks_result="failed")
+            return None
+        if not any(step.always for step in steps):
+            self.state.update(eid, hooks_finished=self.clock.now(), hooks_result="failed")
         self._decide(D.HOOK_FAILED, eid, plan.message, hook=record.get("current_step"))
-        return False
+        return StepResult(FAILED, plan.message)
 
     def _steps_for(self, event: Event) -> List[Step]:
         """The hooks of an event, in order: commands, Python handlers, webhook (see hooks.py)."""
@@ -321,7 +366,8 @@ class Agent:
                 steps.append(Step(f"{hook.name}#{i}", hook))
         if self._webhook is not None and commands:
             steps.append(Step(self._webhook.name, self._webhook))
-        if self.drain is not None and commands:  # last, and even after a failed hook
+        if self.drain is not None and commands and event.event_type not in policy.NO_NODE_DRAIN:
+            # last, and even after a failed hook; never for a Freeze (a pause of seconds)
             steps.append(Step(self.drain.name, self.drain, always=True))
         return steps
 
@@ -413,7 +459,8 @@ class Agent:
         access = load_access(self.config.kubeconfig)
         log.info("--kubernetes: draining the node through %s (%s)", access.server, access.source)
         return NodeDrain(KubeApi(access), self.state, self._decide, self._identity, self.clock,
-                         lambda: self.vm_name or "", node_name=self.config.node_name, taint=self.config.taint)
+                         lambda: self.vm_name or "", node_name=self.config.node_name, taint=self.config.taint,
+                         live=self.live)
 
     def _identity(self) -> Tuple[str, str]:
         """(compute.resourceId, osProfile.computerName) from instance metadata: how the drain finds its node."""
@@ -423,15 +470,15 @@ class Agent:
         return str(compute.get("resourceId") or ""), str(profile.get("computerName") or "")
 
     def _undo_node_drains(self, keep: Set[str], vanished: Dict[str, Event]) -> None:
-        """Events gone from the document whose node drain (by this agent, or one before a restart)
-        cordoned the node: uncordon it unless this VM is going away (`policy.drain_ends_when_gone`)."""
+        """Events gone from the document for good whose node drain (by this agent, or one before a
+        restart) cordoned the node: uncordon it unless this VM is going away (`policy.departing`)."""
         for eid in self.state.event_ids():
             record = self.state.get(eid)
             if eid in keep or not (record.get("kube_cordoned") or record.get("kube_tainted")):
                 continue
             last = vanished.get(eid)
             kind = last.event_type if last is not None else str(record.get("event_type") or "Terminate")
-            if not policy.drain_ends_when_gone(kind, bool(record.get("approved")) or bool(last and last.started)):
+            if not policy.drain_ends_when_gone(kind, policy.departing(record, last, self.clock.now())):
                 continue
             why = f"{kind} {eid} left the document without taking this VM (scale-in cancelled?)"
             threading.Thread(target=self.drain.undo, args=(eid, record, why), name=f"uncordon:{eid[:8]}",

@@ -32,6 +32,7 @@ OK = "ok"
 FAILED = "failed"
 DEADLINE = "deadline"
 CANCELLED = "cancelled"
+GONE = "gone"  # the event left the document for good (scale-in cancelled): the step stopped
 
 _WAKE_EVERY = 1.0  # clock seconds between re-reading the deadline while a step runs
 #: A hook that cannot start for lack of one of these (descriptors, processes, memory) is tried
@@ -78,7 +79,7 @@ class Run:
     wake: threading.Event
     kill_grace: float = 5.0
     on_process: Optional[Callable[[int], object]] = None  # its result is ignored
-    gone: Callable[[], bool] = lambda: False  # the event left the document (e.g. a cancelled scale-in)
+    gone: Callable[[], bool] = lambda: False  # the event left the document for good (e.g. a cancelled scale-in)
 
     def wait(self, finished: Callable[[], bool]) -> str:
         """Wait until `finished()`, the deadline or cancellation; returns ok|deadline|cancelled."""

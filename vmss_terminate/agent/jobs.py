@@ -23,7 +23,7 @@ from vmss_terminate.agent import decisions as D
 from vmss_terminate.agent import policy
 from vmss_terminate.agent.config import AgentConfig
 from vmss_terminate.agent.events import Event
-from vmss_terminate.agent.hooks import CANCELLED, OK, Run, StepResult
+from vmss_terminate.agent.hooks import CANCELLED, GONE, OK, Run, StepResult
 from vmss_terminate.agent.journal import StateStore
 from vmss_terminate.agent.process import process_start_token
 from vmss_terminate.clock import Clock
@@ -31,6 +31,11 @@ from vmss_terminate.clock import Clock
 log = logging.getLogger(__name__)
 
 Report = Callable[..., None]  # report(kind, event_id, message, **data): publish a decision
+
+# What the journal knows of an event's steps; forgotten when the event leaves the document for good,
+# so the same EventId coming back runs every step again (never "finished" by a drain that was stopped).
+PROGRESS = ("steps_done", "hooks_started", "hooks_finished", "hooks_result", "current_step", "hooks",
+            "hook_pid", "hook_token")
 
 
 @dataclass
@@ -61,13 +66,15 @@ class JobRunner:
     """Starts, tracks and cancels the per-event hook jobs (one lock guards the job map)."""
 
     def __init__(self, config: AgentConfig, clock: Clock, journal: StateStore, report: Report,
-                 latest: Callable[[str], Optional[Event]], vm_name: Callable[[], str]) -> None:
+                 latest: Callable[[str], Optional[Event]], vm_name: Callable[[], str],
+                 gone: Optional[Callable[[str], bool]] = None) -> None:
         self.config = config
         self.clock = clock
         self.journal = journal
         self._report = report
         self._latest = latest  # the event as the last document showed it (None: it left)
         self._vm_name = vm_name
+        self._gone = gone or (lambda eid: latest(eid) is None)  # left the document for good
         self._jobs: Dict[str, Job] = {}
         self._lock = threading.Lock()
 
@@ -90,10 +97,13 @@ class JobRunner:
         with self._lock:
             return list(self._jobs)
 
-    def start(self, event: Event, steps: List[Step], then: Callable[[str], None]) -> Job:
-        """Run `steps` for `event` in a new thread; `then(event_id)` after them unless cancelled."""
+    def start(self, event: Event, steps: List[Step], then: Callable[[str], None],
+              failed: Optional[StepResult] = None) -> Job:
+        """Run `steps` for `event` in a new thread; `then(event_id)` after them unless cancelled.
+        `failed`: a step already failed (a hook interrupted by a restart, not rerun): only the steps
+        that always run (the node drain) run, and the hooks count as failed."""
         job = Job(event.event_id)
-        job.thread = threading.Thread(target=self._work, args=(job, event, steps, then),
+        job.thread = threading.Thread(target=self._work, args=(job, event, steps, then, failed),
                                       name=f"hooks:{event.event_id}", daemon=True)
         with self._lock:
             self._jobs[event.event_id] = job
@@ -110,10 +120,11 @@ class JobRunner:
                 job.thread.join(timeout)
         return len(jobs)
 
-    def _work(self, job: Job, event: Event, steps: List[Step], then: Callable[[str], None]) -> None:
+    def _work(self, job: Job, event: Event, steps: List[Step], then: Callable[[str], None],
+              failed: Optional[StepResult] = None) -> None:
         eid = event.event_id
         try:
-            if (not steps or self._run_steps(job, event, steps)) and self._drain_delay(job, event):
+            if (not steps or self._run_steps(job, event, steps, failed)) and self._drain_delay(job, event):
                 then(eid)
         except Exception:
             log.exception("hook worker for %s failed", eid)
@@ -141,11 +152,11 @@ class JobRunner:
         latest = self._latest(event.event_id) or event
         return policy.hook_deadline(policy.assumed_not_before(latest, began), self.config)
 
-    def _run_steps(self, job: Job, event: Event, steps: List[Step]) -> bool:
-        """Run the event's steps in order; False if interrupted (agent stopping), else True."""
+    def _run_steps(self, job: Job, event: Event, steps: List[Step], failed: Optional[StepResult] = None) -> bool:
+        """Run the event's steps in order; False if interrupted (agent stopping) or the event left the
+        document for good, else True."""
         eid, vm = event.event_id, self._vm_name()
         began = self.clock.now()  # NotBefore is judged from here (policy.assumed_not_before)
-        failed: Optional[StepResult] = None
         journal = self.journal
         try:
             done = list(journal.get(eid).get("steps_done", []))
@@ -156,6 +167,8 @@ class JobRunner:
                     self._report(D.HOOK_SKIPPED, eid, f"hook {step.name} already finished before a restart; "
                                                       f"not rerun", hook=step.name)
                     continue
+                if self._gone(eid):
+                    return self._forget(event, step.name)
                 latest = self._latest(eid) or event
                 if policy.too_late_to_start(self._deadline(latest, began), self.clock.now()):
                     failed = StepResult("deadline", "too late to start: NotBefore minus safety margin passed")
@@ -172,13 +185,15 @@ class JobRunner:
                           job.cancelled, job.wake, kill_grace=self.config.kill_grace,
                           on_process=lambda pid: journal.update(eid, hook_pid=pid,
                                                                 hook_token=process_start_token(pid)),
-                          gone=lambda: self._latest(eid) is None)
+                          gone=lambda: self._gone(eid))
                 step_began = self.clock.now()
                 result = step.hook.run(run)
                 duration = round(self.clock.now() - step_began, 3)
                 if result.outcome == OK:
                     done.append(step.name)
                 journal.update(eid, hook_pid=None, hook_token=None, steps_done=list(done) or None)
+                if result.outcome == GONE:
+                    return self._forget(event, step.name)
                 if result.outcome == CANCELLED:
                     self._report(D.HOOK_FAILED, eid, f"hook {step.name} interrupted: agent stopping "
                                                      f"(reruns on restart)", hook=step.name, outcome=CANCELLED,
@@ -198,3 +213,14 @@ class JobRunner:
             log.exception("hook worker for %s failed", eid)
             journal.update(eid, hooks_finished=self.clock.now(), hooks_result="failed")
         return True
+
+    def _forget(self, event: Event, step: str) -> bool:
+        """The event left the document for good: no further step runs, nothing is approved, and its
+        progress is forgotten -- a stopped drain is not a finished one; if the same event comes back,
+        every step runs again. False: the job ends without `then`."""
+        eid = event.event_id
+        self.journal.forget(eid, *PROGRESS)
+        self._report(D.HOOK_FAILED, eid, f"{event.event_type} {eid} left the document: hook {step} stopped, no "
+                                         f"later hook runs and nothing is approved; if the event comes back, "
+                                         f"every hook runs again", hook=step, outcome=GONE)
+        return False

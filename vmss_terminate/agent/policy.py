@@ -48,6 +48,7 @@ APPROVE = "approve"      # send the approval now
 DRAIN_WAIT = "drain_wait"  # approvable, but the drain delay is not over (until `Verdict.until`)
 
 DEPARTING = ("Terminate", "Preempt")  # event types after which this VM does not come back
+NO_NODE_DRAIN = ("Freeze",)  # --kubernetes: types never drained (a pause of seconds; pods stay)
 
 UNKNOWN_NOTICE = MAX_TERMINATE_NOTICE  # seconds assumed until an unreadable NotBefore
 
@@ -208,6 +209,26 @@ def drain_ends_when_gone(event_type: str, started_or_approved: bool) -> bool:
     """A drain event that left the document ends the drain (/readyz 200 again), unless this VM is
     going away: a Terminate or Preempt that was approved or started is never undone."""
     return not (event_type in DEPARTING and started_or_approved)
+
+
+GONE_AFTER_POLLS = 2  # consecutive answers without an event before it counts as gone for good ...
+GONE_AFTER = 5.0  # ... spanning at least this many seconds (IMDS answers do not always list every event)
+
+
+def gone_for_good(polls: int, since: float, now: float) -> bool:
+    """An event absent from `polls` consecutive answers since `since` has left the document for good
+    (scale-in cancelled, or done): only then is its node drain stopped and its cordon undone. An event
+    that drops out of one answer and comes back is the same event, still being drained."""
+    return polls >= GONE_AFTER_POLLS and now - since >= GONE_AFTER
+
+
+def departing(record: Mapping[str, Any], last: Optional[Event], now: float) -> bool:
+    """The VM may be going away for this event: it was approved, or its approval was being sent (an
+    agent killed mid-POST cannot know whether Azure got it), or it started, or its NotBefore passed
+    (Azure starts it then). Its node is never uncordoned."""
+    not_before = last.not_before if last is not None else None
+    return bool(record.get("approved") or record.get("approval_started") or (last is not None and last.started)
+                or (not_before is not None and now >= not_before))
 
 
 def longest_notice(event_type: str) -> float:

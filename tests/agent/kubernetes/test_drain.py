@@ -40,6 +40,13 @@ def workloads(cluster: Cluster, min_available: int = 2) -> None:
     state.add_pod("scratch", NODE, empty_dir=True, grace=10)
 
 
+def one_pod_held(cluster: Cluster) -> None:
+    """db-0 on the node, under a PodDisruptionBudget that lets none go: the drain waits."""
+    cluster.state.add_replicaset("db", 1, labels={"app": "db"})
+    cluster.state.add_pod("db-0", NODE, labels={"app": "db"}, owner="ReplicaSet/db", grace=10)
+    cluster.state.add_pdb("db", selector={"app": "db"}, max_unavailable=0)
+
+
 def on_approval(cluster: Cluster) -> List[List[str]]:
     """The pods on the node at the moment each approval POST arrives."""
     seen: List[List[str]] = []
@@ -143,9 +150,7 @@ def test_a_node_cordoned_by_an_admin_stays_cordoned_after_a_cancel(cluster: Clus
     from vmss_terminate.emulator.kube import NODES
 
     cluster.state.patch(NODES, "", NODE, "application/merge-patch+json", {"spec": {"unschedulable": True}})
-    cluster.state.add_replicaset("db", 1, labels={"app": "db"})
-    cluster.state.add_pod("db-0", NODE, labels={"app": "db"}, owner="ReplicaSet/db", grace=10)
-    cluster.state.add_pdb("db", selector={"app": "db"}, max_unavailable=0)
+    one_pod_held(cluster)
     agent = cluster.agent()
     eid = cluster.group.add_event("Terminate", [VM], not_before=cluster.clock.now() + 600)
     with Running(agent) as running:

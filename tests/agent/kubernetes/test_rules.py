@@ -130,3 +130,21 @@ def test_node_event_is_an_events_k8s_io_event_about_the_node() -> None:
     assert body["regarding"] == {"apiVersion": "v1", "kind": "Node", "name": "n1", "uid": "uid-n1"}
     assert body["eventTime"] == "2023-11-14T22:13:20.500000Z"
     assert len(body["note"]) == 1024 and body["type"] == "Normal" and body["reason"] == "TerminateNotice"
+
+
+def test_a_node_named_like_the_computer_name_but_with_another_vms_provider_id_is_not_this_vm() -> None:
+    other_vm = "azure://" + RID[:-1] + "4"
+    assert rules.match_node([node("pool000003", other_vm)], RID, "POOL000003") is None
+    found = rules.match_node([node("pool000003", "azure://" + RID.upper())], RID, "POOL000003")
+    assert found is not None and found[0] == "pool000003"  # the providerID names this VM (any case)
+    assert rules.match_node([node("pool000003", other_vm), node("pool000003")], RID, "POOL000003") == (
+        "pool000003", "named like the computer name POOL000003")  # only the one without a providerID
+
+
+def test_a_cordon_left_for_another_event_is_named_and_taken_over_by_its_annotation_only() -> None:
+    cordoned = node("n", unschedulable=True)
+    cordoned["metadata"]["annotations"] = {rules.CORDONED_BY: "old"}
+    assert rules.cordoned_for(cordoned) == "old"
+    assert rules.cordoned_for(node("n")) == ""  # not cordoned: nobody's
+    assert rules.take_over_patch(cordoned, "new") == {
+        "metadata": {"resourceVersion": "7", "annotations": {rules.CORDONED_BY: "new"}}}

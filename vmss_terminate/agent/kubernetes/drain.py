@@ -15,8 +15,10 @@ minus the safety margin), in the order `kubectl drain` works:
 Every evicted pod's UID is written to the journal, so an agent restarted mid-drain continues: the
 node stays cordoned by "us", evicted pods are waited for, the rest are evicted; the approval still
 comes only after the step (`policy.resume_after_restart` always resumes the drain).
-The Terminate leaving the document (scale-in cancelled) stops the drain and `undo()` uncordons
-and removes the taint -- only what the journal says this agent did.
+The Terminate leaving the document for good (`policy.gone_for_good`: a scale-in cancelled, not an
+event missing from one answer) stops the drain and `undo()` uncordons and removes the taint -- only
+what the journal says this agent did, and not while another live event's drain names the node (that
+one takes the cordon over; see `_hand_over` and the take-over in `_cordon`).
 """
 
 from __future__ import annotations
@@ -25,10 +27,10 @@ import logging
 import random
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Set, Tuple
 
 from vmss_terminate.agent import decisions as D
-from vmss_terminate.agent.hooks import CANCELLED, DEADLINE, FAILED, OK, Run, StepResult
+from vmss_terminate.agent.hooks import CANCELLED, DEADLINE, FAILED, GONE, OK, Run, StepResult
 from vmss_terminate.agent.imds import Backoff
 from vmss_terminate.agent.journal import StateStore
 from vmss_terminate.agent.kubernetes import rules
@@ -38,8 +40,9 @@ from vmss_terminate.clock import Clock
 log = logging.getLogger(__name__)
 
 DRAIN_STEP = "kubernetes:drain"
-GONE = "gone"  # the step's outcome when the event left the document (scale-in cancelled)
 POLL_GONE_EVERY = 1.0  # clock seconds between pod lists while waiting for evicted pods (kubectl: 1 s)
+WARN_EVERY = 60.0  # clock seconds between repeats of the same warning while waiting for pods
+CORDON_TRIES = 10  # PATCHes of the node refused with 409 (changed meanwhile) before the cordon fails
 UNDO_FOR = 60.0  # clock seconds an uncordon is retried (the API may be briefly unavailable)
 EVICT_RETRY_CAP = 5.0  # a refused eviction is retried after 1, 2, 4, then every 5 s (jittered): kubectl
 # drain's callers use 5 s; a longer cap left budget-serialised drains idle (benchmarks/drain.py)
@@ -63,7 +66,8 @@ class NodeDrain:
 
     def __init__(self, api: KubeApi, journal: StateStore, report: Report, identity: Identity, clock: Clock,
                  vm_name: Callable[[], str], node_name: Optional[str] = None,
-                 taint: str = rules.DEFAULT_TAINT, concurrency: int = 8, rng: Optional[random.Random] = None) -> None:
+                 taint: str = rules.DEFAULT_TAINT, concurrency: int = 8, rng: Optional[random.Random] = None,
+                 live: Callable[[str], bool] = lambda eid: False) -> None:
         self.api = api
         self.journal = journal
         self.report = report
@@ -74,7 +78,9 @@ class NodeDrain:
         self.taint = rules.parse_taint(taint)
         self.concurrency = max(1, int(concurrency))
         self._rng = rng or random.Random()
-        self._lock = threading.Lock()  # journal read-modify-write and undo
+        self.live = live  # (event id) -> in the document (or not yet gone for good) or being handled
+        self._lock = threading.Lock()  # journal read-modify-writes (never held across a request)
+        self._undoing: Set[str] = set()  # event ids whose undo runs now (guarded by _lock)
 
     # -- the step ------------------------------------------------------------------------------
 
@@ -89,6 +95,7 @@ class NodeDrain:
             if stop.outcome == GONE:
                 self.undo(eid, self.journal.get(eid), f"{run.event.event_type} {eid} left the document "
                                                       f"(scale-in cancelled) during the drain")
+                self.journal.forget(eid, "kube_drain_started", "kube_event_started")  # back: a new drain
                 return StepResult(GONE, "the event left the document: drain stopped")
             if stop.outcome == CANCELLED:
                 return StepResult(CANCELLED, "agent stopping (the drain continues on restart)")
@@ -181,13 +188,25 @@ class NodeDrain:
 
     def _cordon(self, run: Run, eid: str, node: Dict[str, Any]) -> None:
         name = str(node["metadata"]["name"])
+        owner = rules.cordoned_for(node)
+        if owner and owner != eid and not self.live(owner):
+            # cordoned by the drain of an event that is no longer in the document (a cancelled scale-in
+            # whose undo has not run, or an agent before us): this event's drain takes it over
+            claim = rules.take_over_patch(node, eid)
+            answer = self._call(run, "PATCH", path("api", "v1", "nodes", name), body=claim, content_type=MERGE_PATCH)
+            if answer.ok and isinstance(answer.body, dict):
+                node = answer.body
+            elif answer.status == 409:
+                node = self._get_node(run, name) or node
+            else:
+                raise KubeError(f"cordon {name}: {answer.message()}")
         cordoned, tainted = rules.done_for(node, self.taint, eid)  # by an agent before us (journal lost)
         if cordoned or tainted:
             with self._lock:
                 record = self.journal.get(eid)
                 self.journal.update(eid, kube_cordoned=bool(record.get("kube_cordoned") or cordoned) or None,
                                     kube_tainted=bool(record.get("kube_tainted") or tainted) or None)
-        for _ in range(10):  # 409: someone changed the node meanwhile; read it again and redo
+        for _ in range(CORDON_TRIES):  # 409: someone changed the node meanwhile; read it again and redo
             patch, cordons, taints = rules.cordon_patch(node, self.taint, eid)
             if patch is None:
                 break
@@ -201,10 +220,21 @@ class NodeDrain:
             if answer.status != 409:
                 raise KubeError(f"cordon {name}: {answer.message()}")
             node = self._get_node(run, name) or node
+        else:
+            raise KubeError(f"cordon {name}: the node changed under every one of {CORDON_TRIES} patches "
+                            f"(409 Conflict each time); not cordoned")
         record = self.journal.get(eid)
-        self.report(D.KUBE_CORDONED, eid, f"node {name} cordoned and tainted {self.taint}"
-                    + ("" if record.get("kube_cordoned") else " (it was cordoned already: not uncordoned later)"),
-                    node=name, by_us=bool(record.get("kube_cordoned") or record.get("kube_tainted")))
+        ours = bool(record.get("kube_cordoned"))
+        owner = rules.cordoned_for(node)
+        if ours:
+            how = ""
+        elif owner and owner != eid:
+            how = (f" (it was cordoned already, for event {owner}: if that event is cancelled, this event's "
+                   f"drain takes the cordon over)")
+        else:
+            how = " (it was cordoned already, not by vmss-terminate: it stays cordoned if this event is cancelled)"
+        self.report(D.KUBE_CORDONED, eid, f"node {name} cordoned and tainted {self.taint}{how}",
+                    node=name, by_us=bool(ours or record.get("kube_tainted")))
 
     # -- pods --------------------------------------------------------------------------------------
 
@@ -269,7 +299,7 @@ class NodeDrain:
                         self.journal.update(eid, kube_evicted=known)
                     self.report(D.KUBE_EVICTED, eid, f"evicted pod {key}", pod=key)
                     return "evicted", ""
-                if answer.status == 404:
+                if answer.status in (404, 409):  # 409: the name is another pod now (UID precondition)
                     return "gone", ""
                 problem = answer.message()
                 if answer.status == 429:
@@ -293,6 +323,7 @@ class NodeDrain:
 
     def _wait_gone(self, run: Run, node_name: str, waiting: Dict[str, str]) -> Dict[str, str]:
         """Wait until none of `waiting` (uid -> pod) is on the node any more, or the deadline; what is left."""
+        said, said_at = "", 0.0
         while waiting:
             why = self._stop_reason(run)
             if why in (CANCELLED, GONE):
@@ -301,8 +332,10 @@ class NodeDrain:
                 return waiting
             try:
                 waiting = rules.still_there(waiting, self._pods(run, node_name))
-            except KubeError as exc:
-                log.warning("waiting for evicted pods: %s", exc)
+            except KubeError as exc:  # said when it changes, then at most once a minute
+                if str(exc) != said or self.clock.now() - said_at >= WARN_EVERY:
+                    said, said_at = str(exc), self.clock.now()
+                    log.warning("waiting for evicted pods: %s", exc)
             if waiting:
                 self._sleep(run, POLL_GONE_EVERY)
         return waiting
@@ -311,40 +344,70 @@ class NodeDrain:
 
     def undo(self, eid: str, record: Mapping[str, Any], why: str) -> bool:
         """Uncordon and untaint the node if (and as far as) the journal `record` says this agent
-        cordoned or tainted it; True when nothing is left to undo."""
+        cordoned or tainted it; True when nothing is left to undo. A node another live event's drain
+        names is left alone: that event takes the cordon over. No lock is held across a request."""
         node_name = record.get("kube_node")
         cordoned, tainted = bool(record.get("kube_cordoned")), bool(record.get("kube_tainted"))
         if not isinstance(node_name, str) or not (cordoned or tainted):
             return True
         with self._lock:
-            until = self.clock.now() + UNDO_FOR
-            last = ""
-            while self.clock.now() < until:
-                try:
-                    answer = self.api.request("GET", path("api", "v1", "nodes", node_name))
-                    if answer.status == 404:
+            if eid in self._undoing:
+                return True  # another thread undoes it now
+            self._undoing.add(eid)
+        try:
+            return self._undo(eid, node_name, cordoned, tainted, why)
+        finally:
+            with self._lock:
+                self._undoing.discard(eid)
+
+    def _undo(self, eid: str, node_name: str, cordoned: bool, tainted: bool, why: str) -> bool:
+        until = self.clock.now() + UNDO_FOR
+        last = ""
+        while self.clock.now() < until:
+            heir = self._hand_over(eid, node_name, cordoned, tainted)
+            if heir is not None:
+                self.report(D.KUBE_UNCORDONED, eid, f"{why}: node {node_name} stays cordoned: the drain of "
+                                                    f"event {heir} takes it over", node=node_name, heir=heir)
+                return True
+            try:
+                answer = self.api.request("GET", path("api", "v1", "nodes", node_name))
+                if answer.status == 404:
+                    return True
+                if answer.ok and isinstance(answer.body, dict):
+                    patch = rules.uncordon_patch(answer.body, self.taint, cordoned, tainted)
+                    result = Answer(200) if patch is None else self.api.request(
+                        "PATCH", path("api", "v1", "nodes", node_name), body=patch, content_type=MERGE_PATCH)
+                    if result.ok:
+                        self.journal.forget(eid, "kube_cordoned", "kube_tainted")
+                        self.report(D.KUBE_UNCORDONED, eid, f"{why}: node {node_name} uncordoned and its "
+                                                            f"taint {self.taint} removed", node=node_name)
+                        self._event(answer.body, "TerminateCancelled", f"{why}: vmss-terminate uncordoned "
+                                                                       f"the node", eid)
                         return True
-                    if answer.ok and isinstance(answer.body, dict):
-                        patch = rules.uncordon_patch(answer.body, self.taint, cordoned, tainted)
-                        result = Answer(200) if patch is None else self.api.request(
-                            "PATCH", path("api", "v1", "nodes", node_name), body=patch, content_type=MERGE_PATCH)
-                        if result.ok:
-                            self.journal.forget(eid, "kube_cordoned", "kube_tainted")
-                            self.report(D.KUBE_UNCORDONED, eid, f"{why}: node {node_name} uncordoned and its "
-                                                                f"taint {self.taint} removed", node=node_name)
-                            self._event(answer.body, "TerminateCancelled", f"{why}: vmss-terminate uncordoned "
-                                                                           f"the node", eid)
-                            return True
-                        last = result.message()
-                    else:
-                        last = answer.message()
-                except KubeError as exc:
-                    last = str(exc)
-                self.clock.sleep(2.0)
-            self.report(D.KUBE_ERROR, eid, f"{why}, but node {node_name} could not be uncordoned ({last}): run "
-                                           f"kubectl uncordon {node_name} && kubectl taint node {node_name} "
-                                           f"{self.taint.key}:{self.taint.effect}-", node=node_name)
-            return False
+                    last = result.message()
+                else:
+                    last = answer.message()
+            except KubeError as exc:
+                last = str(exc)
+            self.clock.sleep(2.0)
+        self.report(D.KUBE_ERROR, eid, f"{why}, but node {node_name} could not be uncordoned ({last}): run "
+                                       f"kubectl uncordon {node_name} && kubectl taint node {node_name} "
+                                       f"{self.taint.key}:{self.taint.effect}-", node=node_name)
+        return False
+
+    def _hand_over(self, eid: str, node_name: str, cordoned: bool, tainted: bool) -> Optional[str]:
+        """Another live event whose drain names the same node: it inherits this event's cordon and
+        taint (in the journal) and the node is not uncordoned; its id, or None."""
+        with self._lock:
+            for other in self.journal.event_ids():
+                record = self.journal.get(other)
+                if other == eid or record.get("kube_node") != node_name or not self.live(other):
+                    continue
+                self.journal.update(other, kube_cordoned=bool(record.get("kube_cordoned") or cordoned) or None,
+                                    kube_tainted=bool(record.get("kube_tainted") or tainted) or None)
+                self.journal.forget(eid, "kube_cordoned", "kube_tainted")
+                return other
+        return None
 
     # -- helpers ------------------------------------------------------------------------------------
 

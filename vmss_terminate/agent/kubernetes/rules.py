@@ -5,7 +5,8 @@ directly (tests/agent/kubernetes/test_rules.py); `drain.py` makes the calls.
 - Which node: `--node-name` / NODE_NAME, else the node whose `spec.providerID` is
   `azure://` + this VM's IMDS `compute.resourceId` (compared case-insensitively: Azure resource IDs
   are), else the node named like IMDS `osProfile.computerName` in lower case (Kubernetes node names
-  are lower-case DNS names; kubeadm and k3s name nodes after the hostname).
+  are lower-case DNS names; kubeadm and k3s name nodes after the hostname) -- only when that node has
+  no providerID: a node whose providerID names another VM is that VM, never this one.
 - Which pods: every pod bound to the node except those a DaemonSet owns (the DaemonSet controller
   ignores cordons and would recreate them) and mirror pods (static pods, annotation
   `kubernetes.io/config.mirror`, which the API cannot delete) -- `kubectl drain
@@ -72,7 +73,9 @@ def match_node(nodes: Iterable[Mapping[str, Any]], resource_id: str, computer_na
             return str(node["metadata"]["name"]), f"spec.providerID names {resource_id}"
     wanted = computer_name.strip().lower()
     for node in listed:
-        if wanted and str(node.get("metadata", {}).get("name", "")) == wanted:
+        provider_id = str((node.get("spec") or {}).get("providerID") or "")
+        if wanted and str(node.get("metadata", {}).get("name", "")) == wanted and not provider_id:
+            # a node whose providerID names another VM is that VM, whatever its name
             return wanted, f"named like the computer name {computer_name}"
     return None
 
@@ -150,6 +153,21 @@ def done_for(node: Mapping[str, Any], taint: Taint, event_id: str) -> Tuple[bool
     return cordoned, _has_taint(node, taint)
 
 
+def cordoned_for(node: Mapping[str, Any]) -> str:
+    """The EventId whose drain cordoned the node (the `CORDONED_BY` annotation), or ""."""
+    if not (node.get("spec") or {}).get("unschedulable"):
+        return ""
+    return str(((node.get("metadata") or {}).get("annotations") or {}).get(CORDONED_BY) or "")
+
+
+def take_over_patch(node: Mapping[str, Any], event_id: str) -> Dict[str, Any]:
+    """The merge patch that makes a cordon left by another event's drain this event's (the annotation)."""
+    patch = _versioned(node, {})
+    patch.pop("spec")
+    patch["metadata"]["annotations"] = {CORDONED_BY: event_id}
+    return patch
+
+
 def cordon_patch(node: Mapping[str, Any], taint: Taint, event_id: str) -> Tuple[Optional[Dict[str, Any]], bool, bool]:
     """(merge patch or None, cordons, taints): set `spec.unschedulable` (and the `CORDONED_BY`
     annotation naming the event) and add the taint, whichever is missing. The patch carries the
@@ -194,10 +212,14 @@ def _versioned(node: Mapping[str, Any], spec: Dict[str, Any]) -> Dict[str, Any]:
 
 
 def eviction(pod: Mapping[str, Any]) -> Dict[str, Any]:
-    """The policy/v1 Eviction for `pod` (the pod's own grace period applies)."""
+    """The policy/v1 Eviction for `pod` (the pod's own grace period applies), for this very pod: a
+    pod recreated under the same name (on another node) has another UID and answers 409 Conflict."""
     meta = pod.get("metadata") or {}
-    return {"apiVersion": "policy/v1", "kind": "Eviction",
-            "metadata": {"name": meta.get("name"), "namespace": meta.get("namespace")}}
+    body: Dict[str, Any] = {"apiVersion": "policy/v1", "kind": "Eviction",
+                            "metadata": {"name": meta.get("name"), "namespace": meta.get("namespace")}}
+    if meta.get("uid"):
+        body["deleteOptions"] = {"preconditions": {"uid": meta["uid"]}}
+    return body
 
 
 def micro_time(epoch: float) -> str:
