@@ -17,6 +17,8 @@ from vmss_terminate.agent.kubernetes import yamlish
 from vmss_terminate.agent.kubernetes.credentials import from_kubeconfig, in_cluster, load_access
 from vmss_terminate.errors import UsageError
 
+from ..conftest import run_cli
+
 KUBECTL = shutil.which("kubectl")
 needs_kubectl = pytest.mark.skipif(KUBECTL is None, reason="kubectl not installed")
 
@@ -113,6 +115,23 @@ def test_in_cluster_reads_the_service_account_directory_and_rereads_the_token(tm
     assert access.token() == "two"
     with pytest.raises(UsageError, match="no service-account token"):
         in_cluster({"KUBERNETES_SERVICE_HOST": "10.96.0.1"}, str(tmp_path / "nothing"))
+
+
+@pytest.mark.parametrize("port", ["\uff14\uff14\uff13", "0", "65536", "-443", "1e3", "44 3", "0x1bb", "9" * 40])
+def test_an_in_cluster_port_that_is_not_a_port_is_bad_input_at_start(tmp_path: Path, port: str) -> None:
+    """ASCII digits 1..65535 only: full-width '４４３' passed str.isdigit() and the agent failed at
+    NotBefore, when its first request went to that URL."""
+    (tmp_path / "token").write_text("t")
+    with pytest.raises(UsageError, match="KUBERNETES_SERVICE_PORT=.* do not name an API server"):
+        in_cluster({"KUBERNETES_SERVICE_HOST": "10.96.0.1", "KUBERNETES_SERVICE_PORT": port}, str(tmp_path))
+
+
+def test_agent_run_refuses_a_full_width_in_cluster_port_before_anything_runs() -> None:
+    done = run_cli("run", "--kubernetes", "--imds-url", "http://127.0.0.1:9", "--state-file", ":memory:",
+                   env={"KUBERNETES_SERVICE_HOST": "10.96.0.1", "KUBERNETES_SERVICE_PORT": "\uff14\uff14\uff13"})
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("error: in-cluster Kubernetes credentials: ") and done.stderr.count("\n") == 1
+    assert "KUBERNETES_SERVICE_PORT='\uff14\uff14\uff13'" in done.stderr
 
 
 def test_no_credentials_at_all_is_bad_input() -> None:

@@ -31,6 +31,7 @@ from urllib.parse import urlsplit
 from vmss_terminate.agent.kubernetes.yamlish import HINT, YamlSubsetError, loads
 from vmss_terminate.errors import UsageError
 from vmss_terminate.net import is_loopback_http
+from vmss_terminate.params import shown, strict_whole
 
 SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 
@@ -73,17 +74,19 @@ def in_cluster(environ: Mapping[str, str], directory: Optional[str] = None) -> A
     """The pod's service account: host and port from the environment, token and CA from `directory`."""
     host = environ.get("KUBERNETES_SERVICE_HOST", "").strip()
     port = (environ.get("KUBERNETES_SERVICE_PORT") or environ.get("KUBERNETES_SERVICE_PORT_HTTPS") or "443").strip()
-    if not host or not port.isdigit():
-        raise UsageError(f"in-cluster Kubernetes credentials: KUBERNETES_SERVICE_HOST={host!r} / "
-                         f"KUBERNETES_SERVICE_PORT={port!r} do not name an API server")
+    number = strict_whole(port)  # ASCII digits only: str.isdigit() took '４４３', which failed at NotBefore
+    if not host or number is None or not 1 <= number <= 65535:
+        raise UsageError(f"in-cluster Kubernetes credentials: KUBERNETES_SERVICE_HOST={shown(host)} / "
+                         f"KUBERNETES_SERVICE_PORT={shown(port)} do not name an API server (the port: a "
+                         f"whole number from 1 to 65535)")
     directory = directory or SERVICE_ACCOUNT_DIR
     token_file = Path(directory) / "token"
     if not token_file.is_file():
         raise UsageError(f"in-cluster Kubernetes credentials: no service-account token at {token_file} "
                          f"(automountServiceAccountToken: false?)")
     ca_file = Path(directory) / "ca.crt"
-    shown = f"[{host}]" if ":" in host else host
-    return Access(server=f"https://{shown}:{port}", source="in-cluster", token=_reader(token_file),
+    bracketed = f"[{host}]" if ":" in host else host
+    return Access(server=f"https://{bracketed}:{number}", source="in-cluster", token=_reader(token_file),
                   verify=str(ca_file) if ca_file.is_file() else True)
 
 
