@@ -99,6 +99,19 @@ def test_faults_admin_route_refuses_bad_faults_with_400(server: EmulatorServer, 
     assert server.faults.queued() == []
 
 
+@pytest.mark.parametrize("body", [{"stuck": True}, {"link-loop": True, "path": "/y"}, {"short-rows": 3}])
+def test_an_emulator_that_ignores_answer_faults_refuses_them(server: EmulatorServer, body: object) -> None:
+    """Only the ARM emulator acts on answer faults: elsewhere a 400 (and FaultSpecError from Python),
+    never a queued fault that silently does nothing."""
+    reply = requests.post(f"{server.url}/emulator/faults", json=body, timeout=5)
+    assert reply.status_code == 400 and "only the ARM emulator" in reply.json()["error"]
+    with pytest.raises(FaultSpecError, match="only the ARM emulator"):
+        server.faults.add(stuck=True)
+    assert server.faults.queued() == []
+    with EmulatorServer(Echo(), answer_faults=True) as arm_like:
+        assert requests.post(f"{arm_like.url}/emulator/faults", json=body, timeout=5).status_code == 201
+
+
 def test_fault_spec_parses_the_documented_fields() -> None:
     fault = parse_fault_spec("status=429,retry-after=2,times=3,method=get,path=/metadata")
     assert (fault.status, fault.headers, fault.times, fault.method, fault.path_contains) == (

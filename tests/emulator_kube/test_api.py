@@ -396,3 +396,23 @@ def test_a_service_account_token_authenticates_and_rbac_authorizes_it(kube: Kube
     assert requests.get(kube.url + "/api/v1/pods", headers=as_agent, timeout=5).status_code == 403
     api.delete(_url(api, "/api/v1/namespaces/default/serviceaccounts/agent"), timeout=5)
     assert requests.get(kube.url + "/api/v1/nodes", headers=as_agent, timeout=5).status_code == 401
+
+
+def test_the_faults_admin_route_needs_the_emulators_own_token(kube: KubeServers, api: requests.Session) -> None:
+    """Breaking the API server is cluster-admin work: without the token 401 (as every API request),
+    with a service account's token 403, with the emulator's token the route works."""
+    fault = {"status": 503, "path": "/api/v1/nodes"}
+    anonymous = requests.post(kube.url + "/emulator/faults", json=fault, timeout=5)
+    assert (anonymous.status_code, anonymous.json()["reason"]) == (401, "Unauthorized")
+    assert requests.get(kube.url + "/emulator/faults", timeout=5).status_code == 401
+    assert requests.delete(kube.url + "/emulator/faults", timeout=5).status_code == 401
+    api.post(_url(api, "/api/v1/namespaces/default/serviceaccounts"), json={"metadata": {"name": "sa"}}, timeout=5)
+    secret = api.post(_url(api, "/api/v1/namespaces/default/secrets"), timeout=5, json={
+        "apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/service-account-token",
+        "metadata": {"name": "sa-token", "annotations": {"kubernetes.io/service-account.name": "sa"}}}).json()
+    as_sa = {"Authorization": "Bearer " + base64.b64decode(secret["data"]["token"]).decode()}
+    forbidden = requests.post(kube.url + "/emulator/faults", json=fault, headers=as_sa, timeout=5)
+    assert (forbidden.status_code, forbidden.json()["reason"]) == (403, "Forbidden")
+    assert kube.server.faults.queued() == []
+    assert api.post(_url(api, "/emulator/faults"), json=fault, timeout=5).status_code == 201
+    assert api.get(_url(api, "/api/v1/nodes"), timeout=5).status_code == 503

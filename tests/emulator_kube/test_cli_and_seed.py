@@ -18,7 +18,8 @@ from helpers import interrupt, invoke_cli
 from kube_helpers import KUBECTL, needs_kubectl, throwaway_ca
 
 from vmss_terminate.cli import main
-from vmss_terminate.emulator.kube import DAEMON_SETS, NODES, PDBS, PODS, KubeState, load_seed
+from vmss_terminate.emulator.faults import FaultSpecError
+from vmss_terminate.emulator.kube import DAEMON_SETS, NODES, PDBS, PODS, KubeState, load_seed, start_kube
 
 SEED: Dict[str, Any] = {
     "nodes": [{"name": "vmss000000", "providerID": "azure:///subscriptions/s/resourceGroups/rg/providers/"
@@ -192,3 +193,21 @@ def test_the_documented_session_runs_as_written(tmp_path: Path) -> None:
     pods = {row.split()[1]: row.split()[7] for row in rows}  # NODE
     assert pods["cache-0"] == "vmss000001"  # the StatefulSet pod came back, on the node that can take it
     assert pods["kube-proxy-vmss000000"] == pods["log-agent-x1"] == "vmss000000"
+
+
+@pytest.mark.parametrize("command", [["emulator", "kube"], ["emulator", "imds"]])
+def test_an_answer_fault_is_refused_by_the_emulators_that_would_ignore_it(command: List[str]) -> None:
+    result = invoke_cli(main, [*command, "--fault", "stuck,path=/operations/"])
+    assert result.exit_code == 2, result.output
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert "only the ARM emulator acts on answer faults (stuck)" in result.stderr
+    assert "Traceback" not in result.output
+
+
+def test_start_kube_refuses_an_answer_fault_over_http_and_from_python() -> None:
+    with start_kube(KubeState()) as servers:
+        answer = requests.post(servers.url + "/emulator/faults", json={"stuck": True}, timeout=5)
+        assert answer.status_code == 400 and "only the ARM emulator" in answer.json()["error"]
+        with pytest.raises(FaultSpecError):
+            servers.server.faults.add(foreign_link="http://127.0.0.2:1")
+        assert servers.server.faults.queued() == []

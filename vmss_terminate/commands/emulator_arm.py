@@ -90,7 +90,7 @@ def _load_state(seed: Optional[Path], page_size: Optional[int], generate: Option
 @click.option("--latency", type=int_range("latency", 0, 60000), default=0, metavar="MS",
               help="Milliseconds added before every answer (ARM, Resource Graph and the token endpoint): "
                    "a realistic round trip for benchmarks. Default 0.")
-@fault_option
+@fault_option(answer_faults=True)
 def arm_command(host: str, port: int, token_port: int, seed: Optional[Path], page_size: Optional[int],
                 tls_cert: Optional[Path], tls_key: Optional[Path], lro_retry_after: Optional[int],
                 generate: Optional[str], quotas: Tuple[str, ...], latency: int,

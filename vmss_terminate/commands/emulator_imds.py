@@ -126,7 +126,7 @@ def _banner(servers: List[EmulatorServer]) -> None:
               help="Seconds a Started event stays listed before it is removed.")
 @click.option("--no-auto-start", is_flag=True,
               help="Approval and NotBefore do not start events (start them with the admin endpoint).")
-@fault_option
+@fault_option()
 def imds_command(vm_names: Tuple[str, ...], host: str, port: int, vmss_name: Optional[str],
                  event_specs: Tuple[str, ...], scenario: Optional[str], first_call_delay: float,
                  rate_limit: float, started_ttl: float, no_auto_start: bool, faults: Tuple[Fault, ...]) -> None:

@@ -45,7 +45,7 @@ BANNER_NODES = 10
               help="Bearer token every request must carry (default: a random one with --tls-cert, none over "
                    "http, where kubectl would not send it).")
 @output_option(help="table: a banner for people; json: the endpoint and kubeconfig as one JSON document.")
-@fault_option
+@fault_option()
 def kube_command(host: str, port: int, seed: Optional[Path], kubeconfig_out: Optional[Path],
                  tls_cert: Optional[Path], tls_key: Optional[Path], tls_ca: Optional[Path], token: Optional[str],
                  output: str, faults: Tuple[Fault, ...]) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ssl
 from pathlib import Path
-from typing import Optional
+from typing import Any, Callable, Optional, TypeVar
 
 import click
 
@@ -12,10 +12,12 @@ from vmss_terminate.commands.fields import ParsedType
 from vmss_terminate.commands.lazy import refuse_repeated_options  # noqa: F401 - re-exported for commands
 from vmss_terminate.commands.output import echo_json, output_option  # noqa: F401 - re-exported for commands
 from vmss_terminate.control.upgrade import BatchSize
-from vmss_terminate.emulator.faults import FAULT_SPEC_HELP, FaultSpecError, parse_fault_spec
+from vmss_terminate.emulator.faults import FAULT_SPEC_HELP, Fault, FaultSpecError, parse_fault_spec, refuse_answer_fault
 from vmss_terminate.errors import UsageError
 from vmss_terminate.params import number_range, whole_number
 from vmss_terminate.timeout import parse_timeout
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 def int_range(name: str, low: Optional[int] = None, high: Optional[int] = None) -> ParsedType:
@@ -42,10 +44,24 @@ BATCH_SIZE = ParsedType("batch-size", BatchSize.parse)
 FAULT = ParsedType("fault", parse_fault_spec, errors=(FaultSpecError,),
                    message=lambda value, exc: f"{value!r}: {exc}")
 
-fault_option = click.option(
-    "--fault", "faults", type=FAULT, multiple=True, metavar="SPEC",
-    help=f"Inject a fault (repeatable; also POST /emulator/faults while it runs): {FAULT_SPEC_HELP}.",
-)
+
+def _plain_fault(text: str) -> Fault:
+    fault = parse_fault_spec(text)
+    refuse_answer_fault(fault)
+    return fault
+
+
+# ... of an emulator that does not act on answer faults (IMDS, Kubernetes): refused, not ignored.
+PLAIN_FAULT = ParsedType("fault", _plain_fault, errors=(FaultSpecError,),
+                         message=lambda value, exc: f"{value!r}: {exc}")
+
+
+def fault_option(answer_faults: bool = False) -> Callable[[F], F]:
+    """`--fault SPEC` (repeatable); `answer_faults` only for the ARM emulator, the one that acts on them."""
+    return click.option(
+        "--fault", "faults", type=FAULT if answer_faults else PLAIN_FAULT, multiple=True, metavar="SPEC",
+        help=f"Inject a fault (repeatable; also POST /emulator/faults while it runs): {FAULT_SPEC_HELP}.",
+    )
 
 
 def tls_server_context(cert: Optional[Path], key: Optional[Path]) -> Optional[ssl.SSLContext]:

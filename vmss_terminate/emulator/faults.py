@@ -80,16 +80,37 @@ class Fault:
         return not (self.path_contains and self.path_contains not in request.path)
 
 
-class FaultInjector:
-    """A thread-safe queue of faults; each matching request consumes one use of the first match."""
+def answer_fault_names(fault: Fault) -> List[str]:
+    """The answer-fault fields a fault sets, by their `--fault` names."""
+    return [name for name, on in (("foreign-link", fault.foreign_link), ("link-loop", fault.link_loop),
+                                  ("stuck", fault.stuck), ("short-rows", fault.short_rows is not None),
+                                  ("duplicate-rows", fault.duplicate_rows),
+                                  ("repeat-skiptoken", fault.repeat_skip_token)) if on]
 
-    def __init__(self) -> None:
+
+def refuse_answer_fault(fault: Fault) -> None:
+    """FaultSpecError for an answer fault given to an emulator that would silently ignore it."""
+    if fault.edits_answer:
+        raise FaultSpecError(f"only the ARM emulator acts on answer faults ({', '.join(answer_fault_names(fault))}); "
+                             "use status, delay, garbage, drip, pad or reset here")
+
+
+class FaultInjector:
+    """A thread-safe queue of faults; each matching request consumes one use of the first match.
+
+    `answer_faults`: whether the app behind it acts on answer faults (the ARM emulator); elsewhere
+    `add()` refuses them instead of queueing a fault that would do nothing."""
+
+    def __init__(self, answer_faults: bool = False) -> None:
+        self.answer_faults = answer_faults
         self._faults: List[Fault] = []
         self._lock = threading.Lock()
         self._cleared = threading.Event()  # set (and replaced) by clear(): cuts injected delays short
 
     def add(self, fault: Optional[Fault] = None, **kwargs: Any) -> Fault:
         fault = fault or Fault(**kwargs)
+        if not self.answer_faults:
+            refuse_answer_fault(fault)
         with self._lock:
             self._faults.append(fault)
         return fault

@@ -86,6 +86,10 @@ class Response:
 
 
 class App(Protocol):
+    """An emulator. It may also define `admin_refusal(request) -> Optional[Response]`: the answer that
+    refuses a request to the admin routes (`/emulator/faults`), e.g. the Kubernetes emulator's 401
+    without its bearer token; None lets the request in (the default for an app without it)."""
+
     def handle(self, request: Request) -> Response: ...
 
 
@@ -247,9 +251,10 @@ class EmulatorServer:
         host: str = "127.0.0.1",
         port: int = 0,
         ssl_context: Optional[ssl.SSLContext] = None,
+        answer_faults: bool = False,
     ) -> None:
         self.app = app
-        self.faults = FaultInjector()
+        self.faults = FaultInjector(answer_faults)  # answer faults: only for an app that acts on them (ARM)
         self.latency = 0.0  # seconds added before every answer (`--latency`: a realistic round trip)
         self.log = RequestLog()
         self._httpd = _HTTPServer((host, port), _Handler)
@@ -277,7 +282,9 @@ class EmulatorServer:
 
     def respond(self, request: Request) -> Response:
         if request.path.rstrip("/") == FAULTS_ROUTE:
-            return self._faults_route(request)
+            guard = getattr(self.app, "admin_refusal", None)
+            refusal: Optional[Response] = guard(request) if guard is not None else None
+            return refusal if refusal is not None else self._faults_route(request)
         if self.latency:
             time.sleep(self.latency)  # simulated network/service latency (benchmarks), not synchronisation
         fault = request.fault = self.faults.take(request)

@@ -820,7 +820,8 @@ def start_arm(
     token_server = EmulatorServer(tokens, host=host, port=token_port).start()
     arm.login_endpoint = token_server.url
     try:
-        arm_server = EmulatorServer(arm, host=host, port=port, ssl_context=ssl_context).start()
+        arm_server = EmulatorServer(arm, host=host, port=port, ssl_context=ssl_context,
+                                    answer_faults=True).start()
     except BaseException:
         token_server.stop()
         raise

@@ -42,7 +42,7 @@ from typing import Any, Callable, Dict, Optional, Tuple
 from vmss_terminate.emulator.kube import discovery, protobuf, table
 from vmss_terminate.emulator.kube.kinds import GROUPS, NODES, PODS, Kind, find_kind
 from vmss_terminate.emulator.kube.patch import PATCH_TYPES
-from vmss_terminate.emulator.kube.rbac import Account
+from vmss_terminate.emulator.kube.rbac import Account, username
 from vmss_terminate.emulator.kube.selectors import SelectorError, parse_field_selector, parse_label_selector
 from vmss_terminate.emulator.kube.state import KubeState
 from vmss_terminate.emulator.kube.status import (
@@ -104,6 +104,21 @@ class KubeEmulator:
             return found.route.handler(request, **path_params(found.match))
         except ApiError as error:
             return error.response()
+
+    def admin_refusal(self, request: Request) -> Optional[Response]:
+        """The emulator's admin routes (`/emulator/faults`) need what every API request needs: with a
+        token, 401 without it; a service account's token is 403 (the routes are no Kubernetes resource
+        RBAC could grant, so only the emulator's own, cluster-admin, token opens them)."""
+        if self.token is None:
+            return None
+        try:
+            account = self._authenticate(request)
+        except ApiError as error:
+            return error.response()
+        if account is not None:
+            return ApiError(403, "Forbidden", f'User "{username(account)}" cannot use the emulator\'s '
+                            "admin routes: only the emulator's own token can").response()
+        return None
 
     def _authenticate(self, request: Request) -> Optional[Account]:
         """None for the emulator's own token (cluster-admin), the ServiceAccount for one of its tokens;
