@@ -9,7 +9,9 @@ the runner calls `then(event_id)` when the steps are over, the drain delay (`pol
 counted from when the drain began, so it runs in parallel with the hooks) has passed, and the job
 was not cancelled. A job may have no steps: then it only waits for the drain delay.
 A failed step ends the chain, except for the steps marked `always` (the Kubernetes node drain,
-which is last): they still run, as long as their deadline has not passed.
+which is last): they still run, as long as their deadline has not passed. An event gone from the
+document for good (`policy.gone_for_good`) ends the job at the next step boundary (or the drain at
+once) without `then`, and its progress is forgotten: a stopped step is never a finished one.
 """
 
 from __future__ import annotations

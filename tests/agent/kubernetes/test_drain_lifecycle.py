@@ -181,3 +181,16 @@ def test_an_eviction_names_the_pod_by_uid_so_a_pod_recreated_under_its_name_is_n
     assert answer.status_code == 409  # the API server's answer to a UID precondition that fails
     assert cluster.pods_on(OTHER) == ["db-0"]
 
+
+
+def test_an_eviction_answered_409_counts_as_gone_not_as_refused(cluster: Cluster) -> None:
+    cluster.state.add_pod("moved", NODE, grace=1)
+    cluster.state.add_pod("solo", NODE, grace=1)
+    faults = cluster.kube.server.faults
+    faults.add(status=409, times=1, path_contains="/pods/moved/eviction")  # its UID is another pod's now
+    eid = cluster.group.add_event("Terminate", [VM], not_before=cluster.clock.now() + 600)
+    with Running(cluster.agent()) as running:
+        assert running.decisions.wait_kind(D.APPROVAL_SENT, eid, timeout=30)
+    assert faults.pending() == 0
+    drained = next(d for d in running.decisions.items if d.kind == D.KUBE_DRAINED)
+    assert drained.data["not_evicted"] == [] and D.KUBE_EVICTION_FAILED not in running.decisions.kinds(eid)
