@@ -62,6 +62,11 @@ DEFAULT_SUBSCRIPTION = "00000000-0000-0000-0000-000000000000"
 
 
 _VM_NAME_FORBIDDEN = re.compile(r"[\s\x00-\x1f\x7f~!@#$%^&*()=+\[\]{}\\|;:'\",<>/?`]")
+MAX_VM_NAME = 64        # a VM's own resource name
+MAX_SCALE_SET_NAME = 64  # a scale set's name, which its instances' names start with
+# `{scale set}_{instance id}` (Uniform: a decimal number, no documented bound; 19 digits is int64)
+# or `{scale set}_{8 hex}` (Flexible)
+_INSTANCE_NAME = re.compile(r"^(?P<scale_set>.+)_(?:[0-9]{1,19}|[0-9A-Fa-f]{8})$", re.DOTALL)
 
 
 def vm_name_problem(name: str) -> Optional[str]:
@@ -69,11 +74,19 @@ def vm_name_problem(name: str) -> Optional[str]:
     `compute.name` gives. Azure's rules for a VM resource name: 1..64 characters; no spaces,
     control characters or `~ ! @ # $ % ^ & * ( ) = + [ ] { } \\ | ; : ' " , < > / ?`; not ending
     with `.` or `-`. Scale-set instances are `{scale-set}_{instance id}` (Uniform) or
-    `{scale-set}_{8 hex}` (Flexible), within those rules."""
-    if not 1 <= len(name) <= 64:
-        return "Azure VM names are 1-64 characters"
+    `{scale-set}_{8 hex}` (Flexible), within those rules except the length: a scale set's name
+    alone may have 64 characters, so `{64 characters}_1234` (69) is an instance Azure can create."""
+    if not name or (len(name) > MAX_VM_NAME and not _scale_set_instance(name)):
+        return (f"Azure VM names are 1-{MAX_VM_NAME} characters (a scale set instance's: its scale set's name "
+                f"of 1-{MAX_SCALE_SET_NAME}, '_' and its instance id)")
     if _VM_NAME_FORBIDDEN.search(name):
         return "Azure VM names have no spaces, control characters or ~!@#$%^&*()=+[]{}\\|;:'\",<>/?"
     if name[-1] in ".-":
         return "Azure VM names do not end with '.' or '-'"
     return None
+
+
+def _scale_set_instance(name: str) -> bool:
+    """`name` is a scale set's name of at most `MAX_SCALE_SET_NAME` characters, `_` and an instance id."""
+    match = _INSTANCE_NAME.match(name)
+    return match is not None and len(match.group("scale_set")) <= MAX_SCALE_SET_NAME

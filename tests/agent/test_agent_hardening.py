@@ -10,7 +10,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
-from typing import List
+from typing import List, Optional
 
 import pytest
 
@@ -21,6 +21,7 @@ from vmss_terminate.agent.hooks import Run as HookRun
 from vmss_terminate.agent.hooks import WebhookHook
 from vmss_terminate.agent.probes import serve
 from vmss_terminate.clock import SYSTEM_CLOCK
+from vmss_terminate.scheduled_events import vm_name_problem
 
 from .conftest import REPO, VM, Imds, Recorder, agent_cli, make_agent, run_cli
 
@@ -61,6 +62,34 @@ def test_values_no_agent_can_use_are_refused_with_exit_2(args: List[str], words:
     done = run_cli("run", "--imds-url", "http://127.0.0.1:9", "--state-file", ":memory:", *args)
     assert done.returncode == 2, done.stderr
     assert done.stderr.startswith("error: ") and words in done.stderr and len(done.stderr.splitlines()) == 1
+
+
+LONGEST_SCALE_SET = "s" * 63 + "1"  # a scale set's name has up to 64 characters
+
+
+@pytest.mark.parametrize("name, problem", [
+    (LONGEST_SCALE_SET + "_1234", None),  # Uniform: 69 characters
+    (LONGEST_SCALE_SET + "_0a1b2c3d", None),  # Flexible's 8 hex
+    ("x" * 64, None),
+    ("x" * 65, "1-64 characters"),
+    ("s" + LONGEST_SCALE_SET + "_1234", "1-64 characters"),  # its scale set's name would have 65
+    (LONGEST_SCALE_SET + "_12a4", "1-64 characters"),
+    (LONGEST_SCALE_SET + "_", "1-64 characters"),
+    ("", "1-64 characters"),
+    ("a b" + "c" * 61 + "_1234", "no spaces"),  # long as an instance may be: the other rules still apply
+])
+def test_vm_names_are_every_name_azure_gives_an_instance(name: str, problem: Optional[str]) -> None:
+    found = vm_name_problem(name)
+    assert found is None if problem is None else (found is not None and problem in found), found
+
+
+def test_an_instance_of_a_scale_set_with_a_64_character_name_approves_its_own_event(imds: Imds) -> None:
+    """`{64-character scale set}_1234` (69 characters): a name Azure gives; it was refused as longer than 64."""
+    name = LONGEST_SCALE_SET + "_1234"
+    eid = imds.group.add_event("Terminate", [name])
+    done = run_cli("run", "--once", "--vm-name", name, "--imds-url", imds.url, "--state-file", ":memory:")
+    assert done.returncode == 0, done.stderr
+    assert imds.approved_ids() == [eid]
 
 
 @pytest.mark.parametrize("command", [["events"], ["approve", "E1"]])
