@@ -108,6 +108,31 @@ def test_command_serves_prints_urls_and_stops_on_ctrl_c(imds, tmp_path: Path) ->
     ]
 
 
+def test_json_output_is_one_document_of_the_endpoints_and_exports(imds) -> None:
+    """`-o json`: stdout holds one JSON document (the banner's URLs and exports); the live change
+    lines and the closing summary go to stderr so a pipe reads clean JSON."""
+    proc = _start("--vm-name", "myvmss_0", "--vm-name", "myvmss_1", "--rate-limit", "0", "-o", "json",
+                  "--event", "Terminate:myvmss_1")
+    try:
+        out = Lines(proc.stdout)
+        text = [out.until(r"^\{$").string]
+        while text[-1] != "}":
+            text.append(out.until(r".*").string)
+        document = json.loads("\n".join(text))
+        assert [(s["vmName"], s["vmssName"]) for s in document["servers"]] == [("myvmss_0", "myvmss"),
+                                                                              ("myvmss_1", "myvmss")]
+        for server in document["servers"]:
+            assert server["env"] == {"VMSS_TERMINATE_IMDS_URL": server["url"]}
+            assert server["scheduledEvents"] == server["url"] + SCHEDULED_EVENTS_QUERY
+        events = imds.events(At(document["servers"][1]["url"]))["Events"]
+        assert [e["EventType"] for e in events] == ["Terminate"]
+    finally:
+        code = interrupt(proc)
+    assert code == 0, proc.stderr.read()
+    assert out.until(r".*").string == "<EOF>"  # nothing after the document (the "added" line went to stderr)
+    assert "stopped; 0 approval(s)" in proc.stderr.read()
+
+
 def test_without_vm_name_it_serves_myvmss_0(imds) -> None:
     proc = _start("--rate-limit", "0")
     try:

@@ -16,6 +16,7 @@ import click
 
 from vmss_terminate.commands.foreground import Foreground
 from vmss_terminate.commands.options import decimal_range, fault_option, int_range
+from vmss_terminate.commands.output import echo_json, output_option
 from vmss_terminate.emulator.faults import Fault
 from vmss_terminate.emulator.imds.app import Approval, EmulatedEvent, ImdsEmulator, PlacementGroup
 from vmss_terminate.emulator.imds.launch import load_scenario, parse_event_spec, start_imds
@@ -44,7 +45,8 @@ class _Console:
     change, so `poll_refused` finds them in the approval list.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, err: bool = False) -> None:
+        self.err = err  # with -o json stdout holds the one JSON document: the live lines go to stderr
         self.group: Optional[PlacementGroup] = None
         self._held: List[Tuple[str, EmulatedEvent]] = []
         self._approved_seen: Dict[str, int] = {}
@@ -56,14 +58,14 @@ class _Console:
             if self.group is None:
                 self._held.append((kind, event))
             else:
-                click.echo(self._line(kind, event))
+                click.echo(self._line(kind, event), err=self.err)
 
     def ready(self, group: PlacementGroup) -> None:
         """The banner is out: print what was held, then every change as it comes."""
         with self._lock:
             self.group = group
             for kind, event in self._held:
-                click.echo(self._line(kind, event))
+                click.echo(self._line(kind, event), err=self.err)
             self._held = []
 
     def poll_refused(self) -> None:
@@ -73,7 +75,8 @@ class _Console:
             approvals = self.group.approvals
             for approval in approvals[self._approvals_read:]:
                 if not approval.accepted:
-                    click.echo(f"refused  approval of unknown EventId {approval.event_id} by {approval.vm_name} (400)")
+                    click.echo(f"refused  approval of unknown EventId {approval.event_id} by {approval.vm_name} (400)",
+                               err=self.err)
             self._approvals_read = len(approvals)
 
     def _line(self, kind: str, event: EmulatedEvent) -> str:
@@ -89,6 +92,17 @@ class _Console:
             if approval.foreign:
                 line += "  <-- NOT in the event's Resources: this VM approved another VM's event"
         return line
+
+
+def _document(servers: List[EmulatorServer]) -> Dict[str, object]:
+    """`-o json`: each VM's endpoint and the export that points an agent at it."""
+    rows = []
+    for server in servers:
+        app: ImdsEmulator = server.app  # type: ignore[assignment]
+        rows.append({"vmName": app.vm_name, "vmssName": app.vmss_name, "url": server.url,
+                     "scheduledEvents": server.url + SCHEDULED_EVENTS_QUERY, "admin": server.url + "/emulator",
+                     "env": {"VMSS_TERMINATE_IMDS_URL": server.url}})
+    return {"servers": rows}
 
 
 def _banner(servers: List[EmulatorServer]) -> None:
@@ -126,10 +140,13 @@ def _banner(servers: List[EmulatorServer]) -> None:
               help="Seconds a Started event stays listed before it is removed.")
 @click.option("--no-auto-start", is_flag=True,
               help="Approval and NotBefore do not start events (start them with the admin endpoint).")
+@output_option(help="table: a banner for people, then each change as it happens; json: the endpoints and "
+                   "exports as one JSON document (the changes go to stderr).")
 @fault_option()
 def imds_command(vm_names: Tuple[str, ...], host: str, port: int, vmss_name: Optional[str],
                  event_specs: Tuple[str, ...], scenario: Optional[str], first_call_delay: float,
-                 rate_limit: float, started_ttl: float, no_auto_start: bool, faults: Tuple[Fault, ...]) -> None:
+                 rate_limit: float, started_ttl: float, no_auto_start: bool, output: str,
+                 faults: Tuple[Fault, ...]) -> None:
     """Run a local IMDS (scheduled events + instance metadata) until Ctrl-C.
 
     Point an agent at it with VMSS_TERMINATE_IMDS_URL=<url>. Add events while it runs:
@@ -138,7 +155,8 @@ def imds_command(vm_names: Tuple[str, ...], host: str, port: int, vmss_name: Opt
     seeded = [parse_event_spec(spec) for spec in event_specs]
     if scenario:
         seeded += load_scenario(scenario)
-    console = _Console()
+    as_json = output == "json"
+    console = _Console(err=as_json)
     with Foreground() as foreground:  # before start: a SIGTERM during start-up still stops the servers
         running = start_imds(vm_names, host, port, vmss_name, first_call_delay, rate_limit or None,
                              started_ttl, not no_auto_start, seeded, listener=console.on_change)
@@ -152,12 +170,15 @@ def imds_command(vm_names: Tuple[str, ...], host: str, port: int, vmss_name: Opt
             console.poll_refused()
 
         try:
-            _banner(servers)
+            if as_json:
+                echo_json(_document(servers))
+            else:
+                _banner(servers)
             console.ready(group)
             foreground.wait(every)
         finally:
             running.stop()
             approvals = group.approvals
-            click.echo(f"stopped; {len(approvals)} approval(s)" + (":" if approvals else ""))
+            click.echo(f"stopped; {len(approvals)} approval(s)" + (":" if approvals else ""), err=as_json)
             for approval in approvals:
-                click.echo(f"  {_approval_line(approval)}")
+                click.echo(f"  {_approval_line(approval)}", err=as_json)
