@@ -4,8 +4,9 @@ every worker, plugged into the Azure SDK pipeline as a per-retry policy.
 Why not leave 429s to azure-core's RetryPolicy: it sleeps in the worker that got the 429 while the
 other workers of the same subscription keep spending the empty bucket, it sleeps in real time
 (untestable), and it does not retry a PATCH/POST 429 that carries no Retry-After. Here a 429 closes
-that subscription's gate for `Retry-After` seconds (without one: 1 s doubled per 429 in a row, up to
-60 s) for everyone, other subscriptions carry on, and the waiting is done on the injectable clock.
+that subscription's gate for `Retry-After` seconds (at most 300 s; without one, or an unreadable or
+non-finite one: 1 s doubled per 429 in a row, up to 60 s) for everyone, other subscriptions carry on,
+and the waiting is done on the injectable clock.
 
 Pacing: the remaining counts every answer carries (`x-ms-ratelimit-remaining-subscription-*`, and
 Compute's `x-ms-ratelimit-remaining-resource` policies, the lowest of them) keep the gate from
@@ -20,6 +21,7 @@ subscription): conservative, and the issue's rule is per subscription.
 
 from __future__ import annotations
 
+import math
 import re
 import threading
 from dataclasses import dataclass, field
@@ -32,10 +34,12 @@ REMAINING_HEADER = "x-ms-ratelimit-remaining-subscription-{}"
 RESOURCE_HEADER = "x-ms-ratelimit-remaining-resource"  # Compute: Microsoft.Compute/<Policy>;<remaining>[,...]
 BACKOFF_FIRST = 1.0  # seconds, after a 429 without Retry-After; doubled per 429 in a row ...
 BACKOFF_MAX = 60.0  # ... up to this
+MIN_RATE = 1.0 / BACKOFF_MAX  # tokens per second: the slowest refill a gate assumes (a wait stays bounded)
+RETRY_AFTER_MAX = 300.0  # seconds: a longer (or non-finite) Retry-After closes the gate this long at most
 NAP_SECONDS = 0.25  # a paced request re-checks its gate this often while it waits
 MAX_RETRIES = 30  # per request; a request still throttled after that is answered with its 429
 _SUBSCRIPTION = re.compile(r"/subscriptions/([^/?]+)", re.IGNORECASE)
-_POLICY_COUNT = re.compile(r";\s*(-?\d+)\s*$")
+_POLICY_COUNT = re.compile(r";\s*(-?\d{1,18})\s*$")  # digits bounded: int() of thousands fails
 
 
 @dataclass
@@ -77,12 +81,16 @@ class _Gate:
         if (self.tokens is not None and alone and remaining >= 1 and now - self.at >= span
                 and self.tokens < self.bucket - 1):
             refill = (remaining - (self.tokens - self.answered - 1)) / (now - self.at)
-            if self.rate is None:
-                self.rate = refill
-            elif refill > self.rate:
-                self.rate = min(refill, 2 * self.rate)
-            else:
-                self.rate = 0.5 * (self.rate + refill)
+            # refill <= 0: someone else (another client of the subscription) spent tokens meanwhile,
+            # or the bucket does not refill within seconds -- no rate can be learnt from it
+            if refill > 0:
+                if self.rate is None:
+                    self.rate = refill
+                elif refill > self.rate:
+                    self.rate = min(refill, 2 * self.rate)
+                else:
+                    self.rate = 0.5 * (self.rate + refill)
+                self.rate = max(MIN_RATE, self.rate)  # never slower than a token per BACKOFF_MAX
         self.bucket = max(self.bucket, remaining + 1.0)  # it held this one's token too
         self.tokens, self.at, self.answered = float(remaining), now, 0
 
@@ -146,7 +154,7 @@ class SubscriptionThrottle:
                     # flight hold every token the bucket can refill (waiting on the clock would spin)
                     pause = -1.0
                 else:
-                    pause = (1.0 - available) / gate.rate
+                    pause = (1.0 - available) / max(MIN_RATE, gate.rate)
                 held = True
                 if pause < 0:
                     self._changed.wait(self.slice)
@@ -172,13 +180,13 @@ class SubscriptionThrottle:
                 if retry_after is None:
                     backoff = min(BACKOFF_MAX, BACKOFF_FIRST * 2 ** (gate.in_a_row - 1))
                 else:
-                    backoff = retry_after
+                    backoff = min(retry_after, RETRY_AFTER_MAX)
                 if gate.rate is not None and gate.blocked_until <= now:  # once per pause, not per answer
                     # it was sent too early: the refill is slower than we thought (never below a
                     # token per BACKOFF_MAX: a wait stays bounded)
                     gate.rate = max(1.0 / BACKOFF_MAX, gate.rate * 0.5)
-                elif retry_after:
-                    gate.rate = 1.0 / retry_after  # a first guess: one token per Retry-After
+                elif backoff > 0 and retry_after:
+                    gate.rate = max(MIN_RATE, 1.0 / backoff)  # a first guess: one token per Retry-After
                 gate.blocked_until = max(gate.blocked_until, now + backoff)
                 # when the pause ends one token is back (that is what Retry-After says); the next ones
                 # come at the learnt rate: one request goes, the others are spread, none burst
@@ -274,7 +282,13 @@ def _int(value: Optional[str]) -> Optional[int]:
 
 
 def _float(value: Optional[str]) -> Optional[float]:
+    """A finite, non-negative number of seconds, else None (`inf`, `nan` and absurdly long values
+    are unreadable: the backoff without Retry-After applies)."""
+    text = str(value).strip() if value is not None else ""
+    if not text or len(text) > 32:
+        return None
     try:
-        return max(0.0, float(str(value).strip())) if value is not None else None
+        number = float(text)
     except ValueError:
         return None
+    return max(0.0, number) if math.isfinite(number) else None
