@@ -194,3 +194,27 @@ def test_an_eviction_answered_409_counts_as_gone_not_as_refused(cluster: Cluster
     assert faults.pending() == 0
     drained = next(d for d in running.decisions.items if d.kind == D.KUBE_DRAINED)
     assert drained.data["not_evicted"] == [] and D.KUBE_EVICTION_FAILED not in running.decisions.kinds(eid)
+
+
+def test_a_pod_list_refused_while_waiting_is_warned_about_once_a_minute_not_every_second(
+        cluster: Cluster, caplog: Any) -> None:
+    import logging
+
+    cluster.state.add_pod("solo", NODE, grace=1)
+    faults = cluster.kube.server.faults
+    agent = cluster.agent(safety_margin=30)
+
+    def refuse_lists(decision: Decision) -> None:  # once evicted, every pod list is refused (RBAC changed)
+        if decision.kind == D.KUBE_EVICTED:
+            faults.add(status=403, times=None, method="GET", path_contains="/api/v1/pods")
+
+    agent.subscribe(refuse_lists)
+    eid = cluster.group.add_event("Terminate", [VM], not_before=cluster.clock.now() + 150)
+    try:
+        with caplog.at_level(logging.WARNING, logger="vmss_terminate.agent.kubernetes.drain"):
+            with Running(agent) as running:  # waits for 'solo' until the deadline (120 clock seconds on)
+                assert running.decisions.wait_kind(D.KUBE_NOT_DRAINED, eid, timeout=30)
+    finally:
+        faults.clear()
+    warned = [r for r in caplog.records if "waiting for evicted pods" in r.getMessage()]
+    assert 1 <= len(warned) <= 3  # about 100 refused lists: said once, then once a minute
