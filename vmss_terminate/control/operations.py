@@ -92,7 +92,7 @@ def _poll(get: Get, poll_url: str, done: Callable[[Any], bool], answer: Any, wha
     deadline = clock.now() + wait.timeout
     interval = first_interval if first_interval else DEFAULT_FIRST_INTERVAL
     longest = min(MAX_INTERVAL, interval * MAX_BACKOFF)
-    retry_after = retry_after_seconds(answer.headers.get("Retry-After"))
+    retry_after = retry_after_seconds(answer.headers.get("Retry-After"), clock.now)
     while True:  # the last look is at the deadline: a wait of 0 s still polls once
         clock.sleep(max(0.0, min(retry_after or interval, deadline - clock.now())))
         response = get(poll_url)
@@ -102,7 +102,7 @@ def _poll(get: Get, poll_url: str, done: Callable[[Any], bool], answer: Any, wha
             raise OperationStillRunning(
                 f"{what} is still running in Azure after {wait.timeout:g} s (--wait-timeout; operation "
                 f"{poll_url})", poll_url)
-        retry_after = retry_after_seconds(response.headers.get("Retry-After"))
+        retry_after = retry_after_seconds(response.headers.get("Retry-After"), clock.now)
         interval = min(interval * BACKOFF, longest)
         moved = response.headers.get("Location") if response.status_code == 202 and done is _location_done else None
         if moved:
@@ -153,9 +153,10 @@ def _failed(body: Dict[str, Any], status: str) -> ArmRequestError:
     return ArmRequestError(one_line(f"{code}: {message} (long-running operation {status})"), code, 200)
 
 
-def retry_after_seconds(value: Optional[str]) -> Optional[float]:
-    """Seconds from a Retry-After value (a number of seconds or an HTTP date); None when absent,
-    unreadable or not in the future (then the caller's backoff applies)."""
+def retry_after_seconds(value: Optional[str], now: Callable[[], float] = time.time) -> Optional[float]:
+    """Seconds from a Retry-After value (a number of seconds or an HTTP date, counted from `now`,
+    the caller's clock); None when absent, unreadable or not in the future (then the caller's
+    backoff applies)."""
     if not value:
         return None
     text = str(value).strip()
@@ -166,7 +167,7 @@ def retry_after_seconds(value: Optional[str]) -> Optional[float]:
             when = email.utils.parsedate_to_datetime(text)
         except (TypeError, ValueError):
             return None
-        seconds = when.timestamp() - time.time()
+        seconds = when.timestamp() - now()
     return seconds if seconds > 0 and seconds == seconds else None
 
 

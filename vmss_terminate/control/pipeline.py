@@ -17,7 +17,8 @@ Azure packages are imported inside functions so that importing this module stays
 from __future__ import annotations
 
 import logging
-from typing import Any, Dict
+import math
+from typing import Any, Dict, Optional
 from urllib.parse import urlsplit
 
 from vmss_terminate import extras
@@ -25,6 +26,7 @@ from vmss_terminate.clock import SYSTEM_CLOCK, Clock
 from vmss_terminate.control.connection import CLOUDS, DEFAULT_CLOUD, ResolvedConnection
 from vmss_terminate.control.origin import arm_origin_policy
 from vmss_terminate.control.token_answers import ExplainedCredential, TokenAnswers
+from vmss_terminate.errors import AzureError
 from vmss_terminate.net import is_local_host, is_loopback_http
 
 
@@ -112,16 +114,52 @@ def sdk_client_kwargs(resolved: ResolvedConnection) -> Dict[str, Any]:
         "credential_scopes": [resolved.scope],
         "per_call_policies": [allow_loopback_http_policy()],
         "transport": pooled_transport(),
+        "retry_policy": capped_retry_policy(retry_total=source.retry_total,
+                                            retry_backoff_factor=source.retry_backoff_factor),
         # the origin rule first: nothing, not even a throttle's pause, for a request it refuses
         "per_retry_policies": [arm_origin_policy(resolved.base_url)] + [make() for make in source.policy_factories],
     }
     if resolved.polling_interval is not None:
         kwargs["polling_interval"] = resolved.polling_interval
-    if source.retry_total is not None:
-        kwargs["retry_total"] = source.retry_total
-    if source.retry_backoff_factor is not None:
-        kwargs["retry_backoff_factor"] = source.retry_backoff_factor
     return kwargs
+
+
+RETRY_AFTER_MAX = 300.0
+"""Seconds: the longest Retry-After the SDK's retry waits for. A longer one (ARM's 503 with
+`Retry-After: 86400`) is refused at once with exit 1 naming it, instead of a command that sleeps
+for a day where neither Ctrl-C's report nor --wait-timeout can bound it."""
+
+
+class RetryAfterRefused(AzureError):
+    """An answer asked us to wait longer than RETRY_AFTER_MAX (or a value that is not a number)."""
+
+
+def capped_retry_policy(retry_total: Optional[int] = None, retry_backoff_factor: Optional[float] = None) -> Any:
+    """azure-core's RetryPolicy, whose wait for a Retry-After is refused past `RETRY_AFTER_MAX`
+    (RetryAfterRefused, exit 1) and whose backoff never exceeds it either."""
+    from azure.core.pipeline.policies import RetryPolicy  # noqa: PLC0415
+
+    class CappedRetryPolicy(RetryPolicy):  # type: ignore[type-arg]
+        def _sleep_for_retry(self, response: Any, transport: Any) -> bool:
+            header = response.http_response.headers.get("Retry-After") if response.http_response else None
+            retry_after = self.get_retry_after(response)
+            if retry_after is None:
+                return False
+            if not math.isfinite(retry_after) or retry_after > RETRY_AFTER_MAX:
+                request = response.http_request
+                raise RetryAfterRefused(
+                    f"ARM answered {request.method} {urlsplit(request.url).path} with HTTP "
+                    f"{response.http_response.status_code} and Retry-After: {header}; refused to wait "
+                    f"longer than {RETRY_AFTER_MAX:g} s -- run the command again later")
+            transport.sleep(retry_after)
+            return True
+
+    settings: Dict[str, Any] = {"retry_backoff_max": RETRY_AFTER_MAX}
+    if retry_total is not None:
+        settings["retry_total"] = retry_total
+    if retry_backoff_factor is not None:
+        settings["retry_backoff_factor"] = retry_backoff_factor
+    return CappedRetryPolicy(**settings)
 
 
 POOL_SIZE = 256

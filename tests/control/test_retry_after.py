@@ -1,0 +1,48 @@
+"""A Retry-After is waited for only within bounds: the SDK's retry refuses one longer than
+RETRY_AFTER_MAX at once (exit 1 naming it) instead of sleeping for a day in real time, and an
+HTTP-date Retry-After is counted on the injected clock."""
+
+from __future__ import annotations
+
+import email.utils
+import time
+
+import pytest
+
+from vmss_terminate.clock import ManualClock
+from vmss_terminate.control.operations import retry_after_seconds
+from vmss_terminate.control.pipeline import RETRY_AFTER_MAX
+from vmss_terminate.emulator.arm.app import ArmServers, ArmState
+from vmss_terminate.emulator.faults import parse_fault_spec
+
+from .conftest import RG, SUB, run
+
+
+@pytest.mark.parametrize("value", ["86400", "inf"])
+def test_a_day_long_retry_after_is_refused_at_once(arm: ArmServers, state: ArmState, value: str) -> None:
+    state.add_scale_set(SUB, RG, "web", capacity=2)
+    if value == "inf":  # the fault spec takes whole seconds only; a header the SDK reads as infinity
+        arm.arm_server.faults.add(status=503, headers={"Retry-After": value}, method="GET", times=None)
+    else:
+        arm.arm_server.faults.add(parse_fault_spec(f"status=503,retry-after={value},method=GET,times=all"))
+    started = time.monotonic()
+    result = run("status", "-g", RG, "-n", "web")
+    assert time.monotonic() - started < 60  # it slept for a day before
+    assert result.exit_code == 1, result.output
+    line = result.stderr.strip()
+    assert "\n" not in line and "Traceback" not in result.output
+    assert f"Retry-After: {value}" in line and f"longer than {RETRY_AFTER_MAX:g} s" in line, line
+    assert arm.arm_server.log.count("GET", "/web") == 1  # no retry
+
+
+def test_a_short_retry_after_is_still_retried(arm: ArmServers, state: ArmState) -> None:
+    state.add_scale_set(SUB, RG, "web", capacity=2)
+    arm.arm_server.faults.add(parse_fault_spec("status=503,retry-after=0,method=GET,path=/web,times=1"))
+    result = run("status", "-g", RG, "-n", "web")
+    assert result.exit_code == 0, result.output
+
+
+def test_an_http_date_retry_after_is_counted_on_the_injected_clock() -> None:
+    clock = ManualClock()  # 2023: far from the machine's time
+    value = email.utils.formatdate(clock.now() + 120, usegmt=True)
+    assert retry_after_seconds(value, clock.now) == pytest.approx(120)
