@@ -14,7 +14,7 @@ gives `--kill-grace S` to both parsers, the reference and `AgentConfig(kill_grac
 `seconds(...)` also bounds the value in `validated()` (`option(...)` for anything else: a flag
 from a bool default, a choice from `choices=`, text otherwise; `flags=` when the flag is not the
 field's name, as `--hook`, `--approve` and `--no-rerun-interrupted`). Checks beyond a range go in
-`validated()`. Then regenerate docs/cli-reference.md (`python -m vmss_terminate.commands.docgen`).
+`validated()`. Then regenerate docs/cli-reference.md (`python -m vmss_terminate.cli > docs/cli-reference.md`).
 Options of the `run` command itself rather than of the agent (`--listen`, `--once`, ...) are
 fields of `agent/command.py`'s `RunOptions`, declared the same way.
 """

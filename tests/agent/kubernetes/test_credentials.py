@@ -3,6 +3,7 @@ real `kubectl config` writes them (agent/kubernetes/credentials.py, yamlish.py).
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -10,7 +11,7 @@ from pathlib import Path
 from typing import Any, Dict
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from vmss_terminate.agent.kubernetes import yamlish
@@ -42,6 +43,22 @@ def test_a_kubeconfig_written_by_kubectl_with_a_token(tmp_path: Path) -> None:
     assert access.server == "https://10.0.0.1:6443"
     assert access.token() == "abc:def#not-a-comment"
     assert access.verify == str(ca) and access.cert is None
+
+
+@needs_kubectl
+def test_a_kubeconfig_with_yaml_1_1_line_breaks_in_names_reads_as_kubectl_reads_it(tmp_path: Path) -> None:
+    """kubectl's YAML writes U+2028/U+2029 in a single-quoted scalar broken over an indented line
+    (`'a\u2028    b'`), and reads it back folded: the reader must agree, not keep the indentation."""
+    config = tmp_path / "config"
+    kubectl_config(config, "set-cluster", "a\u2028b", "--server=https://10.0.0.1:6443")
+    kubectl_config(config, "set-credentials", "u \u2029 v", "--token=t\u2028")
+    assert "\u2028    b'" in config.read_text(encoding="utf-8")  # the folded form this test is about
+    env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
+    view = subprocess.run([str(KUBECTL), "config", "view", "--kubeconfig", str(config), "--raw", "-o", "json"],
+                          check=True, capture_output=True, env=env, timeout=30, text=True).stdout
+    read = yamlish.loads(config.read_text(encoding="utf-8"))
+    assert read["clusters"] == json.loads(view)["clusters"] and read["clusters"][0]["name"] == "a\u2028b"
+    assert read["users"] == json.loads(view)["users"] == [{"name": "u \u2029 v", "user": {"token": "t\u2028"}}]
 
 
 @needs_kubectl
@@ -145,6 +162,10 @@ def test_yaml_beyond_the_kubeconfig_subset_is_refused_with_the_way_out() -> None
             yamlish.loads(text)
     with pytest.raises(yamlish.YamlSubsetError, match="kubectl config view --flatten -o json"):
         yamlish.loads("a: !!binary x\n")
+    # YAML 1.1 (kubectl, PyYAML) starts a new line at U+2028/U+2029/U+0085/CR outside quotes
+    for text in ("a: 1\u2028b: 2\n", "a: x # c\u2029b: 2\n", "a: x\x85\n", "'a\u2028b': 1\n", "a: 1\rb: 2\n"):
+        with pytest.raises(yamlish.YamlSubsetError, match="line break"):
+            yamlish.loads(text)
 
 
 def test_the_yaml_subset_reads_what_yaml_reads() -> None:
@@ -152,6 +173,11 @@ def test_the_yaml_subset_reads_what_yaml_reads() -> None:
     text = ("apiVersion: v1\nclusters:\n  - name: \"a b\"   # comment\n    cluster:\n      server: 'https://x:1'\n"
             "      port: 6443\n      flag: false\nusers:\n- name: u\n  user:\n    token: a#b\n    exec: {}\n"
             "nested:\n-\n  - 1\n  - 'it''s'\nempty:\n")
+    assert yamlish.loads(text) == yaml.safe_load(text)
+    # YAML 1.1 line breaks inside quoted scalars fold: U+2028/U+2029 stay, U+0085 and CR become a
+    # space, the blanks around a break go, an escaped break joins the lines
+    text = ("a: 'x  \u2028   \u2029  y'\nb: 'x\x85  y'\nc: \"x \t\u2028\t y\"\nd: \"x\\\u2028   y\"\n"
+            "e: 'x\r\u2028 y'\nf: 'it''s # not a comment'\n-'g: '\u2028'\n")
     assert yamlish.loads(text) == yaml.safe_load(text)
 
 
@@ -164,6 +190,8 @@ _DOCS = st.recursive(_SCALARS, lambda inner: st.one_of(st.lists(inner, max_size=
 
 @settings(max_examples=300, deadline=None)
 @given(st.dictionaries(_KEYS, _DOCS, min_size=1, max_size=5))
+@example({"0": "\u2028"}).via("found: written as '\u2028  ', a YAML 1.1 line break then indentation")
+@example({"-'x": "a #b", "k": ["it's #x"]}).via("found: a quote inside a plain key is not a quoted scalar")
 def test_the_yaml_subset_reads_block_yaml_as_pyyaml_writes_it(document: Dict[str, Any]) -> None:
     """Whatever PyYAML writes in block style with one scalar a line (as kubectl does) reads back as
     the same document: plain, single- and double-quoted scalars and keys (escapes included), nested
