@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
@@ -15,6 +17,7 @@ import pytest
 
 from vmss_terminate.agent.command import RUN_OPTIONS, RunOptions, build, parse_args
 from vmss_terminate.agent.config import AgentConfig
+from vmss_terminate.agent.kubernetes.rules import DEFAULT_TAINT
 from vmss_terminate.commands.agent import run_command
 from vmss_terminate.commands.fleet import audit_command, rollout_command
 from vmss_terminate.fleet.options import AuditOptions, RolloutOptions
@@ -131,3 +134,33 @@ def test_declaring_an_option_is_one_field() -> None:
     values: Dict[str, Any]
     values, given = parse_args(["--kill-grace", "2.5"], options_of(Example))
     assert values == {"kill_grace": 2.5} and given == ["kill_grace"]
+
+
+_CLICK = "import sys\nfrom vmss_terminate.cli import main\nmain(sys.argv[1:], prog_name='vmss-terminate')\n"
+_LEAN = "import sys\nfrom vmss_terminate.agent.command import main\nsys.exit(main(sys.argv[1:]))\n"
+
+
+def _agent_run(code: str, argv: List[str]) -> Tuple[int, str]:
+    base = ["--imds-url", "http://127.0.0.1:9", "--state-file", ":memory:", "--once"]
+    args = [sys.executable, "-c", code, *(["agent", "run"] if code is _CLICK else []), *base, *argv]
+    done = subprocess.run(args, capture_output=True, text=True, timeout=60, cwd=str(ROOT))
+    return done.returncode, done.stderr
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--taint", DEFAULT_TAINT], "error: --taint applies to --kubernetes: add --kubernetes to drain the node"),
+    (["--node-name", "n1", f"--taint={DEFAULT_TAINT}"], "error: --node-name and --taint apply to --kubernetes"),
+    (["--kubernetes", "--kubeconfig", "DIR"],
+     "error: vmss-terminate agent run: invalid --kubeconfig 'DIR': a directory, not a file"),
+    (["--kubeconfig", "DIR"], "error: vmss-terminate agent run: invalid --kubeconfig 'DIR': a directory, not a file"),
+], ids=["default taint", "two options", "kubeconfig dir", "kubeconfig dir alone"])
+def test_the_click_command_and_the_click_free_path_refuse_alike(argv: List[str], message: str,
+                                                                 tmp_path: Path) -> None:
+    """`--taint` at its default value without `--kubernetes` was accepted silently (the other
+    Kubernetes options are exit 2); a directory as `--kubeconfig` was said two ways ("File ... is a
+    directory" / "cannot read ...: Is a directory"). Now one line, exit 2, before any request."""
+    argv = [str(tmp_path) if a == "DIR" else a for a in argv]
+    click_path, lean = _agent_run(_CLICK, argv), _agent_run(_LEAN, argv)
+    assert click_path == lean, (click_path, lean)
+    code, stderr = lean
+    assert code == 2 and stderr.startswith(message.replace("DIR", str(tmp_path))) and stderr.count("\n") == 1, stderr

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import re
 from typing import Any, Callable, Mapping, NamedTuple, Optional, Tuple
 
-from vmss_terminate.errors import InvalidValue
+from vmss_terminate.errors import InvalidValue, UsageError
 
 _KEY = "vmss_terminate.option"
 
@@ -138,6 +139,16 @@ def number_range(name: str, low: Optional[float] = None, high: Optional[float] =
         return number
 
     return parse
+
+
+def file_path(flag: str, value: Any) -> str:
+    """A `file` option's value, as both parsers read it: any path but a directory's (the library
+    reads the file later and says what is wrong with it): `invalid --kubeconfig '/etc': a directory,
+    not a file`. One message, whichever parser read the command line."""
+    text = str(value)
+    if os.path.isdir(text):
+        raise UsageError(f"invalid {flag} {text!r}: a directory, not a file")  # the whole path, never cut
+    return text
 
 
 def whole_number(name: str, low: Optional[int] = None, high: Optional[int] = None) -> Callable[[Any], int]:

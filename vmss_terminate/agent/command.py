@@ -18,9 +18,9 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Collection, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from vmss_terminate.agent.config import AgentConfig
+from vmss_terminate.agent.config import AgentConfig, refuse_without_kubernetes
 from vmss_terminate.errors import UsageError, VmssTerminateError
-from vmss_terminate.params import Option, option, options_of, shown, strict_float
+from vmss_terminate.params import Option, file_path, option, options_of, shown, strict_float
 from vmss_terminate.signals import AGENT_STOP_SIGNALS, StopOnSignals
 
 COMMAND_PATH = "vmss-terminate agent run"
@@ -105,6 +105,11 @@ def _convert(option: Option, name: str, value: str) -> Any:
     if option.kind == "choice" and value not in option.choices:
         raise ArgumentError(f"Invalid value for '{name}': {value!r} is not one of "
                          + ", ".join(repr(c) for c in option.choices) + ".")
+    if option.kind == "file":
+        try:
+            return file_path(option.flag, value)
+        except UsageError as exc:  # said as the click command says it: with the command's path
+            raise ArgumentError(str(exc)) from None
     if option.parse is not None:  # the library's parser: its UsageError is the message
         return option.parse(value)
     return value
@@ -136,6 +141,7 @@ def _run(config: AgentConfig, options: RunOptions, given: Collection[str], signa
     if not options.once and "retry_for" in given:
         raise UsageError("--retry-for applies to run --once (and to events / approve): a long-running agent "
                          "retries IMDS until it is stopped and logs each outage (start, every minute, end)")
+    refuse_without_kubernetes(given, config.kubernetes)  # --taint named at its default value too
     agent = Agent(config)
     server = None
     if options.listen is not None:

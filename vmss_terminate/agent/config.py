@@ -53,6 +53,18 @@ def seconds(default: float, low: Optional[float], high: float, why: str = "", **
     return dataclasses.field(default=default, metadata=bounds)
 
 
+KUBERNETES_ONLY = {"kubeconfig": "--kubeconfig", "node_name": "--node-name", "taint": "--taint"}
+
+
+def refuse_without_kubernetes(named: Collection[str], kubernetes: bool) -> None:
+    """UsageError (exit 2) when options that only the node drain reads (`named`: field names, e.g.
+    the options a command line named, even at their default) come without `--kubernetes`."""
+    flags = [flag for dest, flag in KUBERNETES_ONLY.items() if dest in named]
+    if flags and not kubernetes:
+        raise UsageError(f"{' and '.join(flags)} appl{'ies' if len(flags) == 1 else 'y'} to --kubernetes: "
+                         f"add --kubernetes to drain the node")
+
+
 @dataclass(frozen=True)
 class AgentConfig:
     """Options of the in-VM agent (each option's meaning is its `help`; see the module docstring).
@@ -174,12 +186,9 @@ class AgentConfig:
         if isinstance(self.state_file, str) and not self.state_file.strip():
             raise UsageError("empty --state-file: pass a file path (or :memory: to keep state in memory only)")
         parse_taint(self.taint)
-        given = [flag for flag, value in (("--kubeconfig", self.kubeconfig), ("--node-name", self.node_name),
-                                          ("--taint", None if self.taint == DEFAULT_TAINT else self.taint))
-                 if value is not None]
-        if given and not self.kubernetes:
-            raise UsageError(f"{' and '.join(given)} appl{'ies' if len(given) == 1 else 'y'} to --kubernetes: "
-                             f"add --kubernetes to drain the node")
+        set_here = {"kubeconfig": self.kubeconfig, "node_name": self.node_name,
+                    "taint": None if self.taint == DEFAULT_TAINT else self.taint}  # the CLI also checks what it named
+        refuse_without_kubernetes([dest for dest, value in set_here.items() if value is not None], self.kubernetes)
         node_name = self.node_name
         if node_name is None and self.kubernetes:
             node_name = os.environ.get(NODE_NAME_ENV, "").strip() or None

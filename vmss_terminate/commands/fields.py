@@ -14,7 +14,7 @@ from typing import Any, Callable, Optional, Sequence, Tuple, Type
 import click
 
 from vmss_terminate.errors import InvalidValue, UsageError, VmssTerminateError
-from vmss_terminate.params import Option, options_of, shown, strict_float
+from vmss_terminate.params import Option, file_path, options_of, shown, strict_float
 
 Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
 
@@ -53,7 +53,7 @@ def click_option(option: Option) -> Decorator:
     elif option.kind == "choice":
         kind = click.Choice(list(option.choices))
     elif option.kind == "file":
-        kind = click.Path(dir_okay=False)
+        kind = ParsedType(option.flag.lstrip("-"), functools.partial(file_path, option.flag))
     elif option.kind == "parsed" and option.parse is not None:
         kind = ParsedType(option.flag.lstrip("-"), option.parse)
     return click.option(*option.flags, option.dest, type=kind, default=option.default, help=option.help,
