@@ -15,6 +15,7 @@ import pytest
 from helpers import interrupt
 
 from vmss_terminate.emulator.arm.app import ArmServers, ArmState
+from vmss_terminate.emulator.arm.quota import parse_spec
 
 from .conftest import run
 
@@ -60,3 +61,30 @@ def test_ctrl_c_stops_cleanly_and_the_journal_resumes(arm: ArmServers, tmp_path:
     assert resumed.exit_code == 0, resumed.output
     summary = json.loads(resumed.stdout)
     assert summary["ok"] and summary["resumed"] and summary["sets"]["remaining"] == 0
+
+
+def test_sigterm_stops_a_throttled_rollout_promptly(arm: ArmServers, tmp_path: Path) -> None:
+    """Writes throttled to 12 then one per 100 s: without the stop reaching the throttle's waits,
+    SIGTERM left the rollout waiting for minutes. It ends within seconds, with the report."""
+    state = ArmState()
+    state.load_seed({"generate": {"scaleSets": 30, "subscriptions": 1, "capacity": 2, "special": False}})
+    state.quotas.configure([parse_spec("writes=12/0.01")])
+    arm.reset(state)
+    journal = tmp_path / "rollout.journal"
+    env = dict(os.environ, **arm.env, VMSS_TERMINATE_ARM_ENDPOINT=arm.arm_url)
+    proc = subprocess.Popen([sys.executable, "-m", "vmss_terminate", "fleet", "rollout", "--timeout", "10m",
+                             "--journal", str(journal)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env)
+    try:
+        assert arm.arm_server.log.wait_for(lambda log: any(r.status == 429 for r in log), timeout=60)
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=30)  # minutes before
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    out, err = proc.communicate(timeout=10)
+    assert code == 143, (out, err)
+    assert "Traceback" not in err
+    assert "rollout stopped" in out and "remaining; resume with: vmss-terminate fleet rollout" in out
+    statuses = [json.loads(line).get("status") for line in journal.read_text().splitlines()[1:]]
+    assert "failed" not in statuses, statuses

@@ -30,6 +30,7 @@ from vmss_terminate.fleet.options import AuditOptions, RolloutOptions, with_fiel
 from vmss_terminate.fleet.plan import UPGRADE, PlannedSet, RolloutPlan, make_plan
 from vmss_terminate.fleet.scope import Scope
 from vmss_terminate.fleet.session import FleetSession
+from vmss_terminate.fleet.throttle import ThrottleStopped
 from vmss_terminate.timeout import to_iso
 
 # Outcome statuses of a planned set after the run.
@@ -227,6 +228,7 @@ def rollout(
             result.outcomes = [_static_status(p) for p in plan.sets]
         else:
             upgrade = UpgradeOptions(batch_size=batch, wait=True, wait_timeout=checked.wait_timeout)
+            session.throttle.stop = stop  # a throttled request stops waiting when the run stops
             result.outcomes = _execute(plan, session, upgrade, concurrency, book, progress, stop, clock)
             result.interrupted = stop.is_set()
         result.throttling = session.throttle.stats.to_dict()
@@ -252,7 +254,8 @@ def _execute(plan: RolloutPlan, session: FleetSession, options: UpgradeOptions, 
     queue = _FairQueue([(i, p.record.subscription_id) for i, p in enumerate(plan.sets) if p.works])
     running: Set["Future[SetOutcome]"] = set()
     index_of: Dict["Future[SetOutcome]", int] = {}
-    with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="fleet-rollout") as pool:
+    pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="fleet-rollout")
+    try:
         while queue or running:
             while queue and len(running) < concurrency and not stop.is_set():
                 i = queue.pop()
@@ -267,6 +270,11 @@ def _execute(plan: RolloutPlan, session: FleetSession, options: UpgradeOptions, 
                 i = index_of.pop(future)
                 queue.done(plan.sets[i].record.subscription_id)
                 outcomes[i] = future.result()
+    except BaseException:
+        # a second Ctrl-C / SIGTERM (StopSignal): do not join workers still waiting on Azure
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
     return [outcomes[i] for i in range(len(plan.sets))]
 
 
@@ -329,10 +337,15 @@ def _one(planned: PlannedSet, minutes: int, session: FleetSession, options: Upgr
             changed, upgrade = result.changed, result.upgrade
     except _Stopped:
         outcome = SetOutcome(planned, INTERRUPTED, upgraded[0], "stopped before the remaining upgrade batches")
+    except ThrottleStopped as exc:  # stopped while throttled: the request waiting for its turn was not sent
+        outcome = SetOutcome(planned, INTERRUPTED, upgraded[0], str(exc))
     except UpgradeIncomplete as exc:
-        outcome = SetOutcome(planned, FAILED, len(exc.result.upgraded), str(exc))
+        if stop.is_set():  # a batch's requests stopped waiting for the throttle: resumable, not failed
+            outcome = SetOutcome(planned, INTERRUPTED, len(exc.result.upgraded), str(exc))
+        else:
+            outcome = SetOutcome(planned, FAILED, len(exc.result.upgraded), str(exc))
     except VmssTerminateError as exc:
-        outcome = SetOutcome(planned, FAILED, upgraded[0], str(exc))
+        outcome = SetOutcome(planned, INTERRUPTED if stop.is_set() else FAILED, upgraded[0], str(exc))
     else:
         done = len(upgrade.upgraded) if upgrade is not None else 0
         if upgrade is not None and upgrade.mode == "platform":

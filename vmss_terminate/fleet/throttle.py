@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, Optional, Tuple
 
 from vmss_terminate.clock import SYSTEM_CLOCK, Clock
+from vmss_terminate.errors import AzureError
 
 READS, WRITES = "reads", "writes"
 REMAINING_HEADER = "x-ms-ratelimit-remaining-subscription-{}"
@@ -95,6 +96,11 @@ class _Gate:
         self.tokens, self.at, self.answered = float(remaining), now, 0
 
 
+class ThrottleStopped(AzureError):
+    """The run was stopped (Ctrl-C, SIGTERM) while a request waited for its subscription's gate:
+    it is not sent, so a throttled rollout stops as promptly as any other."""
+
+
 @dataclass
 class ThrottleStats:
     """What throttling did: counted per subscription, for reports and the benchmark."""
@@ -121,6 +127,7 @@ class SubscriptionThrottle:
         self.stats = ThrottleStats()
         self._gates: Dict[Tuple[str, str], _Gate] = {}
         self._changed = threading.Condition()
+        self.stop: Optional[threading.Event] = None  # set by the run's owner: waits give up when it is set
 
     def _gate(self, key: Tuple[str, str]) -> _Gate:
         gate = self._gates.get(key)
@@ -137,6 +144,7 @@ class SubscriptionThrottle:
         key = (subscription.lower(), kind)
         waited, held = 0.0, False
         while True:
+            self._check_stop(subscription)
             with self._changed:
                 gate = self._gate(key)
                 now = self.clock.now()
@@ -160,8 +168,16 @@ class SubscriptionThrottle:
                     self._changed.wait(self.slice)
                     continue
             pause = min(pause, NAP_SECONDS)  # re-check: an answer may have taught a faster rate
-            self.clock.sleep(pause)
+            if self.stop is not None:
+                self.clock.wait(self.stop, pause)
+            else:
+                self.clock.sleep(pause)
             waited += pause
+
+    def _check_stop(self, subscription: str) -> None:
+        if self.stop is not None and self.stop.is_set():
+            raise ThrottleStopped(f"stopped while waiting for subscription {subscription}'s throttle: "
+                                  "the request was not sent")
 
     def release(self, subscription: str, kind: str, status: Optional[int], headers: Any) -> Optional[float]:
         """Record an answer; returns the seconds to back off when it was a 429 (the gate is then
