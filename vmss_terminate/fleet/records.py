@@ -3,11 +3,14 @@ the single-set commands use (`control.profile.parse_scale_set`), so both read a 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
 from vmss_terminate.control.profile import ProfileState, parse_scale_set
+from vmss_terminate.errors import AzureError
 from vmss_terminate.fleet import findings as codes
+from vmss_terminate.params import shown
 from vmss_terminate.timeout import to_iso
 
 # `-o table` / `-o csv` columns (JSON carries every field of `ScaleSetAudit.to_dict`).
@@ -108,10 +111,17 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
+_SCALE_SET_ID = re.compile(r"^/subscriptions/[^/]+/resourceGroups/[^/]+/providers/[^/]+/[^/]+/[^/]+$", re.IGNORECASE)
+
+
 def parse_row(row: Dict[str, Any], subscription_names: Optional[Dict[str, str]] = None) -> ScaleSetAudit:
     """A Resource Graph row (the projected ARM fields) -> record. The resource group and name are
     taken from the id, which keeps ARM's casing (Resource Graph lower-cases `resourceGroup`)."""
     resource_id = str(row.get("id") or "")
+    if not _SCALE_SET_ID.match(resource_id):
+        # Azure's answer, not the user's input: an incomplete answer (exit 1), never a usage error
+        raise AzureError(f"Azure Resource Graph answered a scale set row without a usable id "
+                         f"({shown(row.get('id'))}, name {shown(row.get('name'))}): refusing an incomplete audit")
     parts = resource_id.split("/")
     subscription = str(row.get("subscriptionId") or (parts[2] if len(parts) > 2 else ""))
     group = parts[4] if len(parts) > 4 else str(row.get("resourceGroup") or "")

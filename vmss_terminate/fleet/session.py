@@ -19,6 +19,7 @@ from vmss_terminate.control.scaleset import ComputeClient
 from vmss_terminate.control.subscriptions import list_subscriptions
 from vmss_terminate.errors import AzureError
 from vmss_terminate.fleet.throttle import SubscriptionThrottle
+from vmss_terminate.params import shown
 
 MAX_GRAPH_PAGES = 1000
 """Pages one Resource Graph query may take (1,000 rows each: a million scale sets); past it the
@@ -122,18 +123,24 @@ class FleetSession:
             with arm_errors("querying Azure Resource Graph", "resources"):
                 response = self.graph().resources(request)
             result.pages += 1
-            data = response.data if isinstance(response.data, list) else []
-            for row in data:
+            if not isinstance(response.data, list):
+                raise AzureError(f"Azure Resource Graph answered page {result.pages} with data that is not a "
+                                 f"list of rows ({type(response.data).__name__}): refusing an incomplete audit")
+            for row in response.data:
                 if not isinstance(row, dict):
-                    continue
+                    raise AzureError(f"Azure Resource Graph answered a row that is not an object "
+                                     f"({type(row).__name__}) on page {result.pages}: refusing an incomplete audit")
                 key = str(row.get("id") or "").lower()
                 if key and key in seen_ids:
                     result.duplicates += 1
                     continue
                 seen_ids.add(key)
                 result.rows.append(row)
-            if isinstance(response.total_records, int):
-                total = response.total_records
+            if isinstance(response.total_records, bool) or not isinstance(response.total_records, int):
+                raise AzureError(f"Azure Resource Graph answered page {result.pages} without totalRecords "
+                                 f"({shown(response.total_records)}): its completeness cannot be checked; "
+                                 "refusing an incomplete audit")
+            total = response.total_records
             skip_token = response.skip_token
             if skip_token and skip_token in seen_tokens:
                 raise AzureError(f"Azure Resource Graph paging loop: $skipToken {_short(skip_token)} was answered "

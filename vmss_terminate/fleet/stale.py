@@ -42,7 +42,10 @@ def count_stale(session: FleetSession, scope: Scope, chunks: List[List[str]], re
     rest = []
     for record in uniform:
         row = summary.get(record.id.lower()) if summary is not None else None
-        if row is not None and row["instances"] > 0 and row["reported"] == row["instances"]:
+        # trusted only when the table holds every instance the set's capacity says it has and every
+        # one reports the property; a lagging table (fewer rows) leaves the ARM list to decide
+        if (row is not None and row["instances"] > 0 and row["instances"] == record.instances
+                and row["reported"] == row["instances"]):
             record.stale_instances = row["stale"]
         elif summary is not None and row is None and record.instances == 0:
             record.stale_instances = 0  # no instances, none stale
