@@ -186,7 +186,8 @@ def _resume_args(ctx: click.Context) -> List[str]:
             continue
         value = ctx.params.get(param.name)
         source = ctx.get_parameter_source(param.name)
-        if source not in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT) or value in (None, (), False):
+        if source not in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT) or value is None or (
+                value is False or value == ()):  # not `value in (...)`: --wait-timeout 0 == False
             continue  # defaults apply again by themselves
         flag = max(param.opts, key=len)
         if param.is_flag:

@@ -18,7 +18,7 @@ from typing import Any, Iterable, Optional, Tuple, Union
 from vmss_terminate.control.upgrade import DEFAULT_BATCH, BatchSize, UpgradeOptions
 from vmss_terminate.errors import UsageError
 from vmss_terminate.fleet.findings import FINDINGS, IGNORABLE, SKIPPED_BY_DEFAULT, check_ignorable
-from vmss_terminate.params import option, whole_number
+from vmss_terminate.params import number_range, option, whole_number
 from vmss_terminate.timeout import parse_timeout
 
 DEFAULT_CONCURRENCY = 64
@@ -77,7 +77,11 @@ class RolloutOptions:
     include_skipped: Iterable[str] = option(
         (), multiple=True, metavar="CODE", choices=SKIPPED_BY_DEFAULT,
         help="Also change sets skipped by default for this finding (repeatable).")
-    wait_timeout: float = UpgradeOptions.wait_timeout  # the bound `enable --wait` has
+    wait_timeout: float = option(
+        UpgradeOptions.wait_timeout, parse=number_range("wait-timeout", 0), metavar="S", show_default=True,
+        help="Seconds each wait may last: for an Azure operation (a set's PATCH, each manualupgrade batch's) "
+             "and for an Automatic / Rolling set until Azure applied the model; past it that set fails, "
+             "naming what still runs.")
 
     def __post_init__(self) -> None:
         if self.timeout is None:
@@ -93,6 +97,7 @@ class RolloutOptions:
         _set(self, "include_skipped", include)
         if self.concurrency < 1:
             raise UsageError(f"invalid --concurrency {self.concurrency}: must be >= 1")
+        _set(self, "wait_timeout", number_range("wait-timeout", 0)(self.wait_timeout))
 
     @property
     def minutes(self) -> int:
