@@ -11,6 +11,7 @@ import click
 
 from vmss_terminate.commands.foreground import Foreground
 from vmss_terminate.commands.options import fault_option, int_range, tls_server_context
+from vmss_terminate.commands.output import echo_json, output_option
 from vmss_terminate.control.commandline import command
 from vmss_terminate.emulator.faults import Fault
 from vmss_terminate.errors import UsageError
@@ -61,6 +62,41 @@ def _load_state(seed: Optional[Path], page_size: Optional[int], generate: Option
     return state
 
 
+def _document(state: ArmState, arm_url: str, token_url: str, connect: Dict[str, str],
+              status: Optional[str], az: Optional[str]) -> Dict[str, object]:
+    """`-o json`: what the banner says, as one document (every scale set, not only the first ten)."""
+    return {"url": arm_url, "tokenUrl": token_url, "env": connect, "statusCommand": status,
+            "tls": {"azCommand": az, "caBundleEnv": "REQUESTS_CA_BUNDLE"} if az is not None else None,
+            "scaleSets": [{"id": ss.resource_id, "orchestration": ss.orchestration,
+                           "upgradePolicy": ss.upgrade_policy, "instances": len(ss.instances)}
+                          for ss in state.scale_sets()]}
+
+
+def _banner(state: ArmState, arm_url: str, token_url: str, connect: Dict[str, str],
+            status: Optional[str], az: Optional[str]) -> None:
+    click.echo(f"ARM emulator:    {arm_url}")
+    click.echo(f"token endpoint:  {token_url}")
+    for ss in state.scale_sets()[:BANNER_SETS]:
+        click.echo(f"scale set:       {ss.resource_id} ({ss.orchestration}, {ss.upgrade_policy}, "
+                   f"{len(ss.instances)} instances)")
+    if len(state.scale_sets()) > BANNER_SETS:
+        click.echo(f"                 ... and {len(state.scale_sets()) - BANNER_SETS} more "
+                   f"(vmss-terminate fleet audit lists them all)")
+    click.echo("")
+    click.echo("Point DefaultAzureCredential and the CLI at it (bash):")
+    for name, value in connect.items():
+        click.echo(f"  export {name}={value}")
+    if status is not None:
+        click.echo("  " + status)
+    else:  # a status command needs a set: say how to have one rather than print one that fails
+        click.echo("  (no scale sets yet: start with --seed FILE or --generate SETS/SUBSCRIPTIONS, "
+                   "or create one with a PUT, then run vmss-terminate status -g GROUP -n NAME)")
+    if az is not None:
+        click.echo("Point the Azure CLI at it (with the exports above and REQUESTS_CA_BUNDLE=<CA file>):")
+        click.echo("  " + az)
+    click.echo("env as JSON: " + json.dumps(connect))
+
+
 @click.command("arm")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on (both servers).")
 @click.option("--port", default=0, type=int_range("port", 0, 65535), help="ARM port (0: pick a free one).")
@@ -90,11 +126,13 @@ def _load_state(seed: Optional[Path], page_size: Optional[int], generate: Option
 @click.option("--latency", type=int_range("latency", 0, 60000), default=0, metavar="MS",
               help="Milliseconds added before every answer (ARM, Resource Graph and the token endpoint): "
                    "a realistic round trip for benchmarks. Default 0.")
+@output_option(help="table: a banner for people; json: the URLs, exports, status command and scale sets "
+                   "as one JSON document.")
 @fault_option(answer_faults=True)
 def arm_command(host: str, port: int, token_port: int, seed: Optional[Path], page_size: Optional[int],
                 tls_cert: Optional[Path], tls_key: Optional[Path], lro_retry_after: Optional[int],
                 generate: Optional[str], quotas: Tuple[str, ...], latency: int,
-                faults: Tuple[Fault, ...]) -> None:
+                output: str, faults: Tuple[Fault, ...]) -> None:
     """Serve a local Azure Resource Manager for scale sets, plus a token endpoint for
     DefaultAzureCredential (App Service managed identity). Stop with Ctrl+C."""
     from vmss_terminate.emulator.arm.app import start_arm
@@ -114,29 +152,18 @@ def arm_command(host: str, port: int, token_port: int, seed: Optional[Path], pag
             connect = dict(servers.env, VMSS_TERMINATE_ARM_ENDPOINT=servers.arm_url)
             if example is not None:
                 connect["AZURE_SUBSCRIPTION_ID"] = example.subscription
-            click.echo(f"ARM emulator:    {servers.arm_url}")
-            click.echo(f"token endpoint:  {servers.token_url}")
-            for ss in state.scale_sets()[:BANNER_SETS]:
-                click.echo(f"scale set:       {ss.resource_id} ({ss.orchestration}, {ss.upgrade_policy}, "
-                           f"{len(ss.instances)} instances)")
-            if len(state.scale_sets()) > BANNER_SETS:
-                click.echo(f"                 ... and {len(state.scale_sets()) - BANNER_SETS} more "
-                           f"(vmss-terminate fleet audit lists them all)")
-            click.echo("")
-            click.echo("Point DefaultAzureCredential and the CLI at it (bash):")
-            for name, value in connect.items():
-                click.echo(f"  export {name}={value}")
+            status = None
             if example is not None:
-                click.echo("  " + command("status", "-g", example.resource_group, "-n", example.name, "--subscription",
-                                          example.subscription, "--arm-endpoint", servers.arm_url))
-            else:  # a status command needs a set: say how to have one rather than print one that fails
-                click.echo("  (no scale sets yet: start with --seed FILE or --generate SETS/SUBSCRIPTIONS, "
-                           "or create one with a PUT, then run vmss-terminate status -g GROUP -n NAME)")
+                status = command("status", "-g", example.resource_group, "-n", example.name, "--subscription",
+                                 example.subscription, "--arm-endpoint", servers.arm_url)
+            az = None
             if context is not None:  # az needs HTTPS (docs/emulators.md)
-                click.echo("Point the Azure CLI at it (with the exports above and REQUESTS_CA_BUNDLE=<CA file>):")
-                click.echo(f"  az cloud register -n VmssTerminateLocal --endpoint-resource-manager {servers.arm_url}/"
-                           f" && az cloud set -n VmssTerminateLocal && az login --identity")
-            click.echo("env as JSON: " + json.dumps(connect))
+                az = (f"az cloud register -n VmssTerminateLocal --endpoint-resource-manager {servers.arm_url}/"
+                      f" && az cloud set -n VmssTerminateLocal && az login --identity")
+            if output == "json":
+                echo_json(_document(state, servers.arm_url, servers.token_url, connect, status, az))
+            else:
+                _banner(state, servers.arm_url, servers.token_url, connect, status, az)
             foreground.wait()
         finally:
             servers.stop()
