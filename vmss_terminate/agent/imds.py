@@ -202,6 +202,15 @@ def _json_int(text: str) -> Any:
     except ValueError:
         return float(text)
 
+
+def _compute_of(data: Any) -> Dict[str, Any]:
+    """Instance metadata's `compute` object (MalformedDocument, so retried, when there is none)."""
+    compute = data.get("compute") if isinstance(data, dict) else None
+    if not isinstance(compute, dict):
+        raise MalformedDocument("instance metadata has no compute object")
+    return compute
+
+
 def _retry_after(value: Optional[str], clock: Clock) -> Optional[float]:
     """Seconds from a Retry-After header (delta-seconds or HTTP date), capped at 60."""
     if not value:
@@ -316,7 +325,7 @@ class ImdsClient:
         """This VM's name from instance metadata `compute.name` (e.g. `myvmss_3`)."""
 
         def parse(data: Any) -> str:
-            name = data.get("compute", {}).get("name") if isinstance(data, dict) else None
+            name = _compute_of(data).get("name")
             if not isinstance(name, str) or not name:
                 raise MalformedDocument("instance metadata has no compute.name")
             return name
@@ -330,15 +339,8 @@ class ImdsClient:
                 on_retry: Optional[Callable[[ImdsError, float], None]] = None) -> Dict[str, Any]:
         """Instance metadata `compute` (resourceId, osProfile.computerName, ...: --kubernetes finds
         its node by them)."""
-
-        def parse(data: Any) -> Dict[str, Any]:
-            compute = data.get("compute") if isinstance(data, dict) else None
-            if not isinstance(compute, dict):
-                raise MalformedDocument("instance metadata has no compute object")
-            return compute
-
         compute: Dict[str, Any] = self._call("GET", INSTANCE_PATH, {"api-version": INSTANCE_API_VERSION}, None,
-                                             self.read_timeout, retry_for, stop, on_retry, parse=parse)
+                                             self.read_timeout, retry_for, stop, on_retry, parse=_compute_of)
         return compute
 
     def approve(self, event_id: str, vm_name: str, allow_foreign: bool = False,
