@@ -19,13 +19,13 @@ import time
 from dataclasses import dataclass, field, replace
 from email.message import Message
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable, Dict, Iterator, List, Optional, Protocol, Sequence, Set, Union
+from typing import Any, Callable, Dict, Iterator, List, Optional, Protocol, Sequence, Set, TypeVar, Union
 from urllib.parse import parse_qs, urlsplit
 
 from vmss_terminate.clock import wait_until
 from vmss_terminate.emulator.faults import Fault, FaultInjector, fault_from_fields, fault_json
 
-__all__ = ["EmulatorServer", "Fault", "FaultInjector", "Request", "RequestLog", "Response"]
+__all__ = ["EmulatorServer", "Fault", "FaultInjector", "Request", "RequestLog", "Response", "RunningServers"]
 
 log = logging.getLogger(__name__)
 
@@ -408,3 +408,20 @@ def stop_servers(servers: "Sequence[EmulatorServer]") -> None:
         servers[0].stop()
     for thread in others:
         thread.join(timeout=10)
+
+
+_Running = TypeVar("_Running", bound="RunningServers")
+
+
+class RunningServers:
+    """What `start_imds`, `start_arm` and `start_kube` return: servers started together that
+    `stop()` ends; as a context manager they stop on exit, so each emulator only says how to stop."""
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self: _Running) -> _Running:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()

@@ -122,7 +122,7 @@ from vmss_terminate.emulator.arm.token import (
     identity_endpoint,
 )
 from vmss_terminate.emulator.routes import Route, match_route, path_params, path_pattern
-from vmss_terminate.emulator.server import EmulatorServer, Request, Response, stop_servers
+from vmss_terminate.emulator.server import EmulatorServer, Request, Response, RunningServers, stop_servers
 from vmss_terminate.timeout import MAX_MINUTES, MIN_MINUTES, iso_to_minutes_lenient
 
 __all__ = [
@@ -744,7 +744,7 @@ def _keep_omitted(new: Dict[str, Any], stored: Dict[str, Any]) -> Dict[str, Any]
 
 
 @dataclass
-class ArmServers:
+class ArmServers(RunningServers):
     """A running ARM emulator and its token endpoint. Stop with `stop()` or use as a context manager."""
 
     state: ArmState
@@ -778,12 +778,6 @@ class ArmServers:
 
     def stop(self) -> None:
         stop_servers([self.arm_server, self.token_server])
-
-    def __enter__(self) -> "ArmServers":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.stop()
 
 
 def start_arm(

@@ -14,7 +14,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from vmss_terminate.emulator.imds.app import EVENT_TYPES, EmulatedEvent, ImdsEmulator, PlacementGroup
 from vmss_terminate.emulator.imds.events import event_fields_from_mapping
-from vmss_terminate.emulator.server import EmulatorServer, stop_servers
+from vmss_terminate.emulator.server import EmulatorServer, RunningServers, stop_servers
 from vmss_terminate.errors import UsageError
 from vmss_terminate.params import shown, strict_decimal
 
@@ -54,7 +54,7 @@ def load_scenario(path: str) -> List[Dict[str, Any]]:
 
 
 @dataclass
-class ImdsServers:
+class ImdsServers(RunningServers):
     """Running IMDS emulators over one placement group, one server per VM (in `vm_names` order).
     Stop with `stop()` or use as a context manager."""
 
@@ -75,12 +75,6 @@ class ImdsServers:
 
     def stop(self) -> None:
         stop_servers(self.servers)
-
-    def __enter__(self) -> "ImdsServers":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.stop()
 
 
 def start_imds(

@@ -30,7 +30,7 @@ from typing import Any, Dict, List, Optional, Set, Union
 from vmss_terminate.clock import Clock
 from vmss_terminate.emulator.kube.app import KubeEmulator
 from vmss_terminate.emulator.kube.state import KubeState
-from vmss_terminate.emulator.server import EmulatorServer
+from vmss_terminate.emulator.server import EmulatorServer, RunningServers
 
 Seed = Union[str, Path, Dict[str, Any], List[Any]]
 
@@ -110,7 +110,7 @@ def kubeconfig(server: str, token: Optional[str], ca_pem: Optional[bytes] = None
 
 
 @dataclass
-class KubeServers:
+class KubeServers(RunningServers):
     """A running Kubernetes API emulator. Stop with `stop()` or use as a context manager."""
 
     state: KubeState
@@ -147,12 +147,6 @@ class KubeServers:
 
     def stop(self) -> None:
         self.server.stop()
-
-    def __enter__(self) -> "KubeServers":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.stop()
 
 
 def start_kube(
