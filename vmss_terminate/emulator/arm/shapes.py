@@ -218,15 +218,15 @@ def scale_set_vm(inst: InstanceRecord, expand_instance_view: bool = False) -> Di
     """A Uniform scale set VM (VirtualMachineScaleSetVM) as in the 2024-11-01 Get example: model
     state, the NIC configurations of its model, hardware/storage/os/network profiles; the
     instance view with `$expand=instanceView`."""
-    ss = inst.scale_set
+    ss, nics = inst.scale_set, _nic_configurations(inst)
     properties: Dict[str, Any] = {
         "latestModelApplied": inst.latest_model_applied,
         "modelDefinitionApplied": "VirtualMachineScaleSet",
-        "networkProfileConfiguration": {"networkInterfaceConfigurations": _nic_configurations(inst)},
+        "networkProfileConfiguration": {"networkInterfaceConfigurations": nics},
         "hardwareProfile": {},
         "storageProfile": _vm_storage_profile(inst),
         "networkProfile": {"networkInterfaces": [
-            {"id": f"{inst.resource_id}/networkInterfaces/{nic.get('name')}"} for nic in _nic_configurations(inst)]},
+            {"id": f"{inst.resource_id}/networkInterfaces/{nic.get('name')}"} for nic in nics]},
     }
     if expand_instance_view:
         properties["instanceView"] = instance_view(inst)
