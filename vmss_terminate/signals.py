@@ -13,7 +13,7 @@ from __future__ import annotations
 import signal
 import threading
 from types import FrameType, TracebackType
-from typing import Any, Callable, Dict, Optional, Sequence, Type
+from typing import Any, Callable, Dict, List, Optional, Sequence, Type
 
 from vmss_terminate.errors import StopSignal
 
@@ -22,6 +22,10 @@ STOP_SIGNALS = ("SIGINT", "SIGTERM")
 AGENT_STOP_SIGNALS = STOP_SIGNALS + ("SIGBREAK",)
 """What stops `agent run` cleanly (exit 0): Ctrl-C, SIGTERM and (Windows) Ctrl-Break."""
 
+
+def _present(names: Sequence[str]) -> List[signal.Signals]:
+    """The signals named that this platform has (SIGBREAK exists only on Windows)."""
+    return [sig for sig in (getattr(signal, name, None) for name in names) if sig is not None]
 
 def raise_stop_signal(signum: int) -> None:
     """A `then` that interrupts like Ctrl-C (KeyboardInterrupt as `StopSignal`): work in progress is
@@ -36,7 +40,7 @@ class StopOnSignals:
                  then: Optional[Callable[[int], None]] = None, once: bool = False) -> None:
         self.stop = stop if stop is not None else threading.Event()
         self.signum: Optional[int] = None
-        self._signals = [sig for sig in (getattr(signal, name, None) for name in signals) if sig is not None]
+        self._signals = _present(signals)
         self._then, self._once = then, once
         self._previous: Dict[int, Any] = {}
 
@@ -83,12 +87,11 @@ def finish_quietly(signals: Sequence[str] = STOP_SIGNALS) -> None:
     script keeps them ignored until the process ends. Main thread only, like every handler."""
     if threading.current_thread() is not threading.main_thread():
         return
-    for sig in (getattr(signal, name, None) for name in signals):
-        if sig is not None:
-            try:
-                signal.signal(sig, signal.SIG_IGN)
-            except (ValueError, OSError):
-                pass
+    for sig in _present(signals):
+        try:
+            signal.signal(sig, signal.SIG_IGN)
+        except (ValueError, OSError):
+            pass
 
 
 class kept_handlers:  # noqa: N801 - used as a context manager, like contextlib's
@@ -96,7 +99,7 @@ class kept_handlers:  # noqa: N801 - used as a context manager, like contextlib'
     process that ends with the block keeps ignoring late signals through its exit)."""
 
     def __init__(self, signals: Sequence[str] = STOP_SIGNALS, restore: bool = True) -> None:
-        self._signals = [sig for sig in (getattr(signal, name, None) for name in signals) if sig is not None]
+        self._signals = _present(signals)
         self._restore = restore
         self._saved: Dict[int, Any] = {}
 
