@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import email.utils
 import json
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Optional
@@ -155,11 +156,12 @@ def _failed(body: Dict[str, Any], status: str) -> ArmRequestError:
 
 def retry_after_seconds(value: Optional[str], now: Callable[[], float] = time.time) -> Optional[float]:
     """Seconds from a Retry-After value (a number of seconds or an HTTP date, counted from `now`,
-    the caller's clock); None when absent, unreadable or not in the future (then the caller's
-    backoff applies)."""
-    if not value:
+    the caller's clock); None when absent, unreadable (`inf`, `nan`, over 32 characters) or not in
+    the future (then the caller's backoff applies). The one reader for both the LRO poll loop and
+    the fleet throttle."""
+    text = str(value).strip() if value is not None else ""
+    if not text or len(text) > 32:
         return None
-    text = str(value).strip()
     try:
         seconds = float(text)
     except ValueError:
@@ -168,7 +170,7 @@ def retry_after_seconds(value: Optional[str], now: Callable[[], float] = time.ti
         except (TypeError, ValueError):
             return None
         seconds = when.timestamp() - now()
-    return seconds if seconds > 0 and seconds == seconds else None
+    return seconds if math.isfinite(seconds) and seconds > 0 else None
 
 
 def _path(url: str) -> str:

@@ -21,13 +21,13 @@ subscription): conservative, and the issue's rule is per subscription.
 
 from __future__ import annotations
 
-import math
 import re
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Dict, Optional, Tuple
 
 from vmss_terminate.clock import SYSTEM_CLOCK, Clock
+from vmss_terminate.control.operations import retry_after_seconds
 from vmss_terminate.errors import AzureError
 
 READS, WRITES = "reads", "writes"
@@ -192,7 +192,7 @@ class SubscriptionThrottle:
             backoff = None
             if status == 429:
                 gate.in_a_row += 1
-                retry_after = _float(_header(headers, "Retry-After"))
+                retry_after = retry_after_seconds(_header(headers, "Retry-After"), self.clock.now)
                 if retry_after is None:
                     backoff = min(BACKOFF_MAX, BACKOFF_FIRST * 2 ** (gate.in_a_row - 1))
                 else:
@@ -295,16 +295,3 @@ def _int(value: Optional[str]) -> Optional[int]:
         return int(str(value).strip()) if value is not None else None
     except ValueError:
         return None
-
-
-def _float(value: Optional[str]) -> Optional[float]:
-    """A finite, non-negative number of seconds, else None (`inf`, `nan` and absurdly long values
-    are unreadable: the backoff without Retry-After applies)."""
-    text = str(value).strip() if value is not None else ""
-    if not text or len(text) > 32:
-        return None
-    try:
-        number = float(text)
-    except ValueError:
-        return None
-    return max(0.0, number) if math.isfinite(number) else None
