@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Callable, Dict, Optional, Tuple
 from vmss_terminate.agent.metrics import AgentMetrics
 from vmss_terminate.errors import UsageError
 from vmss_terminate.net import is_loopback_host
+from vmss_terminate.params import strict_whole
 
 if TYPE_CHECKING:
     from vmss_terminate.agent.agent import Agent
@@ -67,23 +68,24 @@ def parse_listen(value: str, *, any_port: bool = True) -> Tuple[str, int]:
     `any_port=False` (the CLI) refuses port 0, any free port: neither a load balancer nor
     Prometheus can be pointed at a port chosen at start. The Python API (and tests) may use it."""
     text = str(value)
-    bracketed = re.match(r"^\[([0-9A-Fa-f:.]+)\]:([0-9]{1,5})$", text)
+    bracketed = re.fullmatch(r"\[([0-9A-Fa-f:.]+)\]:([0-9]{1,5})", text)
     if bracketed:
         host, port_text = bracketed.group(1), bracketed.group(2)
         if not _is_ip(host):
             port_text = ""
     else:
         host, colon, port_text = text.rpartition(":")
-        if not colon and not re.match(r"^[0-9]+$", text):
+        if not colon and not re.fullmatch(r"[0-9]+", text):
             port_text = ""
         if ":" in host or re.search(r"[\s\[\]/]", host):
             port_text = ""
     low = 0 if any_port else 1
-    if not re.match(r"^[0-9]{1,5}$", port_text) or not low <= int(port_text) <= 65535:
+    port = strict_whole(port_text)  # ASCII digits only, the whole text (no trailing newline)
+    if port is None or not low <= port <= 65535:
         hint = "; an IPv6 address goes in brackets" if text.count(":") > 1 and not bracketed else ""
         raise UsageError(f"invalid --listen {value!r}: expected HOST:PORT, [IP]:PORT or PORT "
                          f"(port {low}..65535){hint}")
-    return host or DEFAULT_HOST, int(port_text)
+    return host or DEFAULT_HOST, port
 
 
 def _is_ip(text: str) -> bool:
