@@ -23,25 +23,19 @@ import threading
 from pathlib import Path
 from typing import Dict, List, Optional
 
+from vmss_terminate.emulator.arm.shapes import computer_name_suffix
 from vmss_terminate.emulator.kube import NODES, KubeServers, KubeState, start_kube
 from vmss_terminate.sandbox.environment import Sandbox
 from vmss_terminate.sandbox.timeline import Entry
 
 DEMO_GRACE_S = 20  # terminationGracePeriodSeconds of the demo's web pods (sandbox seconds)
-_BASE36 = "0123456789abcdefghijklmnopqrstuvwxyz"
 
 
 def computer_name(scale_set: str, instance_id: str) -> str:
     """A Uniform scale set instance's computer name: the prefix plus the instance id in base 36,
     six digits (`myvmss` 3 -> `myvmss000003`), lower case as a node name must be."""
-    number, digits = int(instance_id), ""
-    while True:
-        number, rest = divmod(number, 36)
-        digits = _BASE36[rest] + digits
-        if number == 0:
-            break
     prefix = "".join(c for c in scale_set.lower() if c.isalnum() or c == "-")
-    return f"{prefix}{digits.rjust(6, '0')}"
+    return prefix + computer_name_suffix(instance_id)
 
 
 class SandboxCluster:

@@ -148,13 +148,19 @@ def _computer_name(inst: InstanceRecord) -> str:
     if inst.scale_set.orchestration == "Flexible":
         return inst.name.replace("_", "")[:15]
     prefix = _dict(inst.model.get("osProfile")).get("computerNamePrefix") or inst.scale_set.name[:9]
-    number, digits = int(inst.instance_id), ""
+    return prefix + computer_name_suffix(inst.instance_id)
+
+
+def computer_name_suffix(instance_id: str) -> str:
+    """What a Uniform scale set puts after the computer name prefix: the instance id in base 36 on
+    six digits (3 -> `000003`, 36 -> `000010`)."""
+    number, digits = int(instance_id), ""
     while True:
         number, rest = divmod(number, 36)
         digits = "0123456789abcdefghijklmnopqrstuvwxyz"[rest] + digits
         if not number:
             break
-    return prefix + digits.zfill(6)
+    return digits.zfill(6)
 
 
 def _os_disk_name(inst: InstanceRecord) -> str:
