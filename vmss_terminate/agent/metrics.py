@@ -162,7 +162,7 @@ class AgentMetrics:
             for name, kind_help in _COUNTERS.items():
                 _family(out, name, "counter", kind_help, sorted(self._counters.get(name, {}).items()))
             _histogram(out, "hook_duration_seconds", "Clock seconds each hook ran (finished or failed).", self._hooks)
-            if getattr(self.agent, "drain", None) is not None:
+            if self.agent.drain is not None:  # --kubernetes
                 _histogram(out, "kubernetes_drain_seconds", "Clock seconds from the node drain's start to its "
                            "end (drained, or the deadline).", self._drains)
                 _family(out, "kubernetes_node_cordoned", "gauge", "1 while this agent has the node cordoned "
