@@ -28,6 +28,7 @@ from typing import Any, Dict, Optional, Tuple
 
 from vmss_terminate.clock import SYSTEM_CLOCK, Clock
 from vmss_terminate.control.operations import retry_after_seconds
+from vmss_terminate.control.pipeline import RETRY_AFTER_MAX  # a longer Retry-After closes the gate this long at most
 from vmss_terminate.errors import AzureError
 
 READS, WRITES = "reads", "writes"
@@ -36,7 +37,6 @@ RESOURCE_HEADER = "x-ms-ratelimit-remaining-resource"  # Compute: Microsoft.Comp
 BACKOFF_FIRST = 1.0  # seconds, after a 429 without Retry-After; doubled per 429 in a row ...
 BACKOFF_MAX = 60.0  # ... up to this
 MIN_RATE = 1.0 / BACKOFF_MAX  # tokens per second: the slowest refill a gate assumes (a wait stays bounded)
-RETRY_AFTER_MAX = 300.0  # seconds: a longer (or non-finite) Retry-After closes the gate this long at most
 NAP_SECONDS = 0.25  # a paced request re-checks its gate this often while it waits
 MAX_RETRIES = 30  # per request; a request still throttled after that is answered with its 429
 _SUBSCRIPTION = re.compile(r"/subscriptions/([^/?]+)", re.IGNORECASE)
