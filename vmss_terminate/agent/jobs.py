@@ -69,14 +69,14 @@ class JobRunner:
 
     def __init__(self, config: AgentConfig, clock: Clock, journal: StateStore, report: Report,
                  latest: Callable[[str], Optional[Event]], vm_name: Callable[[], str],
-                 gone: Optional[Callable[[str], bool]] = None) -> None:
+                 gone: Callable[[str], bool]) -> None:
         self.config = config
         self.clock = clock
         self.journal = journal
         self._report = report
         self._latest = latest  # the event as the last document showed it (None: it left)
         self._vm_name = vm_name
-        self._gone = gone or (lambda eid: latest(eid) is None)  # left the document for good
+        self._gone = gone  # left the document for good (policy.gone_for_good), not just this answer
         self._jobs: Dict[str, Job] = {}
         self._lock = threading.Lock()
 
