@@ -14,6 +14,7 @@ from typing import Any, Dict, List, Optional, Set
 from vmss_terminate.clock import SYSTEM_CLOCK, Clock
 from vmss_terminate.control.arm_errors import arm_errors
 from vmss_terminate.control.connection import Connection
+from vmss_terminate.control.paging import MAX_PAGES
 from vmss_terminate.control.pipeline import build_credential, quiet_sdk_logging, require_sdk, sdk_client_kwargs
 from vmss_terminate.control.scaleset import ComputeClient
 from vmss_terminate.control.subscriptions import list_subscriptions
@@ -21,7 +22,7 @@ from vmss_terminate.errors import AzureError
 from vmss_terminate.fleet.throttle import SubscriptionThrottle
 from vmss_terminate.params import shown
 
-MAX_GRAPH_PAGES = 1000
+MAX_GRAPH_PAGES = MAX_PAGES
 """Pages one Resource Graph query may take (1,000 rows each: a million scale sets); past it the
 query fails instead of paging on."""
 
