@@ -476,6 +476,8 @@ class Agent:
             record = self.state.get(eid)
             if eid in keep or not (record.get("kube_cordoned") or record.get("kube_tainted")):
                 continue
+            if self.drain.undoing(eid):  # being undone (retried up to UNDO_FOR): no new thread every poll
+                continue
             last = vanished.get(eid)
             kind = last.event_type if last is not None else str(record.get("event_type") or "Terminate")
             if not policy.drain_ends_when_gone(kind, policy.departing(record, last, self.clock.now())):

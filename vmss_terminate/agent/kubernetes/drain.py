@@ -342,6 +342,11 @@ class NodeDrain:
 
     # -- undo ---------------------------------------------------------------------------------------
 
+    def undoing(self, eid: str) -> bool:
+        """An undo of `eid` runs now (the agent then starts no second thread for it)."""
+        with self._lock:
+            return eid in self._undoing
+
     def undo(self, eid: str, record: Mapping[str, Any], why: str) -> bool:
         """Uncordon and untaint the node if (and as far as) the journal `record` says this agent
         cordoned or tainted it; True when nothing is left to undo. A node another live event's drain
