@@ -283,19 +283,23 @@ def _patch_interruptible(client: ScaleSetClient, payload: bytes, *, wait: bool, 
 
 def _reads_as(client: ScaleSetClient, action: str, desired: Optional[ProfileState]) -> bool:
     """Best effort: does the model read back as `desired` now? (False when it cannot be read.)"""
+    if desired is None:
+        return False
     try:
         after = parse_profile(client.get())
     except AzureError:
         return False
-    if desired is None:
-        return False
+    return _is_as(action, desired, after)
+
+
+def _is_as(action: str, desired: ProfileState, after: ProfileState) -> bool:
+    """Does the profile read back as `action` to `desired` asked? (One rule for both read-backs.)"""
     return after.is_off if action == DISABLE else after.is_enabled_with(desired.timeout_minutes or 0)
 
 
 def _check_applied(action: str, desired: ProfileState, after: ProfileState, client: ScaleSetClient) -> None:
     """Read-back check: Azure has been seen to accept a re-enable after a disable and ignore it."""
-    ok = after.is_off if action == DISABLE else after.is_enabled_with(desired.timeout_minutes or 0)
-    if ok:
+    if _is_as(action, desired, after):
         return
     raise AzureError(
         f"{action}: Azure accepted the PATCH but {client.resource} still reads: {after.describe()} "
