@@ -20,7 +20,7 @@ import time
 from collections import Counter
 
 from vmss_terminate.control import BatchSize, Connection, UpgradeOptions, enable
-from vmss_terminate.emulator.arm.app import ArmState, start_arm
+from vmss_terminate_sim.emulator.arm.app import ArmState, start_arm
 
 SUB = "00000000-0000-0000-0000-00000000be0c"
 

@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from vmss_terminate.agent import Agent, AgentConfig, Decision
-from vmss_terminate.emulator.imds.app import ImdsEmulator, PlacementGroup
-from vmss_terminate.emulator.kube import KubeState, start_kube
-from vmss_terminate.emulator.server import EmulatorServer
+from vmss_terminate_sim.emulator.imds.app import ImdsEmulator, PlacementGroup
+from vmss_terminate_sim.emulator.kube import KubeState, start_kube
+from vmss_terminate_sim.emulator.server import EmulatorServer
 
 VM = "myvmss_3"
 NODE = "pool000003"

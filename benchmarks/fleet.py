@@ -35,11 +35,11 @@ from multiprocessing.connection import Connection as Pipe
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from vmss_terminate.control import Connection
-from vmss_terminate.emulator.arm import fleetgen
-from vmss_terminate.emulator.arm.app import ArmState, start_arm
 from vmss_terminate.fleet import audit
 from vmss_terminate.fleet.options import DEFAULT_CONCURRENCY
 from vmss_terminate.fleet.rollout import rollout
+from vmss_terminate_sim.emulator.arm import fleetgen
+from vmss_terminate_sim.emulator.arm.app import ArmState, start_arm
 
 WRITES = ("PATCH", "PUT", "POST", "DELETE")
 

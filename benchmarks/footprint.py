@@ -29,9 +29,9 @@ import time
 from pathlib import Path
 from typing import Dict, List, Tuple
 
-from vmss_terminate.emulator.imds.app import ImdsEmulator, PlacementGroup
-from vmss_terminate.emulator.kube import KubeState, start_kube
-from vmss_terminate.emulator.server import EmulatorServer
+from vmss_terminate_sim.emulator.imds.app import ImdsEmulator, PlacementGroup
+from vmss_terminate_sim.emulator.kube import KubeState, start_kube
+from vmss_terminate_sim.emulator.server import EmulatorServer
 
 REPO = Path(__file__).resolve().parents[1]
 VM = "myvmss_3"

@@ -25,7 +25,7 @@ from typing import Callable, List
 
 import requests
 
-from vmss_terminate.emulator.kube import KubeState, start_kube
+from vmss_terminate_sim.emulator.kube import KubeState, start_kube
 
 
 def cluster(pods: int) -> KubeState:

@@ -22,8 +22,8 @@ from typing import List
 
 import requests
 
-from vmss_terminate.emulator.imds.app import ImdsEmulator, PlacementGroup
-from vmss_terminate.emulator.server import EmulatorServer
+from vmss_terminate_sim.emulator.imds.app import ImdsEmulator, PlacementGroup
+from vmss_terminate_sim.emulator.server import EmulatorServer
 
 VM = "myvmss_3"
 

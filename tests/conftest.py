@@ -98,7 +98,7 @@ def no_sockets(monkeypatch: pytest.MonkeyPatch) -> None:
 def shared_arm() -> Iterator[Any]:
     """One ARM + token server pair for the session (stopping a server costs ~0.5 s); packages serve
     each test's own state on it with `helpers.serve_arm_state`."""
-    from vmss_terminate.emulator.arm.app import ArmState, start_arm
+    from vmss_terminate_sim.emulator.arm.app import ArmState, start_arm
 
     servers = start_arm(ArmState())
     try:

@@ -23,7 +23,7 @@ import requests.adapters
 from requests.structures import CaseInsensitiveDict
 from requests.utils import get_encoding_from_headers
 
-from vmss_terminate.emulator.server import App, RecordedRequest, Request, RequestLog
+from vmss_terminate_sim.emulator.server import App, RecordedRequest, Request, RequestLog
 
 __all__ = ["InProcessTransport"]
 

@@ -15,7 +15,7 @@ from typing import Any, List, Optional, Tuple
 
 import pytest
 
-from vmss_terminate.emulator.kube import KubeServers, KubeState, start_kube
+from vmss_terminate_sim.emulator.kube import KubeServers, KubeState, start_kube
 
 KUBECTL = shutil.which("kubectl")
 SKIP_REASON = "kubectl is not installed (CI has v1.32 at /usr/bin/kubectl)"

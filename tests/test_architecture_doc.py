@@ -2,7 +2,8 @@
 and every module path it names exists. Add a module, list it; move one, move its line.
 
 Paths on the page are relative to `vmss_terminate/` (`agent/policy.py`), or to the repository
-(`tests/conftest.py`); a package's `__init__.py` is named as such (`emulator/imds/__init__.py`).
+(`tests/conftest.py`, and the simulation's `vmss_terminate_sim/emulator/imds/app.py`); a package's
+`__init__.py` is named as such (`vmss_terminate_sim/emulator/imds/__init__.py`).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import List, Set
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "vmss_terminate"
+SIM = ROOT / "vmss_terminate_sim"
 DOC = ROOT / "docs" / "architecture.md"
 PATH = re.compile(r"(?<![\w./-])((?:[\w-]+/)*[\w-]+\.py)(?![\w/])")
 
@@ -22,7 +24,8 @@ def _named(text: str) -> Set[str]:
 
 
 def _modules() -> List[str]:
-    return sorted(p.relative_to(PACKAGE).as_posix() for p in PACKAGE.rglob("*.py"))
+    return sorted([*(p.relative_to(PACKAGE).as_posix() for p in PACKAGE.rglob("*.py")),
+                   *(p.relative_to(ROOT).as_posix() for p in SIM.rglob("*.py"))])
 
 
 def test_every_module_is_listed() -> None:

@@ -19,7 +19,7 @@ def test_ci_lint_skips_a_linter_the_test_extra_did_not_install(tmp_path: Path) -
     ruff.chmod(0o755)
     result = subprocess.run(["bash", str(tmp_path / ".ci" / "lint")], capture_output=True, text=True, timeout=30)
     assert result.returncode == 0, result.stderr
-    assert "ruff-ran check vmss_terminate tests benchmarks" in result.stdout
+    assert "ruff-ran check vmss_terminate vmss_terminate_sim tests benchmarks" in result.stdout
     assert "mypy not installed" in result.stdout and len(result.stdout.splitlines()) == 2
     ruff.unlink()
     result = subprocess.run(["bash", str(tmp_path / ".ci" / "lint")], capture_output=True, text=True, timeout=30)

@@ -16,8 +16,8 @@ import click
 import pytest
 
 from vmss_terminate import cli
-from vmss_terminate.commands import emulator as emulator_commands
 from vmss_terminate.commands.lazy import LazyGroup
+from vmss_terminate_sim.commands import emulator as emulator_commands
 
 NO_AZURE = str(Path(__file__).resolve().parent / "no_azure.py")
 INSTALL = "pip install 'vmss-terminate[control]'"
@@ -68,7 +68,7 @@ def test_agent_command_imports_nothing_of_control_emulator_or_sandbox() -> None:
             "from vmss_terminate.cli import main\n"
             "try:\n    main(['agent', 'events', '--help'])\nexcept SystemExit:\n    pass\n"
             "bad = [m for m in sys.modules if m.split('.')[0] in ('azure', 'msal', 'cryptography') or\n"
-            "       m.startswith(('vmss_terminate.control', 'vmss_terminate.emulator', 'vmss_terminate.sandbox',\n"
+            "       m.startswith(('vmss_terminate.control', 'vmss_terminate_sim.emulator', 'vmss_terminate_sim.sandbox',\n"
             "                     'vmss_terminate.iac', 'vmss_terminate.commands.control'))]\n"
             "print('LOADED', bad)\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

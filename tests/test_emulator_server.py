@@ -8,8 +8,8 @@ import pytest
 import requests
 from helpers import poll_until
 
-from vmss_terminate.emulator.faults import FaultSpecError, parse_fault_spec
-from vmss_terminate.emulator.server import EmulatorServer, Request, Response
+from vmss_terminate_sim.emulator.faults import FaultSpecError, parse_fault_spec
+from vmss_terminate_sim.emulator.server import EmulatorServer, Request, Response
 
 
 class Echo:

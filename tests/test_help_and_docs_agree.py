@@ -55,7 +55,7 @@ def test_control_plane_doc_gives_the_exit_code_of_an_unknown_subscription_name()
 def test_fleet_csv_has_every_json_field(monkeypatch: pytest.MonkeyPatch, shared_arm: object) -> None:
     from helpers import serve_arm_state
 
-    from vmss_terminate.emulator.arm.app import ArmState
+    from vmss_terminate_sim.emulator.arm.app import ArmState
 
     state = ArmState()
     sub = "11111111-0000-0000-0000-000000000001"

@@ -24,6 +24,10 @@ from typing import Dict, Iterator, List, Optional, Set, Tuple
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "vmss_terminate"
+SIM = ROOT / "vmss_terminate_sim"
+"""The simulation (emulators, sandbox, demo): a package of its own on top of the product. Its rows are
+named from the repository root (`vmss_terminate_sim/sandbox/`); the product's from its package."""
+TOPS = {"vmss_terminate": PACKAGE, "vmss_terminate_sim": SIM}
 DOC = ROOT / "docs" / "architecture.md"
 PROGRAM = "python tests/test_layers.py --write"
 
@@ -46,21 +50,27 @@ EXTERNAL = {
 # and the third-party packages it may import besides itself and the standard library. A row may
 # name only rows below it.
 LAYERS: Dict[str, Tuple[str, ...]] = {
+    "vmss_terminate_sim/commands/": ("vmss_terminate_sim/sandbox/", "vmss_terminate_sim/emulator/arm/",
+                                     "vmss_terminate_sim/emulator/imds/", "vmss_terminate_sim/emulator/kube/",
+                                     "vmss_terminate_sim/emulator/", "commands/", "control/", "agent/", SHARED,
+                                     "click"),
+    "vmss_terminate_sim/sandbox/": ("vmss_terminate_sim/emulator/arm/", "vmss_terminate_sim/emulator/imds/",
+                                    "vmss_terminate_sim/emulator/kube/", "vmss_terminate_sim/emulator/", "control/",
+                                    "agent/", SHARED),
+    "vmss_terminate_sim/emulator/arm/": ("vmss_terminate_sim/emulator/", SHARED),
+    "vmss_terminate_sim/emulator/imds/": ("vmss_terminate_sim/emulator/", SHARED),
+    "vmss_terminate_sim/emulator/kube/": ("vmss_terminate_sim/emulator/", SHARED),
+    "vmss_terminate_sim/emulator/": (SHARED,),
+    "vmss_terminate_sim/demo_hook.py": (),
+    "vmss_terminate_sim/__init__.py": (),
     "__main__.py": ("entry.py",),
     "entry.py": ("cli.py", "agent/", "signals.py"),
     "cli.py": ("commands/", SHARED, "click"),
-    "commands/": ("sandbox/", "fleet/", "iac/", "control/", "emulator/arm/", "emulator/imds/", "emulator/kube/",
-                  "emulator/", "agent/", SHARED, "click"),
-    "sandbox/": ("control/", "emulator/arm/", "emulator/imds/", "emulator/kube/", "emulator/", "agent/", SHARED),
+    "commands/": ("fleet/", "iac/", "control/", "agent/", SHARED, "click"),
     "fleet/": ("control/", SHARED, "azure"),
     "iac/": ("control/body.py", SHARED),
     "control/": (SHARED, "azure"),
-    "emulator/arm/": ("emulator/", SHARED),
-    "emulator/imds/": ("emulator/", SHARED),
-    "emulator/kube/": ("emulator/", SHARED),
-    "emulator/": (SHARED,),
     "agent/": (SHARED, "requests", "urllib3"),
-    "demo_hook.py": (),
     "__init__.py": ("errors.py",),
     "extras.py": ("errors.py",),
     "timeout.py": ("errors.py",),
@@ -82,9 +92,10 @@ WHY: Dict[str, str] = {
     "entry.py": "`agent run` starts without click, its stop handlers installed first",
     "iac/": "reads only the PATCH body",
     "control/": "the Azure SDK lazily, inside the functions that talk to ARM",
-    "emulator/": "standard library only: stands in for Azure in front of either side",
-    "agent/": "on every VM: never `azure`, the control plane or the emulators",
-    "demo_hook.py": "a hook script, run as a process",
+    "vmss_terminate_sim/commands/": "`emulator`, `sandbox`, `demo`: registered by name in `cli.py`, never imported",
+    "vmss_terminate_sim/emulator/": "standard library only: stands in for Azure in front of either side",
+    "vmss_terminate_sim/demo_hook.py": "a hook script, run as a process",
+    "agent/": "on every VM: never `azure`, the control plane or the simulation",
 }
 """A few words on the doc's table for the rows whose reason is not obvious."""
 
@@ -100,21 +111,39 @@ def allowed(row: str) -> List[str]:
 # --- reading the code -------------------------------------------------------------------------
 
 
+def _key(path: Path) -> str:
+    """A file's or folder's name in the table: relative to the product package, or from the
+    repository root for the simulation's."""
+    if path == SIM or SIM in path.parents:
+        return path.relative_to(ROOT).as_posix()
+    return path.relative_to(PACKAGE).as_posix()
+
+
+def _path(key: str) -> Path:
+    """The inverse of `_key`."""
+    return ROOT / key if key.startswith("vmss_terminate_sim/") else PACKAGE / key
+
+
+def _files() -> List[Path]:
+    return sorted([*PACKAGE.rglob("*.py"), *SIM.rglob("*.py")])
+
+
 def _module_name(path: Path) -> str:
-    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts.pop()
     return ".".join(parts)
 
 
 def _module_file(module: str) -> Optional[Path]:
-    """The file of `vmss_terminate.x.y` (a module or a package's __init__.py), None if no such module."""
-    parts = module.split(".")[1:]
-    base = PACKAGE.joinpath(*parts)
+    """The file of `vmss_terminate.x.y` or `vmss_terminate_sim.x.y` (a module or a package's
+    __init__.py), None if no such module."""
+    top, *parts = module.split(".")
+    base = TOPS[top].joinpath(*parts)
     for candidate in (base.with_suffix(".py"), base / "__init__.py"):
         if parts and candidate.is_file():
             return candidate
-    return PACKAGE / "__init__.py" if not parts else None
+    return TOPS[top] / "__init__.py" if not parts else None
 
 
 def _imports(path: Path, module: str = "") -> Iterator[Tuple[int, str]]:
@@ -133,14 +162,13 @@ def _imports(path: Path, module: str = "") -> Iterator[Tuple[int, str]]:
             parent = ".".join(base + ([node.module] if node.module else []))
             for alias in node.names:
                 child = f"{parent}.{alias.name}"
-                is_module = child.startswith("vmss_terminate.") and _module_file(child) is not None
+                is_module = child.split(".")[0] in TOPS and _module_file(child) is not None
                 yield node.lineno, child if is_module else parent
 
 
 def _part_of(path: Path) -> str:
-    """The part a file is in: its package folder, or itself at the package root."""
-    relative = path.relative_to(PACKAGE)
-    return relative.as_posix() if len(relative.parts) == 1 else relative.parent.as_posix() + "/"
+    """The part a file is in: its package folder, or itself at a package root."""
+    return _key(path) if path.parent in (PACKAGE, SIM) else _key(path.parent) + "/"
 
 
 def _row_of(path: Path) -> str:
@@ -152,20 +180,21 @@ def _row_of(path: Path) -> str:
 def _parts() -> List[str]:
     """Every part of the tree that needs a row (or an INSIDE entry): each package folder and each
     module at the root."""
-    found = {_part_of(path) for path in PACKAGE.rglob("*.py")}
-    found |= {p.relative_to(PACKAGE).as_posix() + "/" for p in PACKAGE.rglob("*") if (p / "__init__.py").is_file()}
+    found = {_part_of(path) for path in _files()}
+    found |= {_key(p) + "/" for top in (PACKAGE, SIM) for p in top.rglob("*")
+              if p != SIM and (p / "__init__.py").is_file()}
     return sorted(found)
 
 
 def _target(module: str) -> Optional[Tuple[str, str]]:
-    """(row, file relative to the package) of an imported `vmss_terminate` module, or (external
-    name, "") for a third-party one; None for the standard library and `__future__`."""
+    """(row, file's name in the table) of an imported `vmss_terminate`/`vmss_terminate_sim` module,
+    or (external name, "") for a third-party one; None for the standard library and `__future__`."""
     top = module.split(".")[0]
-    if top == "vmss_terminate":
+    if top in TOPS:
         file = _module_file(module)
         if file is None:
             raise AssertionError(f"import of {module}: no such module")
-        return _row_of(file), file.relative_to(PACKAGE).as_posix()
+        return _row_of(file), _key(file)
     if top == "__future__" or top in getattr(sys, "stdlib_module_names", ()):
         return None
     if top in EXTERNAL or not hasattr(sys, "stdlib_module_names"):
@@ -175,7 +204,7 @@ def _target(module: str) -> Optional[Tuple[str, str]]:
 
 def _violations() -> List[str]:
     found = []
-    for path in sorted(PACKAGE.rglob("*.py")):
+    for path in _files():
         row = _row_of(path)
         if row not in LAYERS:
             continue  # reported by test_every_package_and_root_module_has_a_row
@@ -198,13 +227,13 @@ def _violations() -> List[str]:
 
 def _module_graph() -> Dict[str, Set[str]]:
     graph: Dict[str, Set[str]] = {}
-    for path in PACKAGE.rglob("*.py"):
-        mine = path.relative_to(PACKAGE).as_posix()
+    for path in _files():
+        mine = _key(path)
         for _, module in _imports(path):
-            if module.split(".")[0] == "vmss_terminate":
+            if module.split(".")[0] in TOPS:
                 file = _module_file(module)
                 if file is not None and file != path:
-                    graph.setdefault(mine, set()).add(file.relative_to(PACKAGE).as_posix())
+                    graph.setdefault(mine, set()).add(_key(file))
     return graph
 
 
@@ -295,7 +324,7 @@ def test_rows_name_only_rows_below_them() -> None:
     wrong = []
     for position, row in enumerate(order):
         for name in allowed(row):
-            target = name if name in LAYERS else (_row_of(PACKAGE / name) if (PACKAGE / name).is_file() else None)
+            target = name if name in LAYERS else (_row_of(_path(name)) if _path(name).is_file() else None)
             if name in EXTERNAL:
                 continue
             if target is None or target not in LAYERS:
@@ -347,7 +376,8 @@ def _reach(row: str) -> Set[str]:
             continue
         seen.add(current)
         for name in allowed(current) if current in LAYERS else ():
-            todo.append(_row_of(PACKAGE / name) if name.endswith(".py") and "/" in name else name)
+            todo.append(_row_of(_path(name)) if name.endswith(".py") and "/" in name.removeprefix(
+                "vmss_terminate_sim/") else name)
     return seen
 
 
@@ -368,7 +398,7 @@ def _loaded_after(code: str) -> List[str]:
         "import sys\n"
         f"{code}\n"
         "print('\\n' + __import__('json').dumps(sorted(m for m in sys.modules "
-        "if m.split('.')[0] in ('azure', 'vmss_terminate'))))\n"
+        "if m.split('.')[0] in ('azure', 'vmss_terminate', 'vmss_terminate_sim'))))\n"
     )
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
@@ -403,7 +433,7 @@ def _cli(argv: List[str]) -> str:
 def test_agent_cli_paths_load_no_azure() -> None:
     """The console script against an IMDS emulator: `agent run` (what every VM runs) loads the agent
     and nothing above it; `agent events` (through the click CLI) no Azure SDK either."""
-    from vmss_terminate.emulator.imds import start_imds
+    from vmss_terminate_sim.emulator.imds import start_imds
 
     with start_imds(vm_names=["vm0"]) as imds:
         where = ["--imds-url", imds.urls[0], "--vm-name", "vm0"]

@@ -41,7 +41,7 @@ def test_sandbox_refuses_names_azure_would_refuse() -> None:
 
 
 def test_demo_with_too_short_a_deadline_blames_the_deadline() -> None:
-    from vmss_terminate.sandbox.demo import DemoOptions, run_demo
+    from vmss_terminate_sim.sandbox.demo import DemoOptions, run_demo
 
     result = run_demo(DemoOptions(deadline=0.001))  # over before the agents can be running
     assert not result.ok and result.failure is not None

@@ -32,16 +32,17 @@ def _examples() -> List[Tuple[str, str]]:
 
 
 def _packages() -> List[str]:
-    top = ROOT / "vmss_terminate"
-    return sorted(f"vmss_terminate.{p.parent.name}" for p in top.glob("*/__init__.py"))
+    return sorted(f"{top}.{p.parent.name}" for top in ("vmss_terminate", "vmss_terminate_sim")
+                  for p in (ROOT / top).glob("*/__init__.py"))
 
 
 def test_every_package_has_a_section_with_an_example() -> None:
     sections = {section for section, _ in _examples()}
     # the emulator package is documented through its sub-packages; commands is the CLI's
-    wanted = [p for p in _packages() if p not in ("vmss_terminate.emulator", "vmss_terminate.commands")]
-    wanted += ["vmss_terminate", "vmss_terminate.emulator.imds", "vmss_terminate.emulator.arm",
-               "vmss_terminate.emulator.kube"]
+    wanted = [p for p in _packages()
+              if p not in ("vmss_terminate_sim.emulator", "vmss_terminate.commands", "vmss_terminate_sim.commands")]
+    wanted += ["vmss_terminate", "vmss_terminate_sim.emulator.imds", "vmss_terminate_sim.emulator.arm",
+               "vmss_terminate_sim.emulator.kube"]
     assert sorted(set(wanted) - sections) == []
 
 

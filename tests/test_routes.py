@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from vmss_terminate.emulator.routes import Route, match_route, path_pattern
-from vmss_terminate.emulator.server import Response
+from vmss_terminate_sim.emulator.routes import Route, match_route, path_pattern
+from vmss_terminate_sim.emulator.server import Response
 
 
 def _ok(**groups: str) -> Response:

@@ -5,9 +5,9 @@ from __future__ import annotations
 from vmss_terminate import scheduled_events as facts
 from vmss_terminate.agent import events as agent_events
 from vmss_terminate.agent import imds as agent_imds
-from vmss_terminate.emulator.imds import events as emulator_events
-from vmss_terminate.emulator.imds import instance as emulator_instance
-from vmss_terminate.emulator.imds import versions as emulator_versions
+from vmss_terminate_sim.emulator.imds import events as emulator_events
+from vmss_terminate_sim.emulator.imds import instance as emulator_instance
+from vmss_terminate_sim.emulator.imds import versions as emulator_versions
 
 
 def test_agent_and_emulator_share_one_list_of_each_fact() -> None:

@@ -9,7 +9,7 @@ Which package serves whom (docs/python-api.md has an example of each, docs/archi
   subscriptions, found through Azure Resource Graph.
 * `vmss_terminate.agent` -- inside each VM: poll Scheduled Events, run drain hooks, approve only
   this VM's own events (requests and the standard library only; never the Azure SDK).
-* `vmss_terminate.emulator` and `vmss_terminate.sandbox` -- for tests: local IMDS and ARM
+* `vmss_terminate_sim.emulator` and `vmss_terminate_sim.sandbox` -- for tests: local IMDS and ARM
   emulators, and a sandbox that links them the way Azure does so a scale-in can be watched end to end.
 * `vmss_terminate.iac` -- for templates: render the ARM / Bicep / Terraform snippets that set the
   same profile at deploy time.

@@ -28,14 +28,14 @@ from vmss_terminate.signals import StopOnSignals, finish_quietly, kept_handlers,
 CONTROL = "control"  # the extra of vmss_terminate/extras.py (not imported here: the agent does not need it)
 
 _CONTROL = "vmss_terminate.commands.control"
-_SANDBOX = "vmss_terminate.commands.sandbox"
+_SANDBOX = "vmss_terminate_sim.commands.sandbox"
 
 # Top-level command name -> where it lives. Summaries are the first sentence of each command's help
 # (tests/test_cli_lazy.py checks they agree); `extra` names what `pip install` must have added.
 COMMANDS = {
     "agent": Lazy("vmss_terminate.commands.agent", "agent_group",
                   "The in-VM agent: drain hooks, then approve this VM's Terminate event."),
-    "emulator": Lazy("vmss_terminate.commands.emulator", "emulator",
+    "emulator": Lazy("vmss_terminate_sim.commands.emulator", "emulator",
                      "Run a local emulator of an Azure endpoint or the Kubernetes API (for testing hooks and pipelines)."),
     "render": Lazy("vmss_terminate.commands.iac", "render_command",
                    "Print a snippet to paste into your own template or pipeline."),

@@ -14,8 +14,8 @@ import pytest
 from helpers import poll_until as wait_until  # noqa: F401  (re-exported for the agent tests)
 
 from vmss_terminate.agent import Agent, AgentConfig, Decision
-from vmss_terminate.emulator.imds.app import ImdsEmulator, PlacementGroup
-from vmss_terminate.emulator.server import EmulatorServer
+from vmss_terminate_sim.emulator.imds.app import ImdsEmulator, PlacementGroup
+from vmss_terminate_sim.emulator.server import EmulatorServer
 
 REPO = Path(__file__).resolve().parents[2]
 VM = "myvmss_3"

@@ -16,8 +16,8 @@ from typing import Iterator, List
 
 import pytest
 
-from vmss_terminate.emulator.imds.app import ImdsEmulator, PlacementGroup
-from vmss_terminate.emulator.server import EmulatorServer
+from vmss_terminate_sim.emulator.imds.app import ImdsEmulator, PlacementGroup
+from vmss_terminate_sim.emulator.server import EmulatorServer
 
 from .conftest import REPO, wait_until
 

@@ -12,9 +12,9 @@ from inprocess import InProcessTransport
 
 from vmss_terminate.agent import decisions as D
 from vmss_terminate.agent.imds import ImdsClient
-from vmss_terminate.emulator.imds.app import ImdsEmulator, PlacementGroup
-from vmss_terminate.emulator.server import EmulatorServer, Request, Response
 from vmss_terminate.scheduled_events import SCHEDULED_EVENTS_VERSIONS
+from vmss_terminate_sim.emulator.imds.app import ImdsEmulator, PlacementGroup
+from vmss_terminate_sim.emulator.server import EmulatorServer, Request, Response
 
 from .conftest import VM, Imds, Recorder, make_agent, run_cli
 from .test_hooks import probe, runs

@@ -14,8 +14,8 @@ import pytest
 
 from vmss_terminate.agent.hooks import HookContext
 from vmss_terminate.clock import ScaledClock
-from vmss_terminate.emulator.imds.events import format_not_before
-from vmss_terminate.emulator.server import EmulatorServer, Request, Response
+from vmss_terminate_sim.emulator.imds.events import format_not_before
+from vmss_terminate_sim.emulator.server import EmulatorServer, Request, Response
 
 from .conftest import VM, Imds, Running, make_agent, run_cli, wait_until
 

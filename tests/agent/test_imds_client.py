@@ -20,9 +20,9 @@ from vmss_terminate.agent.imds import (
     Stopped,
     check_imds_api_version,
 )
-from vmss_terminate.emulator.imds.app import ImdsEmulator, PlacementGroup
-from vmss_terminate.emulator.server import EmulatorServer, Request, Response
 from vmss_terminate.errors import UsageError
+from vmss_terminate_sim.emulator.imds.app import ImdsEmulator, PlacementGroup
+from vmss_terminate_sim.emulator.server import EmulatorServer, Request, Response
 
 from .conftest import VM, Imds, make_agent
 

@@ -14,9 +14,9 @@ import pytest
 from vmss_terminate.agent import Agent, AgentConfig, StateStore
 from vmss_terminate.agent.journal import resolve_state_file
 from vmss_terminate.clock import ManualClock, ScaledClock
-from vmss_terminate.emulator.imds.app import ImdsEmulator, PlacementGroup
-from vmss_terminate.emulator.server import EmulatorServer
 from vmss_terminate.errors import UsageError
+from vmss_terminate_sim.emulator.imds.app import ImdsEmulator, PlacementGroup
+from vmss_terminate_sim.emulator.server import EmulatorServer
 
 from .conftest import VM, Imds, Recorder, Running, make_agent
 

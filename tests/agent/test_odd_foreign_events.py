@@ -16,7 +16,7 @@ from vmss_terminate.agent.config import AgentConfig
 from vmss_terminate.agent.events import EventsDocument
 from vmss_terminate.agent.imds import _json_int
 from vmss_terminate.agent.policy import Progress
-from vmss_terminate.emulator.server import EmulatorServer, Response
+from vmss_terminate_sim.emulator.server import EmulatorServer, Response
 
 from .conftest import VM, Recorder, make_agent
 from .test_adversarial import FixedImds

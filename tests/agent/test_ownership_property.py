@@ -22,8 +22,8 @@ from hypothesis import strategies as st
 from inprocess import InProcessTransport
 
 from vmss_terminate.agent.events import EVENT_TYPES
-from vmss_terminate.emulator.imds.app import ImdsEmulator, PlacementGroup
-from vmss_terminate.emulator.server import RequestLog
+from vmss_terminate_sim.emulator.imds.app import ImdsEmulator, PlacementGroup
+from vmss_terminate_sim.emulator.server import RequestLog
 
 from .conftest import make_agent
 

@@ -15,8 +15,8 @@ from vmss_terminate.agent import decisions as D
 from vmss_terminate.agent.decisions import Decision
 from vmss_terminate.agent.probes import ProbeServer, parse_listen, serve
 from vmss_terminate.clock import ManualClock, ScaledClock
-from vmss_terminate.emulator.imds.app import ImdsEmulator, PlacementGroup
 from vmss_terminate.errors import UsageError
+from vmss_terminate_sim.emulator.imds.app import ImdsEmulator, PlacementGroup
 
 from .conftest import VM, Imds, Recorder, Running, make_agent
 from .test_hooks import probe, runs
@@ -289,7 +289,7 @@ def test_probe_thread_and_agent_share_nothing_but_decisions() -> None:
     import sys
 
     code = ("import sys, vmss_terminate.agent.probes, vmss_terminate.agent.notify\n"
-            "print(sorted(m for m in sys.modules if m.startswith(('azure', 'vmss_terminate.emulator', "
+            "print(sorted(m for m in sys.modules if m.startswith(('azure', 'vmss_terminate_sim.emulator', "
             "'vmss_terminate.control', 'prometheus_client'))))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert result.stdout.strip() == "[]", result.stderr

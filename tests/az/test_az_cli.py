@@ -16,8 +16,8 @@ import pytest
 from helpers import invoke_cli
 
 from vmss_terminate.cli import main
-from vmss_terminate.emulator.arm.inventory import DEFAULT_TENANT
-from vmss_terminate.emulator.arm.token import ARM_AUDIENCES
+from vmss_terminate_sim.emulator.arm.inventory import DEFAULT_TENANT
+from vmss_terminate_sim.emulator.arm.token import ARM_AUDIENCES
 
 from .conftest import AzWorld
 

@@ -10,7 +10,7 @@ from helpers import CliResult, invoke_cli, serve_arm_state
 
 from vmss_terminate import cli
 from vmss_terminate.control import Connection
-from vmss_terminate.emulator.arm.app import ArmServers, ArmState
+from vmss_terminate_sim.emulator.arm.app import ArmServers, ArmState
 
 SUB = "00000000-0000-0000-0000-0000000000aa"
 RG = "rg"

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from vmss_terminate.emulator.arm.app import ArmServers, ArmState
+from vmss_terminate_sim.emulator.arm.app import ArmServers, ArmState
 
 from .conftest import RG, SUB, run
 

@@ -12,7 +12,7 @@ from vmss_terminate.commands.progress import terminal_progress
 from vmss_terminate.control import UpgradeIncomplete, body
 from vmss_terminate.control.connection import sdk_default_api_version
 from vmss_terminate.control.upgrade import UpgradeResult
-from vmss_terminate.emulator.arm.app import ArmServers, ArmState
+from vmss_terminate_sim.emulator.arm.app import ArmServers, ArmState
 
 from .conftest import RG, SUB, run, writes
 

@@ -10,7 +10,7 @@ import pytest
 
 from vmss_terminate.control import Connection, status
 from vmss_terminate.control.scaleset import ComputeClient
-from vmss_terminate.emulator.arm.app import ArmServers, ArmState
+from vmss_terminate_sim.emulator.arm.app import ArmServers, ArmState
 
 from .conftest import RG, SUB
 

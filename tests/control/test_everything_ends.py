@@ -13,8 +13,8 @@ from helpers import recording_clock
 from vmss_terminate.control import Connection, UpgradeIncomplete, UpgradeOptions, enable, upgrade
 from vmss_terminate.control.paging import MAX_PAGES, PageGuard, PagingLoop
 from vmss_terminate.control.upgrade import BatchSize
-from vmss_terminate.emulator.arm.app import ArmServers, ArmState
 from vmss_terminate.errors import AzureError
+from vmss_terminate_sim.emulator.arm.app import ArmServers, ArmState
 
 from .conftest import RG, SUB, run
 

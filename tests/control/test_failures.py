@@ -13,8 +13,8 @@ import pytest
 from vmss_terminate.clock import ManualClock
 from vmss_terminate.control import Connection, UpgradeIncomplete, UpgradeOptions, enable, status, upgrade
 from vmss_terminate.control.upgrade import BatchSize
-from vmss_terminate.emulator.arm.app import ArmServers, ArmState
 from vmss_terminate.errors import AzureError
+from vmss_terminate_sim.emulator.arm.app import ArmServers, ArmState
 
 from .conftest import RG, SUB, run, writes
 

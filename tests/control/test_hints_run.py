@@ -16,7 +16,7 @@ from typing import Dict, List
 from helpers import poll_until
 
 from vmss_terminate.control.commandline import command
-from vmss_terminate.emulator.arm.app import ArmServers, ArmState
+from vmss_terminate_sim.emulator.arm.app import ArmServers, ArmState
 
 from .conftest import RG, SUB, run
 

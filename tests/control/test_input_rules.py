@@ -8,8 +8,8 @@ import json
 import pytest
 
 from vmss_terminate.control import Connection, enable, status
-from vmss_terminate.emulator.arm.app import ArmServers, ArmState
 from vmss_terminate.errors import AzureError, InvalidValue, UsageError
+from vmss_terminate_sim.emulator.arm.app import ArmServers, ArmState
 
 from .conftest import RG, SUB, requests_seen, run
 
@@ -100,7 +100,7 @@ def test_library_errors_name_python_parameters_not_cli_flags(monkeypatch: pytest
     with pytest.raises(UsageError) as no_timeout:
         enable(RG, "web", None, connection=Connection(subscription_id=SUB))  # type: ignore[arg-type]
     assert "--" not in str(no_timeout.value) and "--timeout" in str(no_timeout.value.cli_message)
-    from vmss_terminate.sandbox import SandboxConfig
+    from vmss_terminate_sim.sandbox import SandboxConfig
     with pytest.raises(InvalidValue, match=r"^invalid instances 0: "):
         SandboxConfig(instances=0).validated()
 

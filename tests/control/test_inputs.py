@@ -9,8 +9,8 @@ import pytest
 from vmss_terminate.control import body
 from vmss_terminate.control.connection import CLOUDS, check_compute_api_version, resolve_endpoint
 from vmss_terminate.control.upgrade import BatchSize
-from vmss_terminate.emulator.arm.app import ArmServers, ArmState
 from vmss_terminate.errors import InvalidValue, UsageError
+from vmss_terminate_sim.emulator.arm.app import ArmServers, ArmState
 
 from .conftest import RG, SUB, requests_seen, run
 

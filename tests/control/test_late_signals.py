@@ -13,7 +13,7 @@ from typing import Any, List
 
 import pytest
 
-from vmss_terminate.emulator.arm.app import ArmServers, ArmState
+from vmss_terminate_sim.emulator.arm.app import ArmServers, ArmState
 
 from .conftest import RG, SUB
 

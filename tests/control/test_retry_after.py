@@ -12,8 +12,8 @@ import pytest
 from vmss_terminate.clock import ManualClock
 from vmss_terminate.control.operations import retry_after_seconds
 from vmss_terminate.control.pipeline import RETRY_AFTER_MAX
-from vmss_terminate.emulator.arm.app import ArmServers, ArmState
-from vmss_terminate.emulator.faults import parse_fault_spec
+from vmss_terminate_sim.emulator.arm.app import ArmServers, ArmState
+from vmss_terminate_sim.emulator.faults import parse_fault_spec
 
 from .conftest import RG, SUB, run
 

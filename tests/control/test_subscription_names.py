@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from vmss_terminate.emulator.arm.app import ArmServers, ArmState
+from vmss_terminate_sim.emulator.arm.app import ArmServers, ArmState
 
 from .conftest import RG, SUB, run
 

@@ -11,7 +11,7 @@ import pytest
 from helpers import RecordingServer
 
 from vmss_terminate.control.origin import OriginGuard, origin_of
-from vmss_terminate.emulator.arm.app import ArmServers, ArmState
+from vmss_terminate_sim.emulator.arm.app import ArmServers, ArmState
 
 from .conftest import RG, SUB, run
 

@@ -21,8 +21,8 @@ from helpers import recording_clock
 from vmss_terminate.control import Connection, status
 from vmss_terminate.control.pipeline import build_credential
 from vmss_terminate.control.token_answers import TokenRequestRefused, endpoint_message
-from vmss_terminate.emulator.arm.app import ArmServers, ArmState
-from vmss_terminate.emulator.arm.token import ARM_AUDIENCES, UNKNOWN_RESOURCE_MESSAGE, normalise_audience
+from vmss_terminate_sim.emulator.arm.app import ArmServers, ArmState
+from vmss_terminate_sim.emulator.arm.token import ARM_AUDIENCES, UNKNOWN_RESOURCE_MESSAGE, normalise_audience
 
 from .conftest import RG, SUB, run
 

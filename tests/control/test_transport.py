@@ -9,7 +9,7 @@ import pytest
 
 from vmss_terminate.control import Connection, status
 from vmss_terminate.control.pipeline import allow_loopback_http_policy
-from vmss_terminate.emulator.arm.app import ArmState, start_arm
+from vmss_terminate_sim.emulator.arm.app import ArmState, start_arm
 
 from .conftest import RG, SUB
 

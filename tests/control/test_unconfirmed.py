@@ -11,8 +11,8 @@ from typing import Iterator
 import pytest
 
 from vmss_terminate.control import Connection, enable, status
-from vmss_terminate.emulator.arm.app import ArmServers, ArmState
 from vmss_terminate.errors import AzureError
+from vmss_terminate_sim.emulator.arm.app import ArmServers, ArmState
 
 from .conftest import RG, SUB
 

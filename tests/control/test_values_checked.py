@@ -8,7 +8,7 @@ from typing import List
 
 import pytest
 
-from vmss_terminate.emulator.arm.app import ArmServers
+from vmss_terminate_sim.emulator.arm.app import ArmServers
 
 from .conftest import RG, requests_seen, run
 
@@ -73,9 +73,9 @@ def test_unicode_digits_and_spaces_are_refused_by_both_agent_parsers() -> None:
 
 
 def test_emulator_event_and_fault_numbers_are_strict() -> None:
-    from vmss_terminate.emulator.faults import FaultSpecError, parse_fault_spec
-    from vmss_terminate.emulator.imds.launch import parse_event_spec
     from vmss_terminate.errors import UsageError
+    from vmss_terminate_sim.emulator.faults import FaultSpecError, parse_fault_spec
+    from vmss_terminate_sim.emulator.imds.launch import parse_event_spec
 
     assert parse_event_spec("Terminate:vm_1@60")["not_before_in"] == 60.0
     for spec in ("Terminate:vm_1@６０", "Terminate:vm_1@nan", "Terminate:vm_1@ 60", "Terminate:vm_1@" + LONG):

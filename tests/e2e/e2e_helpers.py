@@ -9,7 +9,7 @@ from typing import Any, Dict, Iterator, List
 import requests
 
 from vmss_terminate.control.pipeline import build_compute_client
-from vmss_terminate.sandbox import Sandbox, SandboxConfig
+from vmss_terminate_sim.sandbox import Sandbox, SandboxConfig
 
 NO_PROXY = {"http": None, "https": None}
 

@@ -11,8 +11,8 @@ from typing import List, Tuple
 import pytest
 
 from vmss_terminate.clock import ManualClock
-from vmss_terminate.emulator.imds.app import PlacementGroup
-from vmss_terminate.sandbox.scheduler import DeletionScheduler, plan_deletions
+from vmss_terminate_sim.emulator.imds.app import PlacementGroup
+from vmss_terminate_sim.sandbox.scheduler import DeletionScheduler, plan_deletions
 
 pytestmark = pytest.mark.timeout(30)
 

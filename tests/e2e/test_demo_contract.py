@@ -12,7 +12,7 @@ import pytest
 from helpers import invoke_cli
 
 from vmss_terminate.cli import main
-from vmss_terminate.sandbox.demo import BASE_DEADLINE_S, DemoOptions, max_speed
+from vmss_terminate_sim.sandbox.demo import BASE_DEADLINE_S, DemoOptions, max_speed
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -19,7 +19,7 @@ import pytest
 from helpers import interrupt, invoke_cli
 
 from vmss_terminate.cli import main
-from vmss_terminate.sandbox.kubernetes import computer_name
+from vmss_terminate_sim.sandbox.kubernetes import computer_name
 
 pytestmark = pytest.mark.timeout(120)
 

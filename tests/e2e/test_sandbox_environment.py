@@ -12,7 +12,7 @@ from e2e_helpers import running
 from vmss_terminate.control import enable, status
 from vmss_terminate.control.upgrade import UpgradeOptions
 from vmss_terminate.errors import AzureError
-from vmss_terminate.sandbox.environment import TokenEndpointCredential
+from vmss_terminate_sim.sandbox.environment import TokenEndpointCredential
 
 
 def test_the_control_plane_reaches_the_sandbox_without_the_process_environment() -> None:

@@ -15,7 +15,7 @@ from helpers import invoke_cli
 from vmss_terminate.cli import main
 from vmss_terminate.control import UpgradeOptions, disable, enable, status
 from vmss_terminate.control.scaleset import ScaleSetClient
-from vmss_terminate.sandbox import DemoOptions, Sandbox, SandboxAgents, demo_hook_command, run_demo
+from vmss_terminate_sim.sandbox import DemoOptions, Sandbox, SandboxAgents, demo_hook_command, run_demo
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -55,7 +55,7 @@ def test_demo_text_output_and_failure_exit_code() -> None:
     assert "OK: graceful scale-in completed." in ok.output and "PT6M" in ok.output
     # A hook that fails everywhere: agents still approve (on_hook_failure=approve), but the story is
     # not graceful, so the demo must say so and exit 1.
-    failing_hook = demo_hook_command().replace("vmss_terminate.demo_hook", "vmss_terminate.no_such_hook")
+    failing_hook = demo_hook_command().replace("vmss_terminate_sim.demo_hook", "vmss_terminate.no_such_hook")
     failed = run_demo(DemoOptions(instances=2, scale_in=1, hook=failing_hook))
     assert not failed.ok and "drain hook failed" in (failed.failure or "")
 

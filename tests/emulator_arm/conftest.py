@@ -9,7 +9,7 @@ import pytest
 import requests
 
 from vmss_terminate.clock import ManualClock
-from vmss_terminate.emulator.arm.app import ArmServers, ArmState, start_arm
+from vmss_terminate_sim.emulator.arm.app import ArmServers, ArmState, start_arm
 
 SUB = "00000000-0000-0000-0000-000000000000"
 API = "2024-11-01"

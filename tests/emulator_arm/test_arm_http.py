@@ -7,7 +7,7 @@ from typing import Any, Dict
 
 import requests
 
-from vmss_terminate.emulator.arm.app import ArmServers, ArmState
+from vmss_terminate_sim.emulator.arm.app import ArmServers, ArmState
 
 from .conftest import API, SUB, vmss_url
 

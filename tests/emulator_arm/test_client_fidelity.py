@@ -12,8 +12,8 @@ import pytest
 import requests
 
 from vmss_terminate.clock import ManualClock
-from vmss_terminate.emulator.arm.app import ArmServers
-from vmss_terminate.emulator.arm.token import TokenEndpoint, decode_claims
+from vmss_terminate_sim.emulator.arm.app import ArmServers
+from vmss_terminate_sim.emulator.arm.token import TokenEndpoint, decode_claims
 
 from .conftest import API, vmss_url
 

@@ -15,10 +15,10 @@ from helpers import invoke_cli, serving_arm
 
 from vmss_terminate.cli import main
 from vmss_terminate.clock import ManualClock
-from vmss_terminate.emulator.arm import fleetgen
-from vmss_terminate.emulator.arm.app import ArmServers, ArmState, start_arm
-from vmss_terminate.emulator.faults import FaultSpecError, parse_fault_spec
 from vmss_terminate.fleet.scope import Scope
+from vmss_terminate_sim.emulator.arm import fleetgen
+from vmss_terminate_sim.emulator.arm.app import ArmServers, ArmState, start_arm
+from vmss_terminate_sim.emulator.faults import FaultSpecError, parse_fault_spec
 
 from .conftest import API, SUB, vmss_url
 
@@ -161,7 +161,7 @@ def test_compute_headers_joined_in_one_header(http: requests.Session, arm: ArmSe
 
 def test_a_quota_for_one_subscription_leaves_the_others_unlimited(
         http: requests.Session, arm: ArmServers, state: ArmState) -> None:
-    from vmss_terminate.emulator.arm.quota import parse_spec
+    from vmss_terminate_sim.emulator.arm.quota import parse_spec
 
     state.quotas.configure([parse_spec(f"writes=1/0.25,subscription={SUB}")])
     assert _upgrade(http, arm).headers["x-ms-ratelimit-remaining-subscription-writes"] == "0"

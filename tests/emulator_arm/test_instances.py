@@ -10,7 +10,7 @@ from typing import Any, Dict, List
 import requests
 
 from vmss_terminate.clock import ManualClock
-from vmss_terminate.emulator.arm.app import ArmServers, ArmState, InstanceRecord, ScaleSetRecord
+from vmss_terminate_sim.emulator.arm.app import ArmServers, ArmState, InstanceRecord, ScaleSetRecord
 
 from .conftest import API, SUB, vmss_url
 

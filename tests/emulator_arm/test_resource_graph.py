@@ -12,10 +12,10 @@ import requests
 
 from vmss_terminate.clock import ManualClock
 from vmss_terminate.control.pipeline import allow_loopback_http_policy
-from vmss_terminate.emulator.arm import fleetgen
-from vmss_terminate.emulator.arm.app import ArmServers, ArmState
-from vmss_terminate.emulator.arm.resourcegraph import QueryError, parse_query
 from vmss_terminate.fleet.scope import Scope
+from vmss_terminate_sim.emulator.arm import fleetgen
+from vmss_terminate_sim.emulator.arm.app import ArmServers, ArmState
+from vmss_terminate_sim.emulator.arm.resourcegraph import QueryError, parse_query
 
 from .conftest import vmss_url
 

@@ -1,6 +1,6 @@
 """The real azure-mgmt-compute SDK and DefaultAzureCredential, unchanged, against the emulator.
 
-How the SDK must be configured (also in vmss_terminate/emulator/arm.py's docstring): the token
+How the SDK must be configured (also in vmss_terminate_sim/emulator/arm.py's docstring): the token
 endpoint env (IDENTITY_ENDPOINT/IDENTITY_HEADER), base_url=<emulator>, polling_interval=0, and a
 per-call policy that lets bearer tokens go over http to loopback only (the product's own,
 `control.pipeline.allow_loopback_http_policy`, built on `vmss_terminate.net.is_loopback_http`).
@@ -13,7 +13,7 @@ from typing import Iterator
 import pytest
 
 from vmss_terminate.control.pipeline import allow_loopback_http_policy
-from vmss_terminate.emulator.arm.app import ArmServers, ArmState
+from vmss_terminate_sim.emulator.arm.app import ArmServers, ArmState
 
 from .conftest import SUB
 
@@ -99,7 +99,7 @@ def test_sdk_over_https_with_a_local_ca(state: ArmState, monkeypatch: pytest.Mon
     from azure.identity import DefaultAzureCredential
     from azure.mgmt.compute import ComputeManagementClient
 
-    from vmss_terminate.emulator.arm.app import start_arm
+    from vmss_terminate_sim.emulator.arm.app import start_arm
 
     ca = trustme.CA()
     server_context = __import__("ssl").create_default_context(__import__("ssl").Purpose.CLIENT_AUTH)

@@ -12,8 +12,8 @@ import pytest
 import requests
 
 from vmss_terminate.control.pipeline import allow_loopback_http_policy
-from vmss_terminate.emulator.arm.app import ArmServers, ArmState
-from vmss_terminate.emulator.arm.token import UNKNOWN_RESOURCE_MESSAGE, decode_claims
+from vmss_terminate_sim.emulator.arm.app import ArmServers, ArmState
+from vmss_terminate_sim.emulator.arm.token import UNKNOWN_RESOURCE_MESSAGE, decode_claims
 
 from .conftest import API, SUB, vmss_url
 

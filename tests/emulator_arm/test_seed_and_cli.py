@@ -11,7 +11,7 @@ import pytest
 import requests
 from helpers import serving_arm
 
-from vmss_terminate.emulator.arm.app import ArmState, InstanceRecord, ScaleSetRecord
+from vmss_terminate_sim.emulator.arm.app import ArmState, InstanceRecord, ScaleSetRecord
 
 from .conftest import SUB
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import requests
 
-from vmss_terminate.emulator.arm.app import ArmServers, ArmState
-from vmss_terminate.emulator.arm.inventory import DEFAULT_TENANT, default_display_name
+from vmss_terminate_sim.emulator.arm.app import ArmServers, ArmState
+from vmss_terminate_sim.emulator.arm.inventory import DEFAULT_TENANT, default_display_name
 
 from .conftest import SUB
 

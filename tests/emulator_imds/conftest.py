@@ -10,8 +10,8 @@ import pytest
 import requests
 
 from vmss_terminate.clock import ManualClock
-from vmss_terminate.emulator.imds.app import ImdsEmulator, PlacementGroup
-from vmss_terminate.emulator.server import EmulatorServer, Response
+from vmss_terminate_sim.emulator.imds.app import ImdsEmulator, PlacementGroup
+from vmss_terminate_sim.emulator.server import EmulatorServer, Response
 
 T0 = 1_700_000_000.0
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from vmss_terminate.emulator.imds.app import ImdsEmulator, PlacementGroup
-from vmss_terminate.emulator.server import EmulatorServer
+from vmss_terminate_sim.emulator.imds.app import ImdsEmulator, PlacementGroup
+from vmss_terminate_sim.emulator.server import EmulatorServer
 
 
 @pytest.fixture()

@@ -6,7 +6,7 @@ from email.utils import formatdate
 
 import pytest
 
-from vmss_terminate.emulator.imds.app import ImdsEmulator
+from vmss_terminate_sim.emulator.imds.app import ImdsEmulator
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -17,9 +17,9 @@ import pytest
 from helpers import interrupt, invoke_cli
 
 from vmss_terminate.cli import main
-from vmss_terminate.commands.emulator_imds import SCHEDULED_EVENTS_QUERY
-from vmss_terminate.emulator.imds.launch import load_scenario, parse_event_spec, start_imds
 from vmss_terminate.errors import UsageError
+from vmss_terminate_sim.commands.emulator_imds import SCHEDULED_EVENTS_QUERY
+from vmss_terminate_sim.emulator.imds.launch import load_scenario, parse_event_spec, start_imds
 
 pytestmark = pytest.mark.timeout(60)
 

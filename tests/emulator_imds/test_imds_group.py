@@ -9,8 +9,8 @@ from typing import List, Tuple
 import pytest
 
 from vmss_terminate.clock import ScaledClock
-from vmss_terminate.emulator.imds.app import EmulatedEvent, PlacementGroup
 from vmss_terminate.errors import UsageError
+from vmss_terminate_sim.emulator.imds.app import EmulatedEvent, PlacementGroup
 
 pytestmark = pytest.mark.timeout(30)
 

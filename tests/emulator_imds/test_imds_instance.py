@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from vmss_terminate.emulator.imds.app import ImdsEmulator
-from vmss_terminate.emulator.imds.versions import INSTANCE_VERSIONS
+from vmss_terminate_sim.emulator.imds.app import ImdsEmulator
+from vmss_terminate_sim.emulator.imds.versions import INSTANCE_VERSIONS
 
 pytestmark = pytest.mark.timeout(30)
 

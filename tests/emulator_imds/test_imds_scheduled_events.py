@@ -6,8 +6,8 @@ from email.utils import formatdate
 
 import pytest
 
-from vmss_terminate.emulator.imds.app import ImdsEmulator, PlacementGroup
-from vmss_terminate.emulator.imds.versions import SCHEDULED_EVENTS_VERSIONS
+from vmss_terminate_sim.emulator.imds.app import ImdsEmulator, PlacementGroup
+from vmss_terminate_sim.emulator.imds.versions import SCHEDULED_EVENTS_VERSIONS
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -9,8 +9,8 @@ from typing import List
 import pytest
 import requests
 
-from vmss_terminate.emulator.imds.app import ImdsEmulator, PlacementGroup
-from vmss_terminate.emulator.imds.ratelimit import FirstCallGate, SlidingWindowLimiter
+from vmss_terminate_sim.emulator.imds.app import ImdsEmulator, PlacementGroup
+from vmss_terminate_sim.emulator.imds.ratelimit import FirstCallGate, SlidingWindowLimiter
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -3,7 +3,7 @@
 def test_approval_by_differently_cased_owner_is_not_foreign() -> None:
     """Azure VM names are case-insensitive: `myvmss_3` approving an event for `MyVMSS_3` is its own."""
     from vmss_terminate.clock import ManualClock
-    from vmss_terminate.emulator.imds.app import PlacementGroup
+    from vmss_terminate_sim.emulator.imds.app import PlacementGroup
 
     group = PlacementGroup(clock=ManualClock())
     own = group.add_event("Terminate", ["MyVMSS_3"])

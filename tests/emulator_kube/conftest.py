@@ -11,7 +11,7 @@ import requests
 from kube_helpers import Kubectl, serve_for_kubectl
 
 from vmss_terminate.clock import ManualClock
-from vmss_terminate.emulator.kube import KubeServers, KubeState, start_kube
+from vmss_terminate_sim.emulator.kube import KubeServers, KubeState, start_kube
 
 
 @pytest.fixture

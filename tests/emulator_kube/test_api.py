@@ -11,7 +11,7 @@ import pytest
 import requests
 
 from vmss_terminate.clock import ManualClock
-from vmss_terminate.emulator.kube import NEW_EVENTS, NODES, PODS, KubeServers, KubeState
+from vmss_terminate_sim.emulator.kube import NEW_EVENTS, NODES, PODS, KubeServers, KubeState
 
 Json = Dict[str, Any]
 

@@ -18,8 +18,8 @@ from helpers import interrupt, invoke_cli
 from kube_helpers import KUBECTL, needs_kubectl, throwaway_ca
 
 from vmss_terminate.cli import main
-from vmss_terminate.emulator.faults import FaultSpecError
-from vmss_terminate.emulator.kube import DAEMON_SETS, NODES, PDBS, PODS, KubeState, load_seed, start_kube
+from vmss_terminate_sim.emulator.faults import FaultSpecError
+from vmss_terminate_sim.emulator.kube import DAEMON_SETS, NODES, PDBS, PODS, KubeState, load_seed, start_kube
 
 SEED: Dict[str, Any] = {
     "nodes": [{"name": "vmss000000", "providerID": "azure:///subscriptions/s/resourceGroups/rg/providers/"

@@ -9,7 +9,7 @@ from typing import Tuple
 import pytest
 from kube_helpers import Kubectl, needs_kubectl
 
-from vmss_terminate.emulator.kube import NEW_EVENTS, NODES, PODS, KubeServers
+from vmss_terminate_sim.emulator.kube import NEW_EVENTS, NODES, PODS, KubeServers
 
 pytestmark = needs_kubectl
 Cluster = Tuple[KubeServers, Kubectl]

@@ -10,9 +10,9 @@ import math
 import pytest
 
 from vmss_terminate.control import Connection
-from vmss_terminate.emulator.arm.app import ArmServers, ArmState
 from vmss_terminate.errors import UsageError
 from vmss_terminate.fleet import FINDINGS, Scope, audit
+from vmss_terminate_sim.emulator.arm.app import ArmServers, ArmState
 
 from .conftest import PROD, STAGING, run
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from vmss_terminate.control import Connection
-from vmss_terminate.emulator.arm.app import ArmServers, ArmState
 from vmss_terminate.fleet import Scope, audit
+from vmss_terminate_sim.emulator.arm.app import ArmServers, ArmState
 
 from .conftest import PROD, run
 

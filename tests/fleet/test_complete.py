@@ -9,11 +9,11 @@ import json
 import pytest
 
 from vmss_terminate.control import Connection
-from vmss_terminate.emulator.arm.app import ArmServers, ArmState
-from vmss_terminate.emulator.faults import parse_fault_spec
 from vmss_terminate.errors import AzureError, UsageError
 from vmss_terminate.fleet import Scope, audit
 from vmss_terminate.fleet.session import MAX_GRAPH_PAGES
+from vmss_terminate_sim.emulator.arm.app import ArmServers, ArmState
+from vmss_terminate_sim.emulator.faults import parse_fault_spec
 
 from .conftest import PROD, STAGING, arm_writes, run
 

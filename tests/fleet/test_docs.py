@@ -9,7 +9,7 @@ from typing import List
 
 import pytest
 
-from vmss_terminate.emulator.arm.app import ArmServers
+from vmss_terminate_sim.emulator.arm.app import ArmServers
 
 from .conftest import ROOT, run
 

@@ -12,9 +12,9 @@ from typing import Any, Dict
 import pytest
 
 from vmss_terminate.control import Connection
-from vmss_terminate.emulator.arm.app import ArmServers, ArmState
 from vmss_terminate.errors import AzureError
 from vmss_terminate.fleet import audit
+from vmss_terminate_sim.emulator.arm.app import ArmServers, ArmState
 
 from .conftest import run
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from helpers import interrupt
 
-from vmss_terminate.emulator.arm.app import ArmServers, ArmState
-from vmss_terminate.emulator.arm.quota import parse_spec
+from vmss_terminate_sim.emulator.arm.app import ArmServers, ArmState
+from vmss_terminate_sim.emulator.arm.quota import parse_spec
 
 from .conftest import run
 

@@ -9,13 +9,13 @@ import pytest
 
 from vmss_terminate.clock import ManualClock, ScaledClock
 from vmss_terminate.control import Connection
-from vmss_terminate.emulator.arm import fleetgen
-from vmss_terminate.emulator.arm.app import ArmServers, ArmState
-from vmss_terminate.emulator.arm.quota import parse_spec
-from vmss_terminate.emulator.faults import parse_fault_spec
 from vmss_terminate.fleet import Scope
 from vmss_terminate.fleet.rollout import rollout
 from vmss_terminate.fleet.throttle import BACKOFF_FIRST, SubscriptionThrottle, remaining_count
+from vmss_terminate_sim.emulator.arm import fleetgen
+from vmss_terminate_sim.emulator.arm.app import ArmServers, ArmState
+from vmss_terminate_sim.emulator.arm.quota import parse_spec
+from vmss_terminate_sim.emulator.faults import parse_fault_spec
 
 LIMITED = fleetgen.subscription_id(0)
 WRITES = ("PATCH", "POST", "PUT", "DELETE")

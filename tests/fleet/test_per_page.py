@@ -11,12 +11,12 @@ from typing import Dict
 import pytest
 
 from vmss_terminate.control import Connection
-from vmss_terminate.emulator.arm.app import ArmServers, ArmState
-from vmss_terminate.emulator.faults import parse_fault_spec
 from vmss_terminate.fleet import audit
 from vmss_terminate.fleet.options import DEFAULT_CONCURRENCY
 from vmss_terminate.fleet.rollout import rollout
 from vmss_terminate.fleet.scope import Scope
+from vmss_terminate_sim.emulator.arm.app import ArmServers, ArmState
+from vmss_terminate_sim.emulator.faults import parse_fault_spec
 
 GRAPH = "/providers/Microsoft.ResourceGraph/resources"
 

@@ -13,11 +13,11 @@ import pytest
 
 from vmss_terminate.clock import ManualClock
 from vmss_terminate.control import Connection
-from vmss_terminate.emulator.arm.app import ArmServers, ArmState
 from vmss_terminate.errors import UsageError
 from vmss_terminate.fleet import Scope, audit
 from vmss_terminate.fleet.rollout import rollout
 from vmss_terminate.fleet.throttle import SubscriptionThrottle
+from vmss_terminate_sim.emulator.arm.app import ArmServers, ArmState
 
 from .conftest import PROD, STAGING, arm_writes, run
 

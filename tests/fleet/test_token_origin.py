@@ -8,7 +8,7 @@ from typing import Iterator
 import pytest
 from helpers import RecordingServer
 
-from vmss_terminate.emulator.arm.app import ArmServers, ArmState
+from vmss_terminate_sim.emulator.arm.app import ArmServers, ArmState
 
 from .conftest import run
 

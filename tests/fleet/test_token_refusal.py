@@ -11,9 +11,9 @@ from helpers import recording_clock
 from vmss_terminate.control import Connection
 from vmss_terminate.control.pipeline import build_credential
 from vmss_terminate.control.token_answers import TokenRequestRefused
-from vmss_terminate.emulator.arm.app import ArmServers
-from vmss_terminate.emulator.arm.token import UNKNOWN_RESOURCE_MESSAGE
 from vmss_terminate.fleet import Scope, audit
+from vmss_terminate_sim.emulator.arm.app import ArmServers
+from vmss_terminate_sim.emulator.arm.token import UNKNOWN_RESOURCE_MESSAGE
 
 from .conftest import PROD, STAGING
 

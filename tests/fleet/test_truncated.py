@@ -3,7 +3,7 @@ the audit fails (exit 1, one clear line) instead of silently reporting part of i
 
 from __future__ import annotations
 
-from vmss_terminate.emulator.arm.app import ArmServers, ArmState
+from vmss_terminate_sim.emulator.arm.app import ArmServers, ArmState
 
 from .conftest import PROD, run
 

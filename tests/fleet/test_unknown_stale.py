@@ -12,9 +12,9 @@ import pytest
 
 from vmss_terminate import control
 from vmss_terminate.control import Connection
-from vmss_terminate.emulator.arm.app import ArmServers, ArmState
 from vmss_terminate.fleet import Scope, audit
 from vmss_terminate.fleet.rollout import rollout
+from vmss_terminate_sim.emulator.arm.app import ArmServers, ArmState
 
 from .conftest import ROOT, arm_writes, run
 

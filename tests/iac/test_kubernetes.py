@@ -29,9 +29,9 @@ from kube_helpers import KUBECTL, Kubectl, needs_kubectl, serve_for_kubectl  # n
 
 from vmss_terminate.agent.probes import parse_listen  # noqa: E402
 from vmss_terminate.cli import main  # noqa: E402
-from vmss_terminate.emulator.kube import NODES, KubeState, start_kube  # noqa: E402
-from vmss_terminate.emulator.kube.kinds import SECRETS  # noqa: E402
 from vmss_terminate.iac import kubernetes  # noqa: E402
+from vmss_terminate_sim.emulator.kube import NODES, KubeState, start_kube  # noqa: E402
+from vmss_terminate_sim.emulator.kube.kinds import SECRETS  # noqa: E402
 
 TEMPLATES = ROOT / "templates" / "kubernetes"
 GENERATED = {"vmss-terminate.yaml": kubernetes.render_kubernetes, "host/host-rbac.yaml": kubernetes.render_host}
@@ -233,9 +233,9 @@ def _drain_as_the_templates_account(tmp_path: Path, rules: Any = None) -> Tuple[
     by the emulator), `rules` replacing the ClusterRole's; returns the state, the API's request log
     and the IMDS group once an approval arrived or a 403 was answered."""
     from vmss_terminate.agent import Agent, AgentConfig
-    from vmss_terminate.emulator.imds.app import ImdsEmulator, PlacementGroup
-    from vmss_terminate.emulator.kube.launch import kubeconfig
-    from vmss_terminate.emulator.server import EmulatorServer
+    from vmss_terminate_sim.emulator.imds.app import ImdsEmulator, PlacementGroup
+    from vmss_terminate_sim.emulator.kube.launch import kubeconfig
+    from vmss_terminate_sim.emulator.server import EmulatorServer
 
     state = KubeState()
     for doc in kubernetes.host_manifests():

@@ -13,9 +13,9 @@ from helpers import invoke_cli
 
 from vmss_terminate.cli import main
 from vmss_terminate.control.profile import parse_scale_set
-from vmss_terminate.emulator.arm import shapes
-from vmss_terminate.emulator.arm.app import ArmState
 from vmss_terminate.iac import azure_policy
+from vmss_terminate_sim.emulator.arm import shapes
+from vmss_terminate_sim.emulator.arm.app import ArmState
 
 ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE = ROOT / "templates" / "policy" / "vmss-terminate-notification.json"

@@ -11,9 +11,9 @@ import pytest
 
 from vmss_terminate.agent import Agent, AgentConfig
 from vmss_terminate.clock import ScaledClock
-from vmss_terminate.emulator.imds.app import ImdsEmulator, PlacementGroup
-from vmss_terminate.emulator.kube import KubeServers, KubeState, start_kube
-from vmss_terminate.emulator.server import EmulatorServer
+from vmss_terminate_sim.emulator.imds.app import ImdsEmulator, PlacementGroup
+from vmss_terminate_sim.emulator.kube import KubeServers, KubeState, start_kube
+from vmss_terminate_sim.emulator.server import EmulatorServer
 
 VM = "myvmss_3"
 NODE = "aks-pool-3"  # named unlike the VM: found by spec.providerID
@@ -50,7 +50,7 @@ class Cluster:
         return sorted(p["metadata"]["name"] for p in self.state.pods_on(node))
 
     def node(self, name: str = NODE) -> Any:
-        from vmss_terminate.emulator.kube import NODES
+        from vmss_terminate_sim.emulator.kube import NODES
 
         return self.state.get(NODES, "", name)
 

@@ -15,7 +15,7 @@ import pytest
 
 from vmss_terminate.agent.kubernetes.api import KubeApi, KubeError
 from vmss_terminate.agent.kubernetes.credentials import Access
-from vmss_terminate.emulator.kube import KubeServers, KubeState, start_kube
+from vmss_terminate_sim.emulator.kube import KubeServers, KubeState, start_kube
 
 TOKEN = "secret-proxy-test-token"
 

@@ -18,7 +18,7 @@ from vmss_terminate.agent import decisions as D
 from vmss_terminate.agent.kubernetes import credentials
 from vmss_terminate.agent.kubernetes.rules import DEFAULT_TAINT
 from vmss_terminate.agent.metrics import AgentMetrics
-from vmss_terminate.emulator.kube import start_kube
+from vmss_terminate_sim.emulator.kube import start_kube
 
 from ..conftest import Running, run_cli
 from .conftest import NODE, OTHER, VM, Cluster
@@ -147,7 +147,7 @@ def test_a_cancelled_terminate_uncordons_what_this_agent_cordoned(cluster: Clust
 
 
 def test_a_node_cordoned_by_an_admin_stays_cordoned_after_a_cancel(cluster: Cluster) -> None:
-    from vmss_terminate.emulator.kube import NODES
+    from vmss_terminate_sim.emulator.kube import NODES
 
     cluster.state.patch(NODES, "", NODE, "application/merge-patch+json", {"spec": {"unschedulable": True}})
     one_pod_held(cluster)
@@ -195,7 +195,7 @@ def test_a_restart_in_the_middle_of_the_drain_continues_it(cluster: Cluster, tmp
 
 
 def test_no_node_for_this_vm_is_said_and_the_terminate_approved_as_on_hook_failure_says(cluster: Cluster) -> None:
-    from vmss_terminate.emulator.kube import NODES
+    from vmss_terminate_sim.emulator.kube import NODES
 
     cluster.state.delete(NODES, "", NODE)
     eid = cluster.group.add_event("Terminate", [VM], not_before=cluster.clock.now() + 600)
@@ -312,8 +312,8 @@ def test_a_node_named_like_the_computer_name_is_found_and_readyz_is_503_while_it
         cluster: Cluster, _kube_imds: Any) -> None:
     """No providerID (a kubeadm node, say): the node named like IMDS osProfile.computerName in lower
     case is this VM. /readyz answers 503 from the moment the Terminate is seen, during the drain."""
-    from vmss_terminate.emulator.imds.app import ImdsEmulator
-    from vmss_terminate.emulator.kube import NODES
+    from vmss_terminate_sim.emulator.imds.app import ImdsEmulator
+    from vmss_terminate_sim.emulator.kube import NODES
 
     cluster.state.delete(NODES, "", NODE)  # the node with this VM's providerID
     _kube_imds.reset(ImdsEmulator(cluster.group, vm_name=VM, vmss_name="myvmss", rate_limit=None,

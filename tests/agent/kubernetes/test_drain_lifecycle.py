@@ -9,7 +9,7 @@ from typing import Any, List
 
 from vmss_terminate.agent import decisions as D
 from vmss_terminate.agent.decisions import Decision
-from vmss_terminate.emulator.kube import NODES, PODS
+from vmss_terminate_sim.emulator.kube import NODES, PODS
 
 from ..conftest import Running
 from .conftest import NODE, OTHER, TOKEN, VM, Cluster

@@ -1,0 +1,1 @@
+"""The simulation's CLI commands (`emulator`, `sandbox`, `demo`), registered lazily by `vmss_terminate/cli.py`."""

@@ -1,0 +1,184 @@
+"""`vmss-terminate demo` and `vmss-terminate sandbox`: the local sandbox from the command line.
+
+Thin wrappers over `vmss_terminate_sim.sandbox.run_demo` and `vmss_terminate_sim.sandbox.Sandbox`.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import threading
+from typing import Optional
+
+import click
+
+from vmss_terminate.commands.foreground import Foreground
+from vmss_terminate.commands.options import TIMEOUT, decimal_range, int_range
+from vmss_terminate.commands.output import emit, output_option, tsv_lines
+from vmss_terminate.control.commandline import command
+from vmss_terminate.errors import VmssTerminateError
+from vmss_terminate.timeout import to_iso
+
+
+@click.command("demo")
+@click.option("--instances", type=int_range("instances"), default=4, show_default=True, metavar="INTEGER",
+              help="Instances in the scale set (2..20).")
+@click.option("--scale-in", type=int_range("scale-in"), default=2, metavar="INTEGER", show_default=True, help="How many instances the scale-in removes.")
+@click.option("--timeout", type=TIMEOUT, default="PT5M", show_default=True,
+              help="notBeforeTimeout the control plane enables (5..15 minutes: 10, 10m, PT10M).")
+@click.option("--speed", type=decimal_range("speed", what="a clock speed"), default=60.0, metavar="FLOAT", show_default=True,
+              help="Sandbox clock speed: sandbox seconds per real second (60: PT5M passes in 5 s); 1 up to the "
+                   "timeout in seconds / 5 (the timeout must last 5 real seconds).")
+@click.option("--hook", default=None, metavar="CMD",
+              help="Drain hook command for every agent (default: python -m vmss_terminate_sim.demo_hook).")
+@click.option("--deadline", type=decimal_range("deadline", 1), metavar="FLOAT RANGE", default=None,
+              help="Real seconds the story may take before the demo fails "
+                   "[default: 30 + (timeout + 30 s deletion) / speed].")
+@click.option("--kubernetes", is_flag=True,
+              help="The VMs are nodes of a local Kubernetes API emulator and every agent runs with --kubernetes: "
+                   "it cordons its node and evicts the pods (a PodDisruptionBudget holds one back until another "
+                   "is gone) before approving.")
+@output_option()
+def demo(instances: int, scale_in: int, timeout: int, speed: float, hook: Optional[str], deadline: Optional[float],
+         kubernetes: bool, output: str) -> None:
+    """Run the whole story on local emulators, no Azure: enable terminate notifications and upgrade
+    (real control plane and Azure SDK), one real agent per instance with a drain hook, scale in,
+    drain, approve, delete. Prints a timeline; exits 1 if the story does not complete."""
+    from vmss_terminate_sim.sandbox.demo import DemoOptions, header, render_text, run_demo, shown
+    from vmss_terminate_sim.sandbox.timeline import format_entry
+
+    options = DemoOptions(instances=instances, scale_in=scale_in, timeout_minutes=timeout, speed=speed,
+                          deadline=deadline, hook=hook, kubernetes=kubernetes).validated()
+    printing = threading.Lock()
+
+    def live(entry):  # type: ignore[no-untyped-def]
+        if shown(entry):
+            with printing:
+                click.echo(format_entry(entry))
+
+    if output == "table":
+        for line in header(options):
+            click.echo(line)
+    result = run_demo(options, on_entry=live if output == "table" else None)
+    with printing:
+        emit(result, output, lines=lambda: render_text(result))
+    if not result.ok:
+        raise VmssTerminateError(f"demo failed: {result.failure}")
+
+
+@click.command("sandbox")
+@click.option("--instances", type=int_range("instances"), default=4, show_default=True, metavar="INTEGER",
+              help="Instances in the scale set (1..100).")
+@click.option("--timeout", type=TIMEOUT, default="PT5M", show_default=True,
+              help="notBeforeTimeout the scale set starts with (ignored with --no-feature).")
+@click.option("--no-feature", is_flag=True, help="Create the scale set without terminate notifications "
+                                                  "(then try `vmss-terminate enable` against it).")
+@click.option("--speed", type=decimal_range("speed", what="a clock speed"), default=1.0, metavar="FLOAT", show_default=True,
+              help="Sandbox clock speed. Agents you start yourself run on real time, so keep 1 for them.")
+@click.option("--port-base", type=int_range("port-base"), default=0, metavar="INTEGER", show_default=True,
+              help="ARM on this port, token endpoint +1, IMDS of each instance +2, +3, ... (0: free ports).")
+@click.option("--name", default="myvmss", show_default=True, help="Scale set name.")
+@click.option("--resource-group", default="sandbox-rg", show_default=True, help="Resource group name.")
+@click.option("--duration", type=decimal_range("duration", 0), metavar="FLOAT RANGE", default=None,
+              help="Stop after this many real seconds (default: run until Ctrl-C).")
+@click.option("--kubernetes", is_flag=True,
+              help="Also a Kubernetes API emulator whose nodes are the instances (spec.providerID = the VM), "
+                   "with the demo's pods (web under a PodDisruptionBudget, a DaemonSet): try agents with "
+                   "--kubernetes, and kubectl, against it.")
+@output_option("json: one JSON object with the endpoints, then the timeline as JSON lines; tsv: the "
+               "environment as NAME<TAB>VALUE rows, then one row per timeline entry.")
+def sandbox(instances: int, timeout: int, no_feature: bool, speed: float, port_base: int, name: str,
+            resource_group: str, duration: Optional[float], kubernetes: bool, output: str) -> None:
+    """Keep a local sandbox running (ARM, token endpoint, one IMDS per instance) and print the
+    environment that points the CLI, the Azure SDK and agents at it, to try your own hooks.
+    Deleting instances (scale-in, delete) publishes Terminate events; the timeline is printed live."""
+    from vmss_terminate_sim.sandbox.agents import demo_hook_command
+    from vmss_terminate_sim.sandbox.environment import Sandbox, SandboxConfig
+    from vmss_terminate_sim.sandbox.kubernetes import SandboxCluster
+    from vmss_terminate_sim.sandbox.timeline import format_entry
+
+    config = SandboxConfig(instances=instances, timeout_minutes=None if no_feature else timeout, speed=speed,
+                           name=name, resource_group=resource_group, port_base=port_base).validated()
+    box = Sandbox(config)
+    cluster: Optional[SandboxCluster] = None
+    printing = threading.Lock()
+
+    def live(entry):  # type: ignore[no-untyped-def]
+        with printing:
+            if output == "table":
+                click.echo(format_entry(entry))
+            else:
+                click.echo(json.dumps(entry.to_dict()) if output == "json" else tsv_lines(entry.to_dict())[0])
+
+    with Foreground() as foreground:  # before start: a SIGTERM during start-up still gets the report
+        try:
+            box.start()
+            if kubernetes:
+                cluster = SandboxCluster(box).start()
+                cluster.add_demo_workload()
+        except OSError as exc:
+            box.stop()
+            raise VmssTerminateError(f"cannot start the sandbox: {exc}") from None
+        try:
+            with printing:
+                if output == "json":
+                    kube = {} if cluster is None else {"kubernetes": {"url": cluster.url, "kubeconfig": cluster.kubeconfig,
+                                                                      "nodes": dict(cluster.nodes)}}
+                    click.echo(json.dumps({"env": box.env(), "imds": box.imds_urls(), "resource_group": resource_group,
+                                           "name": name, "speed": box.speed, **kube}))
+                elif output == "tsv":
+                    for line in tsv_lines([[key, value] for key, value in box.env().items()]):
+                        click.echo(line)
+                else:
+                    _print_endpoints(box, demo_hook_command(), None if cluster is None else cluster.kubeconfig)
+            box.timeline.subscribe(live)
+            foreground.wait(timeout=duration)
+        finally:
+            if cluster is not None:
+                cluster.stop()
+            box.stop()
+            if output == "table":
+                for line in box.report():
+                    click.echo(line)
+                click.echo("sandbox stopped")
+
+
+def _print_endpoints(box, hook: str, kubeconfig: Optional[str] = None) -> None:  # type: ignore[no-untyped-def]
+    cfg = box.config
+    feature = "no terminate notification" if cfg.timeout_minutes is None else \
+        f"terminate notification {to_iso(cfg.timeout_minutes)}"
+    click.echo(f"sandbox: scale set {cfg.resource_group}/{cfg.name}, {cfg.instances} instances "
+               f"(Uniform, Manual upgrade policy), {feature}, clock x{box.speed:g}")
+    click.echo("")
+    click.echo("# Point the CLI and the Azure SDK at the sandbox (this shell only):")
+    for key, value in box.env().items():
+        click.echo(f"export {key}={shlex.quote(value)}")
+    click.echo("")
+    drain = "" if kubeconfig is None else f" --kubernetes --kubeconfig {shlex.quote(kubeconfig)}"
+    if kubeconfig is not None:
+        click.echo("# The instances are Kubernetes nodes (the demo's pods run on them):")
+        click.echo(f"kubectl --kubeconfig {shlex.quote(kubeconfig)} get nodes,pods,pdb -A -o wide")
+        click.echo("")
+    click.echo("# One agent per instance, each in its own terminal:")
+    for vm, url in box.imds_urls().items():
+        click.echo(f"VMSS_TERMINATE_IMDS_URL={url} vmss-terminate agent run --state-file :memory: "
+                   f"--hook {shlex.quote(hook)}{drain}   # {vm}")
+    click.echo("")
+    click.echo("# Then, with the exports above:")
+    click.echo(command("status", "-g", cfg.resource_group, "-n", cfg.name))
+    if cfg.timeout_minutes is None:
+        click.echo(command("enable", "-g", cfg.resource_group, "-n", cfg.name, "--timeout", "PT5M"))
+    click.echo(f"curl -s -H 'Metadata: true' '{next(iter(box.imds_urls().values()))}"
+               f"/metadata/scheduledevents?api-version=2019-01-01'")
+    click.echo("# Scale in: get a token from the sandbox's identity endpoint, then lower sku.capacity")
+    click.echo("# (or POST .../delete {\"instanceIds\": [...]}, or DELETE .../virtualMachines/ID):")
+    click.echo('TOKEN=$(curl -s -H "X-IDENTITY-HEADER: $IDENTITY_HEADER" '
+               '"$IDENTITY_ENDPOINT?api-version=2019-08-01&resource=https://management.azure.com" '
+               "| python3 -c 'import json,sys; print(json.load(sys.stdin)[\"access_token\"])')")
+    resource = (f"$VMSS_TERMINATE_ARM_ENDPOINT/subscriptions/$AZURE_SUBSCRIPTION_ID/resourceGroups/"
+                f"{cfg.resource_group}/providers/Microsoft.Compute/virtualMachineScaleSets/{cfg.name}")
+    click.echo(f'curl -s -X PATCH -H "Authorization: Bearer $TOKEN" -H "Content-Type: application/json" '
+               f"-d '{{\"sku\": {{\"capacity\": {max(cfg.instances - 1, 0)}}}}}' "
+               f'"{resource}?api-version=2019-03-01"')
+    click.echo("")
+    click.echo("# Ctrl-C stops the sandbox. Timeline:")

@@ -1,0 +1,337 @@
+"""`vmss-terminate demo`: the whole story on local emulators, with the production code paths.
+
+1. a sandbox scale set (Manual upgrade policy) without terminate notifications;
+2. the real control plane (`vmss_terminate.control.enable`, Azure SDK, a managed-identity token
+   from the sandbox's token endpoint) enables the timeout and upgrades every instance;
+3. one real agent per instance, each polling its own IMDS, with a real command hook;
+4. a scale-in (PATCH sku.capacity through the SDK);
+5. each removed instance's agent drains and approves its own event; the sandbox deletes them by
+   Azure's rules. The demo fails (exit 1) unless every removed instance was deleted after its own
+   agent drained and approved it, within the deadline, and nobody approved a foreign event.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional
+
+from vmss_terminate.agent.process import check_program, split_command
+from vmss_terminate.clock import ScaledClock
+from vmss_terminate.errors import InvalidValue
+from vmss_terminate.timeout import parse_timeout, to_iso
+from vmss_terminate_sim.sandbox.agents import SandboxAgents, demo_hook_command
+from vmss_terminate_sim.sandbox.environment import Sandbox, SandboxConfig
+from vmss_terminate_sim.sandbox.kubernetes import SandboxCluster
+from vmss_terminate_sim.sandbox.timeline import HEADER as TIMELINE_HEADER
+from vmss_terminate_sim.sandbox.timeline import Entry, Timeline
+
+AGENT_KINDS_SHOWN = {
+    "hook_started", "hook_finished", "hook_failed", "approval_sent", "approval_failed",
+    "approval_withheld", "shared_not_approved",
+    # --kubernetes (a refusal by the PodDisruptionBudget is shown once per pod; the JSON has every retry)
+    "kube_node_not_found", "kube_cordoned", "kube_evicted", "kube_eviction_refused", "kube_eviction_failed",
+    "kube_drained", "kube_not_drained", "kube_uncordoned",
+}
+MIN_REAL_NOTICE_S = 5.0
+"""Real seconds the NotBefore timeout must last for every agent to poll, drain and approve on a busy
+machine (measured: 1.25 s passes, 0.5 s fails on 2 shared cores), so `speed` <= timeout / this."""
+BASE_DEADLINE_S = 30.0
+"""Real seconds for what does not scale with the clock: start-up, enable + upgrade, agents' first calls."""
+DELETE_SANDBOX_S = 30.0  # SandboxConfig.delete_duration: an approved deletion takes this long (sandbox s)
+
+
+def max_speed(timeout_minutes: int) -> float:
+    """The fastest clock at which the timeout still lasts MIN_REAL_NOTICE_S real seconds."""
+    return timeout_minutes * 60 / MIN_REAL_NOTICE_S
+
+
+@dataclass(frozen=True)
+class DemoOptions:
+    """`deadline` (real seconds for the whole story) None: BASE_DEADLINE_S plus the sandbox time the
+    story may legitimately take (NotBefore timeout + deletion) at `speed`, so that every accepted
+    speed, 1 included, can pass."""
+
+    instances: int = 4
+    scale_in: int = 2
+    timeout_minutes: int = 5
+    speed: float = 60.0
+    deadline: Optional[float] = None
+    hook: Optional[str] = None  # None: the demo drain hook (python -m vmss_terminate_sim.demo_hook)
+    kubernetes: bool = False  # the VMs are Kubernetes nodes; agents run with --kubernetes
+
+    @property
+    def real_deadline(self) -> float:
+        if self.deadline is not None:
+            return self.deadline
+        return BASE_DEADLINE_S + (self.timeout_minutes * 60 + DELETE_SANDBOX_S) / self.speed
+
+    def validated(self) -> "DemoOptions":
+        """Every input checked before anything starts (the hook too: a missing program is exit 2 now,
+        not after enable and the upgrade ran)."""
+        if not 2 <= self.instances <= 20:
+            raise InvalidValue("instances", self.instances, "expected 2..20")
+        if not 1 <= self.scale_in < self.instances:
+            raise InvalidValue("scale_in", self.scale_in, f"expected 1..{self.instances - 1} "
+                                                          "(at least one instance stays)")
+        parse_timeout(self.timeout_minutes)  # the one 5..15-minute rule (InvalidTimeout is a UsageError)
+        fastest = max_speed(self.timeout_minutes)
+        if not 1.0 <= self.speed <= fastest:
+            raise InvalidValue("speed", self.speed, f"expected 1..{fastest:g} with a {to_iso(self.timeout_minutes)} "
+                               f"timeout (it must last {MIN_REAL_NOTICE_S:g} real seconds for the agents to drain "
+                               "and approve; a longer timeout allows a faster clock)")
+        if self.deadline is not None and self.deadline <= 0:
+            raise InvalidValue("deadline", self.deadline, "must be positive")
+        if self.hook is not None:
+            check_program(split_command(self.hook))
+        return self
+
+
+@dataclass
+class DemoResult:
+    ok: bool
+    options: DemoOptions
+    entries: List[Entry]
+    report: List[str]
+    totals: Dict[str, Any]
+    failure: Optional[str] = None
+    deleted: List[str] = field(default_factory=list)
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "failure": self.failure,
+            "options": {"instances": self.options.instances, "scale_in": self.options.scale_in,
+                        "timeout": to_iso(self.options.timeout_minutes), "speed": self.options.speed,
+                        "deadline": self.options.real_deadline, "kubernetes": self.options.kubernetes},
+            "deleted": self.deleted,
+            "totals": self.totals,
+            "report": self.report,
+            "timeline": [e.to_dict() for e in self.entries],
+        }
+
+
+def shown(entry: Entry) -> bool:
+    """Entries the text timeline prints (the JSON output has all of them)."""
+    if entry.source != "agent":
+        return True
+    if entry.kind == "kube_eviction_refused":
+        return entry.data.get("attempt") == 1
+    return entry.kind in AGENT_KINDS_SHOWN
+
+
+def run_demo(options: DemoOptions = DemoOptions(), on_entry: Optional[Callable[[Entry], None]] = None) -> DemoResult:
+    """Run the story; never raises for a story that does not complete (see `DemoResult.failure`)."""
+    options = options.validated()
+    clock = ScaledClock(speed=options.speed)
+    timeline = Timeline(clock)
+    if on_entry is not None:
+        timeline.subscribe(on_entry)
+    _quiet_agent_logs()
+    real_start = time.monotonic()
+    deadline = real_start + options.real_deadline
+    config = SandboxConfig(instances=options.instances, timeout_minutes=None, speed=options.speed)
+    sandbox = Sandbox(config, clock=clock, timeline=timeline)
+    agents: Optional[SandboxAgents] = None
+    cluster: Optional[SandboxCluster] = None
+    failure: Optional[str] = None
+    removed: List[str] = []
+    scale_in_at: Optional[Entry] = None
+    try:
+        sandbox.start()
+        if options.kubernetes:
+            cluster = SandboxCluster(sandbox).start()
+            cluster.add_demo_workload()
+        failure, removed, scale_in_at, agents = _story(sandbox, options, deadline, cluster)
+    finally:
+        if agents is not None:
+            agents.stop()
+        if cluster is not None:
+            cluster.stop()
+        sandbox.stop()
+    if failure is None:
+        failure = _check(sandbox, removed)
+    if failure is None and options.kubernetes:
+        failure = _check_kubernetes(sandbox, removed)
+    totals = _totals(sandbox, options, removed, scale_in_at, time.monotonic() - real_start)
+    timeline.record("demo", "done" if failure is None else "failed", "",
+                    "story complete" if failure is None else failure)
+    return DemoResult(failure is None, options, timeline.entries(), sandbox.report(), totals, failure, removed)
+
+
+def _story(sandbox: Sandbox, options: DemoOptions, deadline: float,  # type: ignore[no-untyped-def]
+           cluster: Optional[SandboxCluster] = None):
+    from vmss_terminate.control import enable
+    from vmss_terminate.control.scaleset import ScaleSetClient
+
+    cfg = sandbox.config
+    record = sandbox.timeline.record
+    connection = sandbox.connection()
+
+    record("control", "enable", "", f"vmss-terminate enable --timeout {to_iso(options.timeout_minutes)} "
+                                    f"(PATCH scheduledEventsProfile, then upgrade every instance)")
+    result = enable(cfg.resource_group, cfg.name, options.timeout_minutes, connection=connection,
+                    clock=sandbox.clock)
+    record("control", "enabled", "", result.message, result=result.to_dict())
+
+    kube: Dict[str, Any] = {} if cluster is None else {"kubernetes": True, "kubeconfig": cluster.kubeconfig}
+    agents = SandboxAgents(sandbox, hooks=[options.hook or demo_hook_command()], **kube).start()
+    if not agents.wait_ready(max(0.0, deadline - time.monotonic())):  # waits until the deadline, no longer
+        return (f"the {options.real_deadline:g} s deadline passed before every agent was running (learnt its VM "
+                f"name from its IMDS); allow more time: a larger --deadline, or leave it out for the default",
+                [], None, agents)
+    record("demo", "agents_ready", "", f"{len(agents.agents)} agents running, one per instance, each "
+                                       f"polling its own IMDS with a drain hook"
+                                       + (" and --kubernetes (cordon, evict, wait)" if cluster is not None else ""))
+
+    target = options.instances - options.scale_in
+    scale_in_at = record("control", "scale_in", "", f"scale in: PATCH sku.capacity {options.instances} -> {target}")
+    with ScaleSetClient(connection, cfg.resource_group, cfg.name) as client:
+        client.patch(json.dumps({"sku": {"capacity": target}}).encode("utf-8"))
+    removed = [d.vm_name for d in sandbox.scheduler.deletions()]
+    if len(removed) != options.scale_in:
+        return f"expected {options.scale_in} deletions after the scale-in, saw {len(removed)}", removed, scale_in_at, agents
+    if not sandbox.scheduler.wait_deleted(removed, max(0.0, deadline - time.monotonic())):
+        pending = [d.vm_name for d in sandbox.scheduler.deletions() if d.deleted_at is None]
+        return (f"not deleted within the {options.real_deadline:g} s deadline: {', '.join(pending)}",
+                removed, scale_in_at, agents)
+    return None, removed, scale_in_at, agents
+
+
+def _check(sandbox: Sandbox, removed: List[str]) -> Optional[str]:
+    """The story is graceful only if each removed instance drained and approved its own event."""
+    foreign = sandbox.group.foreign_approvals()
+    if foreign:
+        return "an agent approved an event that was not its own: " + ", ".join(
+            f"{a.vm_name} approved {a.event_id}" for a in foreign)
+    entries = sandbox.timeline.entries()
+    for deletion in sandbox.scheduler.deletions():
+        vm = deletion.vm_name
+        if deletion.event_id is None:
+            return f"{vm} got no Terminate event (its model has no notification)"
+        if deletion.approved_by != vm:
+            hint = ""
+            if deletion.start_reason.startswith("NotBefore passed") and deletion.timeout_s is not None:
+                hint = ("; its NotBefore passed before its agent drained and approved it: lower --speed "
+                        f"(x{sandbox.speed:g} runs the timeout in {deletion.timeout_s / sandbox.speed:.2f} real s)")
+            return f"{vm} was not approved by its own agent ({deletion.start_reason}){hint}"
+        if not deletion.start_reason.startswith("approved"):
+            return f"{vm} was deleted without a completed approval ({deletion.start_reason})"
+        failed = [e for e in entries if e.vm == vm and e.source == "agent" and e.kind == "hook_failed"]
+        if failed:
+            return (f"{vm}'s drain hook failed ({failed[0].message}); its agent approved anyway "
+                    f"(on_hook_failure=approve), so the instance went without draining")
+        if not any(e.vm == vm and e.source == "agent" and e.kind == "hook_finished" for e in entries):
+            return f"{vm}'s drain hook did not finish before its deletion"
+    stayed = set(sandbox.vm_names())
+    approved_by_stayers = [a for a in sandbox.group.approvals if a.vm_name in stayed]
+    if approved_by_stayers:
+        return f"{approved_by_stayers[0].vm_name} approved an event although it was not being deleted"
+    return None
+
+
+def _check_kubernetes(sandbox: Sandbox, removed: List[str]) -> Optional[str]:
+    """--kubernetes: every removed VM's node was drained before its approval, and the story's PDB
+    did hold an eviction back (the demo claims both)."""
+    entries = [e for e in sandbox.timeline.entries() if e.source == "agent"]
+    for vm in removed:
+        kinds = [e.kind for e in entries if e.vm == vm]
+        if "kube_drained" not in kinds:
+            stuck = next((e.message for e in entries if e.vm == vm and e.kind in ("kube_not_drained",
+                                                                                 "kube_node_not_found")), "")
+            return f"{vm}'s node was not drained before its deletion" + (f" ({stuck})" if stuck else "")
+        if "approval_sent" in kinds and kinds.index("approval_sent") < kinds.index("kube_drained"):
+            return f"{vm} was approved before its node was drained"
+    if not any(e.kind == "kube_eviction_refused" for e in entries):
+        return "no eviction was held back by the PodDisruptionBudget"
+    return None
+
+
+def _totals(sandbox: Sandbox, options: DemoOptions, removed: List[str], scale_in_at: Optional[Entry],
+            real_elapsed: float) -> Dict[str, Any]:
+    entries = sandbox.timeline.entries()
+    deleted = [e for e in entries if e.kind == "deleted"]
+    own = [d for d in sandbox.scheduler.deletions()
+           if d.deleted_at is not None and d.approved_by == d.vm_name and d.start_reason.startswith("approved")]
+    # drained: every hook of the VM finished and none failed (a failed hook is approved anyway with
+    # on_hook_failure=approve, which is not a drain)
+    drained = {e.vm for e in entries if e.source == "agent" and e.kind == "hook_finished"} - {
+        e.vm for e in entries if e.source == "agent" and e.kind == "hook_failed"}
+    # the drain hooks only: with --kubernetes the node drain is a step too, counted on its own line
+    hook_entries = [e for e in entries if e.source == "agent" and e.data.get("hook") != "kubernetes:drain"]
+    totals: Dict[str, Any] = {
+        "instances_before": options.instances,
+        "instances_after": len(sandbox.vm_names()),
+        "deleted": len(deleted),
+        "drained_and_approved": sum(1 for d in own if d.vm_name in drained),
+        "approved_without_draining": sum(1 for d in own if d.vm_name not in drained),
+        "hooks_finished": sum(1 for e in hook_entries if e.kind == "hook_finished"),
+        "hooks_failed": sum(1 for e in hook_entries if e.kind == "hook_failed"),
+        "approvals": len([a for a in sandbox.group.approvals if a.accepted]),
+        "foreign_approvals": len(sandbox.group.foreign_approvals()),
+        "foreign_events_ignored": sum(1 for e in entries if e.source == "agent" and e.kind == "not_ours"),
+        "held_back": sum(1 for e in entries if e.kind == "held_back"),
+        **({"pods_evicted": sum(1 for e in entries if e.source == "agent" and e.kind == "kube_evicted"),
+            "evictions_refused": sum(1 for e in entries if e.source == "agent" and e.kind == "kube_eviction_refused"),
+            "nodes_drained": sum(1 for e in entries if e.source == "agent" and e.kind == "kube_drained")}
+           if options.kubernetes else {}),
+        "not_before_timeout_s": options.timeout_minutes * 60,
+        "speed": options.speed,
+        "real_s": round(real_elapsed, 2),
+    }
+    if scale_in_at is not None and len(deleted) == len(removed) and deleted:
+        last = deleted[-1]
+        totals["scale_in_to_deleted_sandbox_s"] = round(last.sandbox_s - scale_in_at.sandbox_s, 1)
+        totals["scale_in_to_deleted_real_s"] = round(last.real_s - scale_in_at.real_s, 2)
+    return totals
+
+
+def render_text(result: DemoResult) -> List[str]:
+    """The summary printed after the live timeline."""
+    o, t = result.options, result.totals
+    lines = ["", "What happened to each removed instance:"]
+    lines += [f"  {line}" for line in result.report] or ["  (no deletion)"]
+    lines.append("")
+    lines.append(
+        f"Totals: {t['deleted']}/{o.scale_in} instances deleted, {t['drained_and_approved']} of them after "
+        f"their own agent drained and approved, {t['approved_without_draining']} approved without draining, "
+        f"{t['hooks_finished']} drain hooks finished, {t['hooks_failed']} failed, {t['approvals']} approvals "
+        f"({t['foreign_approvals']} foreign), {t['foreign_events_ignored']} foreign events ignored by agents, "
+        f"{t['instances_after']} instances left."
+    )
+    if o.kubernetes:
+        lines.append(f"Kubernetes: {t['nodes_drained']} nodes cordoned and drained, {t['pods_evicted']} pods evicted "
+                     f"({t['evictions_refused']} evictions held back by the PodDisruptionBudget and retried), "
+                     f"DaemonSet pods left in place; each VM approved only after its node was drained.")
+    if "scale_in_to_deleted_sandbox_s" in t:
+        line = (f"Scale-in to last deletion: {t['scale_in_to_deleted_sandbox_s']:.0f} s sandbox time "
+                f"({t['scale_in_to_deleted_real_s']:.2f} s real)")
+        if result.ok:
+            line += f" instead of waiting out the {t['not_before_timeout_s']} s NotBefore timeout"
+        lines.append(line + ".")
+    lines.append(f"Wall time: {t['real_s']:.2f} s (sandbox clock x{o.speed:g}).")
+    if result.ok:  # a failure is said once, by the error line the CLI prints after this summary
+        lines.append("OK: graceful scale-in completed.")
+    return lines
+
+
+def _quiet_agent_logs() -> None:
+    """The demo's agents run in this process and their decisions are on the timeline (with the VM
+    name); without logging configured, Python's last-resort handler would also print their warnings
+    raw on stderr ("hook hook#1:false failed"). A NullHandler stops only that last-resort print:
+    handlers an application configured still get every record."""
+    logger = logging.getLogger("vmss_terminate.agent")
+    if not any(isinstance(handler, logging.NullHandler) for handler in logger.handlers):
+        logger.addHandler(logging.NullHandler())
+
+
+def header(options: DemoOptions) -> List[str]:
+    return [
+        f"vmss-terminate demo: {options.instances} instances, scale in by {options.scale_in}, "
+        f"notBeforeTimeout {to_iso(options.timeout_minutes)}, sandbox clock x{options.speed:g} "
+        f"(local emulators, no Azure)",
+        "",
+        TIMELINE_HEADER,
+    ]
