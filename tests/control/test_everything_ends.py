@@ -72,7 +72,8 @@ def test_a_stuck_patch_operation_ends_at_the_wait_timeout_with_what_runs_and_wha
     assert clock.now() - started == pytest.approx(120)
     # backoff without Retry-After: 0.05 s doubling to 1 s (20 x the first), never ten polls a second
     assert clock.waits[:6] == pytest.approx([0.05, 0.1, 0.2, 0.4, 0.8, 1.0])
-    assert max(clock.waits) == 1.0 and _polls(arm) == len(clock.waits) <= 125
+    # the first read at once, then one after each wait
+    assert max(clock.waits) == 1.0 and _polls(arm) == len(clock.waits) + 1 <= 126
     assert arm.arm_server.log.count("POST") == 0
 
 
@@ -127,3 +128,24 @@ def test_wait_timeout_is_on_every_change_command() -> None:
     for command in ("enable", "disable", "retime", "upgrade"):
         help_text = " ".join(run(command, "--help").stdout.split())
         assert "--wait-timeout" in help_text and "Azure operation" in help_text, command
+
+
+@pytest.mark.parametrize("in_progress", [0, 1, 3])
+def test_an_operation_is_read_at_once_then_after_each_retry_after(conn: Connection, arm: ArmServers, state: ArmState,
+                                                                  in_progress: int) -> None:
+    """Each operation's status is read once without waiting (azure-core's poller does the same), then
+    once per Retry-After: an operation answering InProgress n times costs n waits of exactly the
+    Retry-After asked for, and one done at its first read costs none (the PATCH's Retry-After is not
+    slept before the first read: that was two Retry-Afters per operation)."""
+    state.add_scale_set(SUB, RG, "web", capacity=4, upgrade_policy="Manual")
+    state.lro_polls = in_progress
+    arm.arm.retry_after = 3
+    clock = recording_clock()
+    try:
+        enable(RG, "web", 10, connection=conn, options=UpgradeOptions(batch_size=BatchSize(100, True)), clock=clock)
+    finally:
+        arm.arm.retry_after = None
+    operations = arm.arm_server.log.count("PATCH") + arm.arm_server.log.count("POST", "/manualupgrade")
+    assert operations == 2
+    assert clock.waits == [3.0] * (in_progress * operations)
+    assert _polls(arm) == (in_progress + 1) * operations

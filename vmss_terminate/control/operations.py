@@ -6,10 +6,12 @@ that every wait:
 
 * ends: past `timeout` seconds (`--wait-timeout`, default 1800) it raises `OperationStillRunning`
   naming what is still running and the operation's URL; the caller adds how to check or resume;
-* honours `Retry-After` on every answer, and without it backs off: the first interval is the
-  connection's polling interval (0.05 s on loopback, else 1 s), doubling after each poll up to
-  20 times the first (at most 30 s: 1 s on loopback, 20 s against Azure), so that a stuck operation
-  is polled a few times a minute, never ten times a second;
+* reads the status once at once (as azure-core's poller, and so az, does: an operation done by
+  then costs no wait), then waits exactly what the last status answer's `Retry-After` asks -- never
+  longer -- and without one backs off: the first interval is the connection's polling interval
+  (0.05 s on loopback, else 1 s), doubling after each answer without Retry-After up to 20 times the
+  first (at most 30 s: 1 s on loopback, 20 s against Azure), so that a stuck operation is polled a
+  few times a minute, never ten times a second;
 * runs on an injectable clock (tests wait for nothing);
 * follows links on the ARM endpoint's origin only (`control/origin.py`): both links of an answer
   are checked before the first poll, also the one the wait would not follow.
@@ -84,31 +86,34 @@ def await_operation(get: Get, answer: Any, *, method: str, url: str, what: str, 
         poll_url, done = url, _provisioning_done
     else:
         return  # finished with the answer itself
-    _poll(get, poll_url, done, answer, what, guard, first_interval, wait)
+    _poll(get, poll_url, done, what, guard, first_interval, wait)
 
 
-def _poll(get: Get, poll_url: str, done: Callable[[Any], bool], answer: Any, what: str, guard: OriginGuard,
+def _poll(get: Get, poll_url: str, done: Callable[[Any], bool], what: str, guard: OriginGuard,
           first_interval: Optional[float], wait: OperationWait) -> None:
+    """Read the status at once (as azure-core's poller does: an operation that is already done costs
+    no wait), then wait what the last answer's Retry-After asks, else the backoff, and read again."""
     clock = wait.clock
     deadline = clock.now() + wait.timeout
     interval = first_interval if first_interval else DEFAULT_FIRST_INTERVAL
     longest = min(MAX_INTERVAL, interval * MAX_BACKOFF)
-    retry_after = retry_after_seconds(answer.headers.get("Retry-After"), clock.now)
     while True:  # the last look is at the deadline: a wait of 0 s still polls once
-        clock.sleep(max(0.0, min(retry_after or interval, deadline - clock.now())))
         response = get(poll_url)
         if done(response):
             return
-        if clock.now() >= deadline:
+        now = clock.now()
+        if now >= deadline:
             raise OperationStillRunning(
                 f"{what} is still running in Azure after {wait.timeout:g} s (--wait-timeout; operation "
                 f"{poll_url})", poll_url)
-        retry_after = retry_after_seconds(response.headers.get("Retry-After"), clock.now)
-        interval = min(interval * BACKOFF, longest)
         moved = response.headers.get("Location") if response.status_code == 202 and done is _location_done else None
         if moved:
             guard.check_link(str(moved), f"the Location header of the answer to GET {_path(poll_url)} (HTTP 202)")
             poll_url = str(moved)
+        retry_after = retry_after_seconds(response.headers.get("Retry-After"), clock.now)
+        clock.sleep(min(retry_after if retry_after is not None else interval, deadline - now))
+        if retry_after is None:
+            interval = min(interval * BACKOFF, longest)
 
 
 def _status_done(response: Any) -> bool:
