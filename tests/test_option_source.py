@@ -1,5 +1,6 @@
-"""Every option of `agent run`, `fleet audit` and `fleet rollout` has one source: the field that
-declares it (`AgentConfig`, `RunOptions`, `AuditOptions`, `RolloutOptions`). The click command,
+"""Every option of `agent run`, `fleet audit`, `fleet rollout` and the upgrade options of `enable`,
+`disable`, `retime`, `upgrade` and `plan` has one source: the field that declares it (`AgentConfig`,
+`RunOptions`, `AuditOptions`, `RolloutOptions`, `UpgradeOptions`). The click command,
 the click-free parser, the Python defaults and docs/cli-reference.md all agree with it, and no
 module declares one of these flags a second time."""
 
@@ -19,7 +20,17 @@ from vmss_terminate.agent.command import RUN_OPTIONS, RunOptions, build, parse_a
 from vmss_terminate.agent.config import AgentConfig
 from vmss_terminate.agent.kubernetes.rules import DEFAULT_TAINT
 from vmss_terminate.commands.agent import run_command
+from vmss_terminate.commands.control import (
+    PLAN_OPTIONS,
+    UPGRADE_OPTIONS,
+    disable_command,
+    enable_command,
+    plan_command,
+    retime_command,
+    upgrade_command,
+)
 from vmss_terminate.commands.fleet import audit_command, rollout_command
+from vmss_terminate.control import BatchSize, UpgradeOptions
 from vmss_terminate.fleet.options import AuditOptions, RolloutOptions
 from vmss_terminate.params import Option, option, options_of
 
@@ -29,7 +40,17 @@ COMMANDS: List[Tuple[str, click.Command, Tuple[Option, ...]]] = [
     ("vmss-terminate agent run", run_command, RUN_OPTIONS),
     ("vmss-terminate fleet audit", audit_command, options_of(AuditOptions)),
     ("vmss-terminate fleet rollout", rollout_command, options_of(RolloutOptions)),
+    ("vmss-terminate enable", enable_command, options_of(UpgradeOptions)),
+    ("vmss-terminate disable", disable_command, options_of(UpgradeOptions)),
+    ("vmss-terminate retime", retime_command, options_of(UpgradeOptions)),
+    ("vmss-terminate upgrade", upgrade_command, UPGRADE_OPTIONS),
+    ("vmss-terminate plan", plan_command, PLAN_OPTIONS),
 ]
+SOURCES = {  # the modules that hold a command of COMMANDS (or its click-free parser)
+    "agent/command.py": [RUN_OPTIONS], "commands/agent.py": [RUN_OPTIONS],
+    "commands/fleet.py": [options_of(AuditOptions), options_of(RolloutOptions)],
+    "commands/control.py": [options_of(UpgradeOptions)],
+}
 IDS = [c[0] for c in COMMANDS]
 
 
@@ -89,6 +110,54 @@ def test_the_fleet_commands_build_the_python_defaults() -> None:
     assert built == RolloutOptions(timeout=10)
 
 
+_TARGET = ["-g", "rg", "-n", "vmss"]
+
+
+@pytest.mark.parametrize("command, argv, skipped", [
+    (enable_command, ["--timeout", "10"], ()), (disable_command, [], ()), (retime_command, ["--timeout", "10"], ()),
+    (upgrade_command, [], ("upgrade",)), (plan_command, ["--timeout", "10"], ("upgrade", "wait", "wait_timeout",
+                                                                            "poll_interval")),
+], ids=["enable", "disable", "retime", "upgrade", "plan"])
+def test_the_control_commands_build_the_python_defaults(command: click.Command, argv: List[str],
+                                                        skipped: Tuple[str, ...]) -> None:
+    """No upgrade option given: the command's `options` is `UpgradeOptions()`; the fields a command
+    does not offer are not options of it."""
+    with command.make_context(command.name, _TARGET + argv) as ctx:
+        declared = [o.dest for o in options_of(UpgradeOptions) if o.dest not in skipped]
+        assert [d for d in declared if d in ctx.params] == declared
+        assert not [d for d in skipped if d in ctx.params]
+        assert UpgradeOptions(**{d: ctx.params[d] for d in declared}) == UpgradeOptions()
+
+
+def test_the_control_commands_fill_every_field() -> None:
+    """Each flag reaches its field: `--no-upgrade` is `upgrade=False`, the rest as parsed."""
+    argv = _TARGET + ["--timeout", "10", "--no-upgrade", "--batch-size", "3", "--wait", "--wait-timeout", "60",
+                      "--poll-interval", "0.5"]
+    with enable_command.make_context("enable", argv) as ctx:
+        built = UpgradeOptions(**{o.dest: ctx.params[o.dest] for o in options_of(UpgradeOptions)})
+    assert built == UpgradeOptions(upgrade=False, batch_size=BatchSize(3, False), wait=True, wait_timeout=60.0,
+                                   poll_interval=0.5)
+
+
+def test_plan_retells_only_the_help_of_its_batch_size() -> None:
+    (batch,) = PLAN_OPTIONS
+    declared = {o.dest: o for o in options_of(UpgradeOptions)}["batch_size"]
+    assert batch != declared and batch._replace(help=declared.help) == declared
+
+
+@pytest.mark.parametrize("pattern, where", [
+    (r"1800\.0", "control/operations.py"),  # UpgradeOptions.wait_timeout = OperationWait.timeout's default
+    (r"\b10\.0,\s*parse=number_range\(.poll-interval|poll.interval[^\n]*= 10\.0", "control/upgrade.py"),
+    (r"default=.20%|BatchSize\(20\b", "control/upgrade.py"),
+], ids=["wait-timeout", "poll-interval", "batch-size"])
+def test_the_upgrade_defaults_are_written_once(pattern: str, where: str) -> None:
+    """The issue's measure: `commands/control.py` restated `UpgradeOptions`' 1800.0, 10.0 and "20%"."""
+    package = ROOT / "vmss_terminate"
+    hits = [p.relative_to(package).as_posix() for p in package.rglob("*.py")
+            if re.search(pattern, p.read_text(encoding="utf-8"))]
+    assert hits == [where]
+
+
 def test_safety_margin_default_is_written_once() -> None:
     """The issue's own measure: `safety_margin`'s default appeared in three places."""
     package = ROOT / "vmss_terminate"
@@ -100,14 +169,13 @@ def test_safety_margin_default_is_written_once() -> None:
 
 def test_no_module_declares_a_generated_flag_by_hand() -> None:
     """A `click.option("--safety-margin", ...)` beside the field would be a second source."""
-    flags = {flag for _, _, options in COMMANDS for opt in options for flag in opt.flags}
     package = ROOT / "vmss_terminate"
     found = []
-    for path in [package / "agent" / "command.py", package / "commands" / "agent.py", package / "commands" / "fleet.py"]:
-        text = path.read_text(encoding="utf-8")
-        for flag in flags:
+    for module, declared in SOURCES.items():
+        text = (package / module).read_text(encoding="utf-8")
+        for flag in {flag for options in declared for opt in options for flag in opt.flags}:
             if re.search(r"(click\.option|Option)\(\s*\(?\s*" + re.escape(f'"{flag}"'), text):
-                found.append(f"{path.relative_to(package)}: {flag}")
+                found.append(f"{module}: {flag}")
     assert found == []
 
 

@@ -1,10 +1,10 @@
 """Command-line options declared once, as dataclass field metadata (stdlib only, no click).
 
-An options object (`AgentConfig`, `fleet.RolloutOptions`, ...) is a dataclass; each field that is
+An options object (`AgentConfig`, `fleet.RolloutOptions`, `control.UpgradeOptions`, ...) is a dataclass; each field that is
 also an option is declared with `option(default, help=...)`: its name, default and type are the
 field's, its flag is the field name with dashes (`safety_margin` -> `--safety-margin`) unless
 `flags=` says otherwise. `options_of(cls)` reads them back as `Option` records, from which
-`commands/options.py` builds the click options and `agent/command.py` parses `agent run` without
+`commands/fields.py` builds the click options and `agent/command.py` parses `agent run` without
 click, so a default or a help text is written in exactly one place.
 """
 

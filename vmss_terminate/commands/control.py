@@ -11,13 +11,13 @@ from typing import Any, Callable, List, Optional
 import click
 
 from vmss_terminate import control
-from vmss_terminate.commands.fields import ParsedType, apply_options, grouped
-from vmss_terminate.commands.options import BATCH_SIZE, TIMEOUT, decimal_range
+from vmss_terminate.commands.fields import ParsedType, apply_options, chosen_options, declared_options, grouped
+from vmss_terminate.commands.options import TIMEOUT
 from vmss_terminate.commands.output import emit, output_option, work_done
 from vmss_terminate.commands.progress import ProgressBar, terminal_progress
 from vmss_terminate.control.connection import CLOUDS, DEFAULT_CLOUD, Connection, check_subscription
 from vmss_terminate.control.names import check_resource_group, check_scale_set_name
-from vmss_terminate.control.upgrade import BatchSize, Progress, UpgradeIncomplete, UpgradeOptions
+from vmss_terminate.control.upgrade import Progress, UpgradeIncomplete, UpgradeOptions
 from vmss_terminate.errors import VmssTerminateError
 
 RESOURCE_GROUP = ParsedType("resource-group", check_resource_group)
@@ -77,41 +77,29 @@ def scale_set_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     ])
 
 
-_UPGRADE_OPTIONS = [
-    click.option(
-        "--batch-size", type=BATCH_SIZE, default="20%", show_default=True,
-        help="Manual policy: instances per manualupgrade call (count or % of all instances).",
-    ),
-    click.option("--wait", is_flag=True, help="Automatic/Rolling policy: wait until every instance is current."),
-    click.option("--wait-timeout", type=decimal_range("wait-timeout", 0), metavar="S",
-                 default=1800.0, show_default=True,
-                 help="Seconds each wait may last: for an Azure operation (the PATCH's, each manualupgrade "
-                      "batch's) and, with --wait, for every instance to be current; past it, exit 1 naming "
-                      "what still runs."),
-    click.option("--poll-interval", type=decimal_range("poll-interval", 0.01), metavar="S",
-                 default=10.0, show_default=True,
-                 help="Seconds between instance-list polls with --wait."),
-]
-_UPGRADE_KEYS = ("batch_size", "wait", "wait_timeout", "poll_interval")
+UPGRADE_OPTIONS = chosen_options(UpgradeOptions, skip=("upgrade",))
+"""`upgrade`'s own options: every field `UpgradeOptions` declares but --no-upgrade."""
 
-upgrade_options = grouped(_UPGRADE_OPTIONS, _UPGRADE_KEYS, "options", UpgradeOptions)
+PLAN_OPTIONS = chosen_options(UpgradeOptions, only=("batch_size",), help={
+    "batch_size": "Manual policy: instances per manualupgrade call, as `enable` would send them (count or % of "
+                  "all instances); the plan counts the batches."})
+"""`plan`'s --batch-size: `UpgradeOptions.batch_size` (its default and type), told as the plan uses it."""
+
+upgrade_options = declared_options(UpgradeOptions, "options", UPGRADE_OPTIONS)
 """How `upgrade` brings instances to the latest model: the command receives `options: UpgradeOptions`."""
 
 
 def change_options(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """What enable, disable and retime take after the target: the upgrade options plus --no-upgrade
-    (the command receives `options: UpgradeOptions`), then `dry_run` and `no_wait`."""
+    """What enable, disable and retime take after the target: every option `UpgradeOptions`
+    declares (--no-upgrade, then the upgrade's; the command receives `options: UpgradeOptions`),
+    then `dry_run` and `no_wait`."""
     fn = apply_options(fn, [
         click.option("--dry-run", is_flag=True, help="Print the exact PATCH body and upgrade plan; write nothing."),
         click.option("--no-wait", is_flag=True,
                      help="Return once ARM accepted the model change (as az does); no upgrade, and the "
                           "output says how to follow up."),
     ])
-    return grouped(
-        [click.option("--no-upgrade", is_flag=True, help="Change the model only.")] + _UPGRADE_OPTIONS,
-        ("no_upgrade",) + _UPGRADE_KEYS, "options",
-        lambda no_upgrade, **upgrade: UpgradeOptions(upgrade=not no_upgrade, **upgrade),
-    )(fn)
+    return declared_options(UpgradeOptions, "options")(fn)
 
 
 _CHANGE_TIMEOUT = click.option("--timeout", type=TIMEOUT, required=True,
@@ -232,16 +220,13 @@ class DetailedExitCommand(click.Command):
 @click.command("plan", cls=DetailedExitCommand)
 @scale_set_options
 @click.option("--timeout", type=TIMEOUT, required=True, help="The timeout `enable` would set (5..15 minutes).")
-@click.option("--batch-size", type=BATCH_SIZE, default="20%", show_default=True,
-              help="Manual policy: instances per manualupgrade call, as `enable` would send them (count or % of "
-                   "all instances); the plan counts the batches.")
+@declared_options(UpgradeOptions, "options", PLAN_OPTIONS)
 @click.option("--detailed-exitcode", is_flag=True,
               help="Exit 0: no change, 1: error, 2: changes pending or compliance unknown.")
 def plan_command(resource_group: str, name: str, connection: Connection, output: str, timeout: int,
-                 batch_size: BatchSize, detailed_exitcode: bool) -> None:
+                 options: UpgradeOptions, detailed_exitcode: bool) -> None:
     """Show what `enable --timeout` would change (profile and stale instances) without writing."""
-    result = control.plan(resource_group, name, timeout, connection=connection,
-                          options=UpgradeOptions(batch_size=batch_size))
+    result = control.plan(resource_group, name, timeout, connection=connection, options=options)
     emit(result, output)
     if detailed_exitcode and (result.changes_pending or result.compliance_unknown):
         click.get_current_context().exit(2)

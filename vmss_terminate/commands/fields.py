@@ -9,7 +9,7 @@ the declarations, so the agent's commands stay as light as they were.
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, Optional, Sequence, Tuple, Type
+from typing import Any, Callable, Mapping, Optional, Sequence, Tuple, Type
 
 import click
 
@@ -89,9 +89,21 @@ def click_options(options: Sequence[Option]) -> Decorator:
     return lambda fn: apply_options(fn, [click_option(o) for o in options])
 
 
-def declared_options(cls: Any, name: str) -> Decorator:
-    """The options `cls` declares, handed to the command as one argument `name` = `cls(**values)`."""
-    options = options_of(cls)
+def chosen_options(cls: Any, only: Optional[Sequence[str]] = None, skip: Sequence[str] = (),
+                   help: Optional[Mapping[str, str]] = None) -> Tuple[Option, ...]:
+    """The options `cls` declares, in field order: those named in `only` (None: all) but not in
+    `skip`, with `help` retelling a field's help where a command uses it differently (the default,
+    type and flags stay the field's)."""
+    helps = help or {}
+    return tuple(o._replace(help=helps.get(o.dest, o.help)) for o in options_of(cls)
+                 if (only is None or o.dest in only) and o.dest not in skip)
+
+
+def declared_options(cls: Any, name: str, options: Optional[Sequence[Option]] = None) -> Decorator:
+    """The options `cls` declares (or `options`, some of them picked by `chosen_options`), handed to
+    the command as one argument `name` = `cls(**values)`: a field left out keeps its default."""
+    if options is None:
+        options = options_of(cls)
     return grouped([click_option(o) for o in options], [o.dest for o in options], name, cls)
 
 

@@ -18,9 +18,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from vmss_terminate.clock import SYSTEM_CLOCK, Clock
-from vmss_terminate.control.operations import OperationStillRunning
+from vmss_terminate.control.operations import DEFAULT_TIMEOUT, OperationStillRunning
 from vmss_terminate.control.profile import InstanceState
 from vmss_terminate.errors import AzureError, InvalidValue, interrupt_exit_code, interrupt_name
+from vmss_terminate.params import number_range, option
 
 Progress = Callable[[int, int], None]
 """progress(done, total): instances upgraded (or current) so far."""
@@ -67,13 +68,23 @@ class UpgradeOptions:
     """How (and whether) to upgrade after a change. `wait_timeout` / `poll_interval` are seconds
     on `clock`'s scale. `wait_timeout` bounds every wait for an Azure operation (the PATCH's, each
     manualupgrade batch's) and, with `wait` (Automatic/Rolling policies), the wait for instances;
-    `poll_interval` is that instance-list wait's interval."""
+    `poll_interval` is that instance-list wait's interval.
 
-    upgrade: bool = True
-    batch_size: BatchSize = DEFAULT_BATCH
-    wait: bool = False
-    wait_timeout: float = 1800.0
-    poll_interval: float = 10.0
+    Each field is also the command-line option of `enable`, `disable`, `retime` (all five), `upgrade`
+    (all but `--no-upgrade`) and `plan` (`--batch-size`), declared once here (`vmss_terminate/params.py`)."""
+
+    upgrade: bool = option(True, flags=("--no-upgrade",), help="Change the model only.")
+    batch_size: BatchSize = option(
+        DEFAULT_BATCH, parse=BatchSize.parse, show_default=True,
+        help="Manual policy: instances per manualupgrade call (count or % of all instances).")
+    wait: bool = option(False, help="Automatic/Rolling policy: wait until every instance is current.")
+    wait_timeout: float = option(
+        DEFAULT_TIMEOUT, parse=number_range("wait-timeout", 0), metavar="S", show_default=True,
+        help="Seconds each wait may last: for an Azure operation (the PATCH's, each manualupgrade batch's) and, "
+             "with --wait, for every instance to be current; past it, exit 1 naming what still runs.")
+    poll_interval: float = option(
+        10.0, parse=number_range("poll-interval", 0.01), metavar="S", show_default=True,
+        help="Seconds between instance-list polls with --wait.")
 
     def __post_init__(self) -> None:
         if self.wait_timeout < 0:
