@@ -66,7 +66,8 @@ LAYERS: Dict[str, Tuple[str, ...]] = {
     "__main__.py": ("entry.py",),
     "entry.py": ("cli.py", "agent/", "signals.py"),
     "cli.py": ("commands/", SHARED, "click"),
-    "commands/": ("fleet/", "iac/", "control/", "agent/", SHARED, "click"),
+    "commands/": ("central/", "fleet/", "iac/", "control/", "agent/", SHARED, "click"),
+    "central/": ("fleet/", "control/", SHARED, "azure"),
     "fleet/": ("control/", SHARED, "azure"),
     "iac/": ("control/body.py", SHARED),
     "control/": (SHARED, "azure"),
@@ -91,6 +92,7 @@ row's (the agent's Kubernetes drain is the agent, on every VM, under the agent's
 WHY: Dict[str, str] = {
     "entry.py": "`agent run` starts without click, its stop handlers installed first",
     "iac/": "reads only the PATCH body",
+    "central/": "the central handler: Resource Graph and the Maintenance RP through fleet's and control's ARM code",
     "control/": "the Azure SDK lazily, inside the functions that talk to ARM",
     "vmss_terminate_sim/commands/": "`emulator`, `sandbox`, `demo`: registered by name in `cli.py`, never imported",
     "vmss_terminate_sim/emulator/": "standard library only: stands in for Azure in front of either side",
