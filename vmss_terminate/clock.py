@@ -1,8 +1,10 @@
 """Injectable clocks, so time-dependent logic (deadlines, NotBefore, LRO waits) is testable and
 a sandbox can run a PT5M timeout in seconds.
 
-A clock gives wall-clock epoch seconds (`now`) and a way to wait (`sleep`, `wait`), both on the
-same scale. `ScaledClock(speed=60)` makes one real second count as a minute.
+A clock gives wall-clock epoch seconds (`now`), a monotonic reading (`monotonic`) and a way to
+wait (`sleep`, `wait`), all on the same scale. `ScaledClock(speed=60)` makes one real second count
+as a minute. `now` is what the VM's clock says and may step (NTP, chrony's makestep); `monotonic`
+never steps: deadlines are measured on it (anchored to `now` once, when they are set).
 """
 
 from __future__ import annotations
@@ -21,6 +23,9 @@ class Clock(Protocol):
     def now(self) -> float:
         """Current time as epoch seconds (UTC), on this clock's scale."""
 
+    def monotonic(self) -> float:
+        """Seconds on a clock that never steps (its origin means nothing), on this clock's scale."""
+
     def sleep(self, seconds: float) -> None:
         """Wait `seconds` of this clock's time."""
 
@@ -35,6 +40,9 @@ class SystemClock:
 
     def now(self) -> float:
         return time.time()
+
+    def monotonic(self) -> float:
+        return time.monotonic()
 
     def sleep(self, seconds: float) -> None:
         if seconds > 0:
@@ -57,6 +65,9 @@ class ScaledClock:
     def now(self) -> float:
         return self._start + (time.monotonic() - self._origin) * self.speed
 
+    def monotonic(self) -> float:
+        return self.now()  # derived from time.monotonic(): it never steps
+
     def sleep(self, seconds: float) -> None:
         if seconds > 0:
             time.sleep(seconds / self.speed)
@@ -67,6 +78,8 @@ class ScaledClock:
 
 class ManualClock:
     """Time that moves only when a test calls `advance`; `sleep` advances it (no real waiting).
+    `step(seconds)` moves the wall clock (`now`) alone, as NTP stepping the VM's clock does;
+    `monotonic` is untouched by it.
 
     `speed` is 1.0: real-time waits made on behalf of this clock (socket timeouts) are not scaled."""
 
@@ -74,6 +87,7 @@ class ManualClock:
 
     def __init__(self, start: float = 1_700_000_000.0) -> None:
         self._now = start
+        self._mono = start
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
 
@@ -81,7 +95,18 @@ class ManualClock:
         with self._lock:
             return self._now
 
+    def monotonic(self) -> float:
+        with self._lock:
+            return self._mono
+
     def advance(self, seconds: float) -> None:
+        with self._changed:
+            self._now += seconds
+            self._mono += seconds
+            self._changed.notify_all()
+
+    def step(self, seconds: float) -> None:
+        """The wall clock jumps by `seconds` (negative: back); monotonic time does not move."""
         with self._changed:
             self._now += seconds
             self._changed.notify_all()

@@ -9,7 +9,8 @@ Ownership: an event is ours when our VM name is one of its `Resources`, compared
 the way Azure compares resource names: case-insensitive for ASCII letters only. Azure VM names are
 ASCII, so a spelling with any non-ASCII character (`webvmſs_1`, `webvmß_1`) is another name, never
 ours; Unicode case folding would make it ours. Never a substring or prefix: `vmss_1` is not
-`vmss_10`. Every other case-insensitive comparison of IMDS data (event types, statuses, EventIds)
+`vmss_10`. A name with U+FFFD (an undecodable byte of the answer) is never ours either: two different bad bytes
+read the same. Every other case-insensitive comparison of IMDS data (event types, statuses, EventIds)
 uses the same rule (`same_name`).
 """
 
@@ -27,7 +28,11 @@ from vmss_terminate.scheduled_events import EVENT_TYPES, SCHEDULED, STARTED, STA
 __all__ = [
     "EVENT_TYPES", "SCHEDULED", "STARTED", "MalformedDocument", "parse_not_before", "canonical_type",
     "canonical_status", "parse_duration", "same_name", "Event", "owns", "EventsDocument", "parse_types",
+    "UNREADABLE",
 ]
+
+
+UNREADABLE = "\ufffd"  # what an undecodable byte of an answer reads as (imds._json_text): never a name of ours
 
 
 class MalformedDocument(ValueError):
@@ -124,6 +129,8 @@ class Event:
     def from_json(cls, data: Mapping[str, Any]) -> "Event":
         if not isinstance(data, Mapping) or not isinstance(data.get("EventId"), str) or not data["EventId"]:
             raise MalformedDocument(f"event without an EventId: {data!r}"[:200])
+        if UNREADABLE in data["EventId"]:  # a byte IMDS sent was not UTF-8: not an id we could post back
+            raise MalformedDocument(f"EventId with an undecodable byte: {data['EventId']!r}"[:200])
         raw = data.get("NotBefore")
         not_before_raw = raw if isinstance(raw, str) else ""
         return cls(
@@ -162,9 +169,9 @@ class Event:
 
 def owns(resources: Iterable[str], vm_name: str) -> bool:
     """The ownership rule used everywhere, including the guard right before an approval POST."""
-    if not vm_name:
+    if not vm_name or UNREADABLE in vm_name:
         return False
-    return any(isinstance(r, str) and same_name(r, vm_name) for r in resources)
+    return any(isinstance(r, str) and UNREADABLE not in r and same_name(r, vm_name) for r in resources)
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,13 @@ The approval POST has a guard at this lowest layer: it only ever posts an EventI
 latest document this client fetched *and* lists our VM name in its Resources, unless the caller
 explicitly passes `allow_foreign=True` (the CLI's `--force`). Defence in depth: a bug upstream
 cannot release another VM.
+
+Stale answers: IMDS is served by replicas, and one may lag. A document whose `DocumentIncarnation`
+is older than the newest this client has seen is never handed to the caller nor used by the guard
+(it is retried like a 5xx, outcome `stale`): an older document may lack the VM that a newer one
+added to a Terminate, and approving on it would release that VM undrained. Only when every answer
+for STALE_RESET_SECONDS (and at least STALE_RESET_ANSWERS answers) is older is the lower number
+taken as IMDS having started counting again (logged), so a reset cannot blind the agent for good.
 """
 
 from __future__ import annotations
@@ -55,7 +62,7 @@ import urllib3
 import urllib3.connection
 
 from vmss_terminate import __version__
-from vmss_terminate.agent.events import EventsDocument, MalformedDocument, owns, same_name
+from vmss_terminate.agent.events import UNREADABLE, EventsDocument, MalformedDocument, owns, same_name
 from vmss_terminate.clock import SYSTEM_CLOCK, Clock
 from vmss_terminate.errors import UsageError, VmssTerminateError
 from vmss_terminate.scheduled_events import DEFAULT_API_VERSION, SCHEDULED_EVENTS_VERSIONS, TERMINATE_SINCE
@@ -75,6 +82,8 @@ _NO_PROXY: Dict[str, Any] = {"http": None, "https": None}
 MAX_BODY_BYTES = 1 << 20  # real Scheduled Events / instance documents are a few KB; more is an IMDS fault
 _SNIPPET_BYTES = 4096  # of an error answer: enough for its message
 _FORBIDDEN_HEADERS = ("x-forwarded-for",)
+STALE_RESET_SECONDS = 120.0  # only older answers for this long (monotonic): IMDS restarted its count
+STALE_RESET_ANSWERS = 10     # ... and at least this many of them in a row
 
 
 class ImdsError(VmssTerminateError):
@@ -211,6 +220,14 @@ def _compute_of(data: Any) -> Dict[str, Any]:
     return compute
 
 
+def _incarnation(document: EventsDocument) -> Optional[int]:
+    """DocumentIncarnation as a number to order documents by; None when it is not one."""
+    value = document.incarnation
+    if isinstance(value, bool) or not isinstance(value, int):
+        return None
+    return value
+
+
 def _retry_after(value: Optional[str], clock: Clock) -> Optional[float]:
     """Seconds from a Retry-After header (delta-seconds or HTTP date), capped at 60."""
     if not value:
@@ -262,6 +279,8 @@ class ImdsClient:
         self._events_called = False
         self._lock = threading.Lock()
         self._last_document: Optional[EventsDocument] = None
+        self._newest: Optional[int] = None  # the highest DocumentIncarnation seen
+        self._stale_run: Optional[Tuple[float, int]] = None  # (monotonic start, answers): older ones in a row
         self._version_lock = threading.Lock()
         self.observers: List[Callable[[str, str, str], None]] = []  # (method, endpoint, outcome)
         self.discovered: Optional[Tuple[str, List[str]]] = None  # latest: (chosen, what IMDS listed)
@@ -281,8 +300,9 @@ class ImdsClient:
         with self._lock:
             first = not self._events_called
         timeout = self.first_call_timeout if first else self.read_timeout
-        return self._remember(self._call("GET", EVENTS_PATH, {"api-version": version}, None, timeout,
-                                         retry_for, stop, on_retry, parse=EventsDocument.from_json))
+        document: EventsDocument = self._call("GET", EVENTS_PATH, {"api-version": version}, None, timeout,
+                                              retry_for, stop, on_retry, parse=self._current_document)
+        return document
 
     def resolve_api_version(self, retry_for: Optional[float] = GONE_RETRY_SECONDS,
                             stop: Optional[threading.Event] = None,
@@ -326,8 +346,8 @@ class ImdsClient:
 
         def parse(data: Any) -> str:
             name = _compute_of(data).get("name")
-            if not isinstance(name, str) or not name:
-                raise MalformedDocument("instance metadata has no compute.name")
+            if not isinstance(name, str) or not name or UNREADABLE in name:
+                raise MalformedDocument("instance metadata has no (readable) compute.name")
             return name
 
         name: str = self._call("GET", INSTANCE_PATH, {"api-version": INSTANCE_API_VERSION}, None,
@@ -396,14 +416,32 @@ class ImdsClient:
                 f"refusing to approve {event_id}: it is now a {matches[0].event_type}, not a {event_type}")
 
     def _refresh_document(self, stop: Optional[threading.Event] = None) -> None:
-        """One GET (no retry of its own: the caller's loop retries) to re-check right before a POST."""
-        self._remember(self._send("GET", EVENTS_PATH, {"api-version": self.resolve_api_version()}, None,
-                                  self.read_timeout, EventsDocument.from_json, stop))
+        """One GET (no retry of its own: the caller's loop retries) to re-check right before a POST.
+        A stale answer raises (retryable): the POST waits for a current document."""
+        self._send("GET", EVENTS_PATH, {"api-version": self.resolve_api_version()}, None,
+                   self.read_timeout, self._current_document, stop)
 
-    def _remember(self, document: EventsDocument) -> EventsDocument:
-        """The document the guard checks approvals against (and: the first, slow, call is done)."""
+    def _current_document(self, data: Any) -> EventsDocument:
+        """Parse an answer and remember it as the document the guard checks approvals against --
+        unless it is older than the newest seen (ImdsError `stale`, retried; module docstring)."""
+        document = EventsDocument.from_json(data)
+        incarnation = _incarnation(document)
         with self._lock:
-            self._events_called = True
+            self._events_called = True  # the first, slow, call is done
+            newest = self._newest
+            if incarnation is not None and newest is not None and incarnation < newest:
+                now = self.clock.monotonic()
+                since, answers = self._stale_run or (now, 0)
+                self._stale_run = (since, answers + 1)
+                if now - since < STALE_RESET_SECONDS or answers + 1 < STALE_RESET_ANSWERS:
+                    raise ImdsError(f"stale answer: DocumentIncarnation {incarnation} is older than {newest}, "
+                                    f"already seen (a lagging IMDS replica?); not acted on", outcome="stale")
+                log.warning("IMDS has answered only DocumentIncarnation %s (older than %s) for %.0fs: taken "
+                            "as IMDS counting again", incarnation, newest, now - since)
+                newest = None
+            self._stale_run = None
+            if incarnation is not None and (newest is None or incarnation > newest):
+                self._newest = incarnation
             self._last_document = document
         return document
 
@@ -511,7 +549,7 @@ class ImdsClient:
         if parse is None:
             return None
         try:
-            return parse(json.loads(content, parse_int=_json_int))
+            return parse(json.loads(_json_text(content), parse_int=_json_int))
         except (ValueError, MalformedDocument, RecursionError, OverflowError, TypeError) as exc:
             # RecursionError: absurdly nested JSON. One odd *entry* never gets here: EventsDocument
             # skips it and keeps the others.
@@ -572,6 +610,18 @@ def _read_capped(response: requests.Response, limit: int, strict: bool) -> bytes
                 raise _TooLarge(f"answer is larger than the {limit} bytes any IMDS document needs")
             break
     return b"".join(chunks)[:limit]
+
+
+def _json_text(content: bytes) -> str:
+    """The answer as text for the JSON reader. A byte that is not valid in its encoding becomes
+    U+FFFD rather than failing the whole document: one bad byte in a foreign event's Description
+    must not hide our Terminate. A name with U+FFFD is never ours (`events.owns`), an EventId with
+    it is an unreadable entry, so the replacement cannot make anything approvable."""
+    try:
+        encoding = json.detect_encoding(content)
+    except (TypeError, ValueError):
+        encoding = "utf-8"
+    return content.decode(encoding, "replace")
 
 
 def _text(content: bytes) -> str:
