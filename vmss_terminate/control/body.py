@@ -2,7 +2,8 @@
 
 `render --format rest` prints these bytes and the control plane sends these same bytes (the SDK
 accepts a raw `IO[bytes]` body), so what a user reviews is byte-for-byte what goes on the wire.
-Only `scheduledEventsProfile` is carried: a PATCH never touches the rest of the model.
+Only `scheduledEventsProfile` and (when asked) the top-level `scheduledEventsPolicy` are carried: a
+PATCH never touches the rest of the model, and it carries each of the two only when it changes it.
 """
 
 from __future__ import annotations
@@ -21,17 +22,18 @@ def profile(enable: bool, timeout_minutes: Optional[int]) -> Dict[str, Any]:
     return terminate
 
 
-def patch_body(enable: bool, timeout_minutes: Optional[int]) -> Dict[str, Any]:
-    """The VirtualMachineScaleSetUpdate body as a plain dict."""
-    return {
-        "properties": {
-            "virtualMachineProfile": {
-                "scheduledEventsProfile": {
-                    "terminateNotificationProfile": profile(enable, timeout_minutes)
-                }
-            }
+def patch_body(enable: Optional[bool], timeout_minutes: Optional[int],
+               events_policy: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+    """The VirtualMachineScaleSetUpdate body as a plain dict: `scheduledEventsProfile` unless
+    `enable` is None, `scheduledEventsPolicy` when `events_policy` (its value) is given."""
+    properties: Dict[str, Any] = {}
+    if enable is not None:
+        properties["virtualMachineProfile"] = {
+            "scheduledEventsProfile": {"terminateNotificationProfile": profile(enable, timeout_minutes)}
         }
-    }
+    if events_policy:
+        properties["scheduledEventsPolicy"] = events_policy
+    return {"properties": properties}
 
 
 def to_bytes(body: Dict[str, Any]) -> bytes:
@@ -39,5 +41,6 @@ def to_bytes(body: Dict[str, Any]) -> bytes:
     return json.dumps(body, indent=2, sort_keys=False).encode("utf-8") + b"\n"
 
 
-def patch_bytes(enable: bool, timeout_minutes: Optional[int]) -> bytes:
-    return to_bytes(patch_body(enable, timeout_minutes))
+def patch_bytes(enable: Optional[bool], timeout_minutes: Optional[int],
+                events_policy: Optional[Dict[str, Any]] = None) -> bytes:
+    return to_bytes(patch_body(enable, timeout_minutes, events_policy))

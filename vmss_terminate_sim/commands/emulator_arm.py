@@ -38,7 +38,7 @@ def _generate(text: str) -> Dict[str, int]:
 
 
 def _load_state(seed: Optional[Path], page_size: Optional[int], generate: Optional[str] = None,
-                quotas: Tuple[str, ...] = ()) -> ArmState:
+                quotas: Tuple[str, ...] = (), unregistered: Tuple[str, ...] = ()) -> ArmState:
     from vmss_terminate_sim.emulator.arm.app import ArmState
     from vmss_terminate_sim.emulator.arm.quota import parse_spec
 
@@ -58,6 +58,11 @@ def _load_state(seed: Optional[Path], page_size: Optional[int], generate: Option
         state.quotas.configure([parse_spec(spec) for spec in quotas])
     except ValueError as exc:
         raise UsageError(f"invalid --quota: {exc}") from None
+    for feature in unregistered:
+        try:
+            state.set_feature(feature, False)
+        except ValueError as exc:
+            raise UsageError(f"invalid --unregistered-feature {feature!r}: {exc}") from None
     if page_size is not None:
         state.page_size = page_size
     return state
@@ -127,18 +132,22 @@ def _banner(state: ArmState, arm_url: str, token_url: str, connect: Dict[str, st
 @click.option("--latency", type=int_range("latency", 0, 60000), default=0, metavar="MS",
               help="Milliseconds added before every answer (ARM, Resource Graph and the token endpoint): "
                    "a realistic round trip for benchmarks. Default 0.")
+@click.option("--unregistered-feature", "unregistered", multiple=True, metavar="NAME",
+              help="Serve this Microsoft.Features feature as NotRegistered in every subscription (repeatable), "
+                   "e.g. Microsoft.Compute/SendScheduledEventsPolicy (a bare NAME is a Microsoft.Compute "
+                   "feature); every other feature reads Registered. `az feature register` registers it.")
 @output_option(help="table: a banner for people; json: the URLs, exports, status command and scale sets "
                    "as one JSON document.")
 @fault_option(answer_faults=True)
 def arm_command(host: str, port: int, token_port: int, seed: Optional[Path], page_size: Optional[int],
                 tls_cert: Optional[Path], tls_key: Optional[Path], lro_retry_after: Optional[int],
-                generate: Optional[str], quotas: Tuple[str, ...], latency: int,
+                generate: Optional[str], quotas: Tuple[str, ...], latency: int, unregistered: Tuple[str, ...],
                 output: str, faults: Tuple[Fault, ...]) -> None:
     """Serve a local Azure Resource Manager for scale sets, plus a token endpoint for
     DefaultAzureCredential (App Service managed identity). Stop with Ctrl+C."""
     from vmss_terminate_sim.emulator.arm.app import start_arm
 
-    state = _load_state(seed, page_size, generate, quotas)
+    state = _load_state(seed, page_size, generate, quotas, unregistered)
     context = tls_server_context(tls_cert, tls_key)
     with Foreground() as foreground:  # before start: a SIGTERM during start-up still stops the servers
         try:

@@ -53,6 +53,15 @@ What the emulator answers (ARM error bodies are always {"error": {"code", "messa
   * scheduledEventsProfile in a PUT/PATCH body with api-version < 2019-03-01: 400 BadRequest
     "Could not find member 'scheduledEventsProfile' on object of type 'VirtualMachineProfile'. ...";
     a GET at such a version omits it. notBeforeTimeout must be PT5M..PT15M (400 InvalidParameter).
+  * properties.scheduledEventsPolicy (eventspolicy.py): stored, merged by PATCH, replaced by PUT and
+    returned per api-version (none below 2024-03-01; allInstancesDown and scheduledEventsApiVersion
+    from 2025-04-01); a body carrying a member its api-version lacks: 400 BadRequest "Could not find
+    member 'X' on object of type 'T'. Path '...'." A policy change is not a model change (no
+    instance goes stale). `ScaleSetRecord.publishes_to_event_grid` says whether a set publishes.
+  * Microsoft.Features: GET .../providers/Microsoft.Features/providers/{ns}/features/{name}
+    (Features_Get, any api-version) answers `Registered` unless the seed's `unregisteredFeatures`,
+    `--unregistered-feature NAME` or `state.set_feature(name, False)` says `NotRegistered`;
+    POST .../register and .../unregister (what `az feature register` sends) change it at once.
   * enable:false is stored and returned as `"scheduledEventsProfile": {}`; a scale set that never had
     the feature has no key at all. Re-enabling after a disable works (the GET shows it) unless
     `state.reenable_ignored` is set, which reproduces azure-docs#41434 (2019): the re-enable is
@@ -105,7 +114,15 @@ from urllib.parse import quote, urlencode
 
 from vmss_terminate.clock import Clock
 from vmss_terminate.timeout import MAX_MINUTES, MIN_MINUTES, iso_to_minutes_lenient
-from vmss_terminate_sim.emulator.arm import answer_faults, defaults, putrules, quota, resourcegraph, shapes
+from vmss_terminate_sim.emulator.arm import (
+    answer_faults,
+    defaults,
+    eventspolicy,
+    putrules,
+    quota,
+    resourcegraph,
+    shapes,
+)
 from vmss_terminate_sim.emulator.arm.inventory import (
     UPGRADE_POLICIES,
     ArmState,
@@ -155,6 +172,10 @@ DELETE_INSTANCES = _path(_VMSS + r"/delete")
 STANDALONE_VMS = _path(_RG + r"/virtualmachines")
 STANDALONE_VM = _path(_RG + r"/virtualmachines/(?P<vm>[^/]+)")
 RESOURCE_GRAPH = _path(r"/providers/microsoft\.resourcegraph/resources")
+_FEATURE = _SUB + r"/providers/microsoft\.features/providers/(?P<namespace>[^/]+)/features/(?P<feature>[^/]+)"
+FEATURE = _path(_FEATURE)
+FEATURE_REGISTER = _path(_FEATURE + r"/register")
+FEATURE_UNREGISTER = _path(_FEATURE + r"/unregister")
 
 _MANY_SLASHES = re.compile("/{2,}")
 _Item = TypeVar("_Item")
@@ -214,6 +235,9 @@ class ArmEmulator:
             Route("GET", STANDALONE_VM, self._standalone_vm_get),
             Route("DELETE", STANDALONE_VM, self._standalone_vm_delete),
             Route("POST", RESOURCE_GRAPH, self._resource_graph_post),
+            Route("GET", FEATURE, self._feature_get),
+            Route("POST", FEATURE_REGISTER, self._feature_register_post),
+            Route("POST", FEATURE_UNREGISTER, self._feature_unregister_post),
         ]
 
     # ------------------------------------------------------------ entry point
@@ -270,6 +294,32 @@ class ArmEmulator:
                           f"The api-version '{api_version}' is invalid. The supported versions are "
                           f"'{', '.join(resourcegraph.API_VERSIONS)}'.")
         return resourcegraph.answer(self.state, _json_object(request))
+
+    # ------------------------------------------------------------ Microsoft.Features
+
+    def _feature_answer(self, sub: str, namespace: str, feature: str) -> Response:
+        if not self.state.has_subscription(sub):
+            raise _refuse(404, "SubscriptionNotFound", f"The subscription '{sub}' could not be found.")
+        state = self.state.feature_state(sub, f"{namespace}/{feature}")
+        return Response.json(200, shapes.feature(sub, f"{namespace}/{feature}", state))
+
+    def _feature_get(self, request: Request, api_version: str, sub: str, namespace: str, feature: str) -> Response:
+        """Features_Get: `Registered` unless the seed / `--unregistered-feature` / `state.set_feature` says not."""
+        return self._feature_answer(sub, namespace, feature)
+
+    def _feature_register_post(self, request: Request, api_version: str, sub: str, namespace: str,
+                               feature: str) -> Response:
+        """Features_Register (what `az feature register` sends): registered at once (Azure may take
+        minutes, showing `Registering`)."""
+        if self.state.has_subscription(sub):
+            self.state.set_feature(f"{namespace}/{feature}", True, sub)
+        return self._feature_answer(sub, namespace, feature)
+
+    def _feature_unregister_post(self, request: Request, api_version: str, sub: str, namespace: str,
+                                 feature: str) -> Response:
+        if self.state.has_subscription(sub):
+            self.state.set_feature(f"{namespace}/{feature}", False, sub)
+        return self._feature_answer(sub, namespace, feature)
 
     def _route(self, request: Request) -> Tuple[Route, "re.Match[str]"]:
         """The route for the request's method and path; 405 when only other methods serve the
@@ -401,6 +451,7 @@ class ArmEmulator:
         properties = _object(body.get("properties"), "properties")
         vm_patch = _object(properties.get("virtualMachineProfile"), "properties.virtualMachineProfile")
         _check_scheduled_events(vm_patch, api_version)
+        eventspolicy.check(properties, api_version)
         capacity = _capacity(body)
         mode = _upgrade_mode(properties)
         top = putrules.top_level(body, properties)
@@ -429,6 +480,7 @@ class ArmEmulator:
         if vm_profile is not None:
             vm_profile = _object(vm_profile, "properties.virtualMachineProfile")
             _check_scheduled_events(vm_profile, api_version)
+        eventspolicy.check(properties, api_version)
         capacity = _capacity(body)
         mode = _upgrade_mode(properties)
         top = putrules.top_level(body, properties)
@@ -459,6 +511,10 @@ class ArmEmulator:
                 new_profile = defaults.fill_server_defaults(copy.deepcopy(new_profile))
                 putrules.check_location(ss, body.get("location"))
                 putrules.check_changes(ss, top, new_profile)
+                kept = eventspolicy.kept_on_put(top.extra_properties.get(eventspolicy.POLICY),
+                                                ss.extra_properties.get(eventspolicy.POLICY), api_version)
+                if kept is not None:
+                    top.extra_properties[eventspolicy.POLICY] = kept
                 putrules.apply(ss, top)
                 ss.etag += 1
                 if sku_name:

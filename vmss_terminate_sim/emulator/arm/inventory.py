@@ -16,11 +16,15 @@ Seed format (JSON file or dict; see examples/seed.json)::
       "pageSize": 100,                       # optional, list page size (VMs, subscriptions)
       "lroPolls": 1,                         # optional, status polls answered InProgress per LRO
       "tenantId": "...",                     # optional, the tenant of subscriptions that name none
+      "unregisteredFeatures": ["Microsoft.Compute/SendScheduledEventsPolicy"],  # optional: these
+                                             #   Microsoft.Features features read NotRegistered in every
+                                             #   subscription (others: Registered); also per subscription
       "subscriptions": [                     # optional: display names (and tenants) of subscriptions;
         {"subscriptionId": "...",            #   every subscription a scale set names is known anyway,
          "displayName": "Production",        #   under a generated display name
          "tenantId": "...",                  # optional
-         "state": "Enabled"}                 # optional
+         "state": "Enabled",                 # optional
+         "unregisteredFeatures": [...]}      # optional: NotRegistered in this subscription
       ],
       "resourceGroups": [                    # optional: location and tags of resource groups; every
         {"subscription": "...", "name": "rg",  #   group a scale set names exists anyway, in the
@@ -51,7 +55,9 @@ Seed format (JSON file or dict; see examples/seed.json)::
           "singlePlacementGroup": true,      #   Uniform true, Flexible false
           "overprovision": true,             #   Uniform true, Flexible false
           "scaleInPolicy": {...},            # optional properties, served as given (e.g. forceDeletion)
-          "automaticRepairsPolicy": {...}
+          "automaticRepairsPolicy": {...},
+          "scheduledEventsPolicy": {...}     # optional: properties.scheduledEventsPolicy (Event Grid and
+                                             #   Resource Graph publishing, auto-approvals)
         }
       ],
       "managementGroups": {"mg-id": ["<subscription id>", ...]},   # optional (Resource Graph scope)
@@ -87,7 +93,10 @@ ORCHESTRATIONS = ("Uniform", "Flexible")
 DEFAULT_TENANT = "11111111-1111-1111-1111-111111111111"
 SUBSCRIPTION_STATES = ("Enabled", "Warned", "PastDue", "Disabled", "Deleted")
 UPGRADE_POLICIES = ("Manual", "Automatic", "Rolling")
-EXTRA_PROPERTIES = ("scaleInPolicy", "automaticRepairsPolicy")  # seed keys served inside `properties`
+EXTRA_PROPERTIES = ("scaleInPolicy", "automaticRepairsPolicy", "scheduledEventsPolicy")  # seed keys served
+# inside `properties` as given
+SEND_SCHEDULED_EVENTS_POLICY = "Microsoft.Compute/SendScheduledEventsPolicy"
+"""The subscription feature publishing to Event Grid and Resource Graph needs (Microsoft.Features)."""
 
 Deleter = Callable[["ScaleSetRecord", List["InstanceRecord"]], None]
 Listener = Callable[[str, "ScaleSetRecord", List["InstanceRecord"]], None]
@@ -225,6 +234,28 @@ class ScaleSetRecord:
         """The model's scheduledEventsProfile; None when the key is absent."""
         return self.vm_profile.get("scheduledEventsProfile")
 
+    @property
+    def scheduled_events_policy(self) -> Optional[Dict[str, Any]]:
+        """`properties.scheduledEventsPolicy` as stored (latest api-version); None when absent."""
+        policy = self.extra_properties.get("scheduledEventsPolicy")
+        return policy if isinstance(policy, dict) else None
+
+    @property
+    def publishes_to_event_grid(self) -> bool:
+        """Does the set publish its scheduled events to Event Grid and Resource Graph
+        (`scheduledEventsPolicy.scheduledEventsAdditionalPublishingTargets.eventGridAndResourceGraph
+        .enable` true)? Only then do its events reach `maintenanceresources` and the system topic."""
+        targets = (self.scheduled_events_policy or {}).get("scheduledEventsAdditionalPublishingTargets")
+        grid = targets.get("eventGridAndResourceGraph") if isinstance(targets, dict) else None
+        return isinstance(grid, dict) and grid.get("enable") is True
+
+    def auto_approves(self, member: str) -> bool:
+        """Does the policy approve this kind of user event by itself (`userInitiatedReboot`,
+        `userInitiatedRedeploy`, `allInstancesDown`: `automaticallyApprove` true)? Such events skip
+        `Scheduled` (only Started and Completed are created)."""
+        value = (self.scheduled_events_policy or {}).get(member)
+        return isinstance(value, dict) and value.get("automaticallyApprove") is True
+
     def live_instances(self) -> List[InstanceRecord]:
         return [i for i in self.instances.values() if not i.deleting]
 
@@ -305,6 +336,9 @@ class ArmState:
         self.rg_model_reported = True  # False: computeresources rows carry no latestModelApplied
         self.quotas = Quotas(clock)  # per-subscription read/write quotas (none configured: off)
         self._management_groups: Dict[str, List[str]] = {}
+        # Microsoft.Features: (subscription or "*", "namespace/name") -> registered; a feature set
+        # nowhere reads Registered (the emulator's default: features the product gates on)
+        self._features: Dict[Tuple[str, str], bool] = {}
 
     # ---------------------------------------------------------------- setup
 
@@ -427,6 +461,8 @@ class ArmState:
             try:
                 self.add_subscription(entry["subscriptionId"], entry.get("displayName"), entry.get("tenantId"),
                                       entry.get("state"))
+                for feature in _feature_list(entry.get("unregisteredFeatures", []), "unregisteredFeatures"):
+                    self.set_feature(feature, False, entry["subscriptionId"])
             except ValueError as exc:
                 raise ValueError(f"subscriptions[{index}] ({entry['subscriptionId']}): {exc}") from None
         for index, entry in enumerate(seed.get("resourceGroups", [])):
@@ -490,6 +526,9 @@ class ArmState:
             self.rg_model_reported = seed["resourceGraphModelReported"] is not False
         if "quotas" in seed:
             self.quotas.configure(parse_limits(seed["quotas"]))
+        if "unregisteredFeatures" in seed:
+            for feature in _feature_list(seed["unregisteredFeatures"], "unregisteredFeatures"):
+                self.set_feature(feature, False)
         if "computeHeaders" in seed:
             if seed["computeHeaders"] not in ("separate", "joined"):
                 raise ValueError('computeHeaders must be "separate" (one header per policy) or "joined"')
@@ -504,6 +543,25 @@ class ArmState:
         with self.lock:
             found = self._management_groups.get(group.lower())
             return list(found) if found is not None else None
+
+    # ---------------------------------------------------------------- Microsoft.Features
+
+    def set_feature(self, feature: str, registered: bool, subscription: Optional[str] = None) -> None:
+        """Register or unregister a subscription feature (`Microsoft.Compute/SendScheduledEventsPolicy`,
+        or just its name for Microsoft.Compute) in one subscription, or in all when None."""
+        key = canonical_feature(feature)
+        with self.lock:
+            if subscription is None:
+                self._features = {k: v for k, v in self._features.items() if k[1] != key}
+            self._features[((subscription or "*").lower(), key)] = registered
+
+    def feature_state(self, subscription: str, feature: str) -> str:
+        """`Registered` or `NotRegistered` (Microsoft.Features' states) for this subscription: what
+        was set for it, else for every subscription, else Registered."""
+        key = canonical_feature(feature)
+        with self.lock:
+            registered = self._features.get((subscription.lower(), key), self._features.get(("*", key), True))
+        return "Registered" if registered else "NotRegistered"
 
     def add_listener(self, listener: Listener) -> None:
         """`listener(kind, scale_set, instances)`; kinds: "added", "upgraded", "deleting", "removed",
@@ -820,3 +878,20 @@ def _canonical(value: str, allowed: Tuple[str, ...], what: str) -> str:
         if option.lower() == str(value).lower():
             return option
     raise ValueError(f"{what} must be one of {', '.join(allowed)}, not {value!r}")
+
+
+def canonical_feature(feature: str) -> str:
+    """`namespace/name` in lower case; a bare name is a Microsoft.Compute feature."""
+    text = str(feature).strip()
+    if not text or text.count("/") > 1 or text.startswith("/") or text.endswith("/"):
+        raise ValueError(f"feature {feature!r}: expected NAMESPACE/NAME (e.g. {SEND_SCHEDULED_EVENTS_POLICY}) "
+                         "or a Microsoft.Compute feature's NAME")
+    return (text if "/" in text else f"Microsoft.Compute/{text}").lower()
+
+
+def _feature_list(value: Any, key: str) -> List[str]:
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise ValueError(f"{key} must be a list of feature names (e.g. [\"{SEND_SCHEDULED_EVENTS_POLICY}\"])")
+    for item in value:
+        canonical_feature(item)
+    return list(value)

@@ -78,7 +78,7 @@ COMPUTE_SUMMARY = (
 PROJECTED = ("id", "name", "type", "subscriptionId", "resourceGroup", "location", "tags", "sku", "properties")
 MAX_SUBSCRIPTIONS = 1000
 MAX_TOP = 1000
-ROW_API_VERSION = "2024-11-01"  # the shape Resource Graph serves: the latest properties
+ROW_API_VERSION = "2025-04-01"  # the shape Resource Graph serves: the latest properties (scheduledEventsPolicy whole)
 
 _TOKEN = re.compile(r"""\s*(?:(?P<str>'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")|(?P<op>=~|==|in~|\||\(|\)|\[|\]|,)|(?P<word>[A-Za-z_][A-Za-z0-9_]*))""")
 

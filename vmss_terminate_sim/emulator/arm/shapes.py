@@ -8,7 +8,7 @@ import re
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
-from vmss_terminate_sim.emulator.arm import defaults
+from vmss_terminate_sim.emulator.arm import defaults, eventspolicy
 from vmss_terminate_sim.emulator.arm.inventory import (
     InstanceRecord,
     ResourceGroupRecord,
@@ -122,6 +122,9 @@ def scale_set(ss: ScaleSetRecord, api_version: str) -> Dict[str, Any]:
     if ss.orchestration == "Flexible":
         del properties["overprovision"]  # Flexible sets do not overprovision; Azure omits it
     properties.update(ss.extra_properties)
+    policy = eventspolicy.shaped(properties.pop(eventspolicy.POLICY, None), api_version)
+    if policy is not None:
+        properties[eventspolicy.POLICY] = policy
     if api_version[:10] >= ORCHESTRATION_MODE_MIN_API:
         properties["orchestrationMode"] = ss.orchestration
     if api_version[:10] >= TIME_CREATED_MIN_API:
@@ -314,3 +317,15 @@ def _dict(value: Any) -> Dict[str, Any]:
 
 def _list(value: Any) -> List[Any]:
     return value if isinstance(value, list) else []
+
+
+def feature(subscription: str, name: str, state: str) -> Dict[str, Any]:
+    """A subscription feature as Microsoft.Features' Features_Get answers it (2021-07-01: name,
+    properties.state, id, type; registerFeature.json's example shape)."""
+    namespace, _, short = name.partition("/")
+    return {
+        "properties": {"state": state},
+        "id": f"/subscriptions/{subscription}/providers/Microsoft.Features/providers/{namespace}/features/{short}",
+        "type": "Microsoft.Features/providers/features",
+        "name": f"{namespace}/{short}",
+    }
