@@ -94,3 +94,45 @@ def test_a_policy_count_of_thousands_of_digits_is_not_read() -> None:
     assert remaining_count(headers, WRITES) is None
     headers["x-ms-ratelimit-remaining-resource"] += ",Microsoft.Compute/PutVMScaleSet30Min;7"
     assert remaining_count(headers, WRITES) == 7
+
+
+def test_a_refill_a_hair_short_of_a_token_does_not_spin_on_a_manual_clock() -> None:
+    """The gate's refill lands a hair below one token (floating point): the pause it then asks for
+    (~1e-12 s) is below the clock's resolution at epoch 1.7e9 (2.4e-7 s), so a ManualClock never
+    moved and acquire spun for ever (issue 28: rollout workers stuck in acquire under load). A
+    pause is at least MIN_PAUSE, which every clock can count."""
+    clock = ManualClock()
+    throttle = SubscriptionThrottle(clock)
+    gate = throttle._gate((SUB, WRITES))
+    now = clock.now()
+    gate.at = now - 0.5
+    span = now - gate.at  # what the float subtraction really gives
+    gate.tokens, gate.bucket, gate.heard = 0.0, 2.0, True
+    gate.rate = (1.0 - 1e-12) / span
+    assert gate.available(now) < 1.0  # a hair short of a token
+    throttle.stop = threading.Event()
+    try:
+        assert _acquires_in_bounded_time(throttle)
+    finally:
+        throttle.stop.set()  # without the fix: end the spinning thread
+    assert clock.now() - now < 0.01
+
+
+def test_a_slow_answer_does_not_teach_a_fast_refill() -> None:
+    """A count comes from some moment between its request's sending and its answer: an answer that
+    took 10 s (a loaded machine) must not make the next count's rise look like it happened in 1 s
+    (the paced subscription then drew 429s under load, issue 28)."""
+    clock = ManualClock()
+    throttle = SubscriptionThrottle(clock)
+
+    def answer(count: int, took: float) -> None:
+        throttle.acquire(SUB, WRITES)
+        sent = clock.now()
+        clock.advance(took)
+        throttle.release(SUB, WRITES, 200, {HEADER: str(count)}, sent)
+
+    answer(9, 1)
+    answer(5, 10)  # slow: its count may be from the moment it was sent
+    answer(6, 1)  # two tokens back (one spent) over at most 11 s, not over the last 1 s
+    rate = throttle._gates[(SUB, WRITES)].rate
+    assert rate is not None and rate <= 2 / 11 + 1e-9

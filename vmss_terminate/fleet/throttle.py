@@ -38,6 +38,8 @@ BACKOFF_FIRST = 1.0  # seconds, after a 429 without Retry-After; doubled per 429
 BACKOFF_MAX = 60.0  # ... up to this
 MIN_RATE = 1.0 / BACKOFF_MAX  # tokens per second: the slowest refill a gate assumes (a wait stays bounded)
 NAP_SECONDS = 0.25  # a paced request re-checks its gate this often while it waits
+MIN_PAUSE = 0.001  # the shortest wait: a refill a hair short of a token asks for ~1e-12 s, which a
+# clock at epoch 1.7e9 (resolution 2.4e-7 s) cannot count -- an injected clock never moved and acquire spun
 MAX_RETRIES = 30  # per request; a request still throttled after that is answered with its 429
 _SUBSCRIPTION = re.compile(r"/subscriptions/([^/?]+)", re.IGNORECASE)
 _POLICY_COUNT = re.compile(r";\s*(-?\d{1,18})\s*$")  # digits bounded: int() of thousands fails
@@ -57,6 +59,7 @@ class _Gate:
     answered: int = 0  # answers since `at` (each spent a token)
     in_a_row: int = 0  # 429s in a row (the backoff without Retry-After doubles with them)
     heard: bool = False  # an answer came back: until then one request at a time finds out the count
+    sent: Optional[float] = None  # when the request whose count is `tokens` was sent (the count is from then .. `at`)
 
     def available(self, now: float) -> Optional[float]:
         """Tokens the next request may use: the last count, refilled at the learnt rate, less what
@@ -70,18 +73,22 @@ class _Gate:
         """Tokens a request could have at the most once the bucket is full again."""
         return max(self.bucket, self.tokens or 0.0) - self.in_flight
 
-    def learn(self, remaining: int, now: float) -> None:
+    def learn(self, remaining: int, now: float, sent: Optional[float] = None) -> None:
         """A fresh count from an answer: learn the refill rate from how the count moved since the
         last one (answers since then each spent a token), then restart from it. Only an answer with
         no other request in flight (so the count moved by refill alone), and only a count above
         zero says tokens came back faster than they were spent (Azure reports whole tokens, so a 0
         proves nothing): the rate then rises, at most doubling per answer, so one early answer does
-        not make it burst; it falls smoothly, and a 429 halves it."""
+        not make it burst; it falls smoothly, and a 429 halves it. The count moved over at most the
+        time from the previous request's sending to now (each count is from some moment between its
+        request's sending and its answer): dividing by that, a slow or delayed answer (a loaded
+        machine, a far region) makes the rate err low, never high."""
         span = max(0.1, 0.5 / self.rate) if self.rate else 0.1  # at least half a token's refill time
         alone = self.in_flight == 0  # no other request spent tokens meanwhile: the change is refill
         if (self.tokens is not None and alone and remaining >= 1 and now - self.at >= span
                 and self.tokens < self.bucket - 1):
-            refill = (remaining - (self.tokens - self.answered - 1)) / (now - self.at)
+            since = self.at if self.sent is None else min(self.sent, self.at)
+            refill = (remaining - (self.tokens - self.answered - 1)) / (now - since)
             # refill <= 0: someone else (another client of the subscription) spent tokens meanwhile,
             # or the bucket does not refill within seconds -- no rate can be learnt from it
             if refill > 0:
@@ -93,7 +100,7 @@ class _Gate:
                     self.rate = 0.5 * (self.rate + refill)
                 self.rate = max(MIN_RATE, self.rate)  # never slower than a token per BACKOFF_MAX
         self.bucket = max(self.bucket, remaining + 1.0)  # it held this one's token too
-        self.tokens, self.at, self.answered = float(remaining), now, 0
+        self.tokens, self.at, self.answered, self.sent = float(remaining), now, 0, sent
 
 
 class ThrottleStopped(AzureError):
@@ -167,7 +174,7 @@ class SubscriptionThrottle:
                 if pause < 0:
                     self._changed.wait(self.slice)
                     continue
-            pause = min(pause, NAP_SECONDS)  # re-check: an answer may have taught a faster rate
+            pause = min(max(pause, MIN_PAUSE), NAP_SECONDS)  # re-check: an answer may have taught a faster rate
             if self.stop is not None:
                 self.clock.wait(self.stop, pause)
             else:
@@ -179,9 +186,11 @@ class SubscriptionThrottle:
             raise ThrottleStopped(f"stopped while waiting for subscription {subscription}'s throttle: "
                                   "the request was not sent")
 
-    def release(self, subscription: str, kind: str, status: Optional[int], headers: Any) -> Optional[float]:
+    def release(self, subscription: str, kind: str, status: Optional[int], headers: Any,
+                sent: Optional[float] = None) -> Optional[float]:
         """Record an answer; returns the seconds to back off when it was a 429 (the gate is then
-        closed): its Retry-After, or without one BACKOFF_FIRST doubled per 429 in a row."""
+        closed): its Retry-After, or without one BACKOFF_FIRST doubled per 429 in a row. `sent`:
+        when its request was sent (on the clock), so a slow answer does not teach a fast refill."""
         key = (subscription.lower(), kind)
         with self._changed:
             gate = self._gate(key)
@@ -206,13 +215,13 @@ class SubscriptionThrottle:
                 gate.blocked_until = max(gate.blocked_until, now + backoff)
                 # when the pause ends one token is back (that is what Retry-After says); the next ones
                 # come at the learnt rate: one request goes, the others are spread, none burst
-                gate.tokens, gate.at, gate.answered = 1.0, gate.blocked_until, 0
+                gate.tokens, gate.at, gate.answered, gate.sent = 1.0, gate.blocked_until, 0, None
                 sub = subscription.lower()
                 self.stats.throttled[sub] = self.stats.throttled.get(sub, 0) + 1
             elif status is not None:
                 gate.in_a_row = 0
                 if remaining is not None:
-                    gate.learn(remaining, now)
+                    gate.learn(remaining, now, sent)
                 else:
                     gate.answered += 1
             self._changed.notify_all()
@@ -242,13 +251,14 @@ class SubscriptionThrottle:
                 attempt = 0
                 while True:
                     throttle.acquire(subscription, kind)
+                    sent = throttle.clock.now()
                     try:
                         response = self.next.send(request)
                     except BaseException:
                         throttle.release(subscription, kind, None, {})
                         raise
                     status = response.http_response.status_code
-                    backoff = throttle.release(subscription, kind, status, response.http_response.headers)
+                    backoff = throttle.release(subscription, kind, status, response.http_response.headers, sent)
                     if backoff is None:
                         return response
                     if attempt >= throttle.max_retries:
