@@ -8,28 +8,74 @@ parser serves both, so a fault means the same thing everywhere.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from vmss_terminate.params import shown, strict_decimal, strict_whole
 
-# Answer faults: the app answers, but what it says is wrong in a way a client must survive. Only
-# the ARM emulator acts on them (they name ARM's links, operations and Resource Graph pages).
-ANSWER_FIELDS = ("foreign-link", "link-loop", "stuck", "short-rows", "duplicate-rows", "repeat-skiptoken")
-FAULT_FIELDS = ("status", "times", "delay", "garbage", "drip", "pad", "reset", "method", "path",
-                "retry-after") + ANSWER_FIELDS
-FAULT_SPEC_HELP = (
-    "comma list of status=CODE, delay=SECONDS, garbage (200 with a non-JSON body), drip=SECONDS (send the "
-    "answer one byte per SECONDS), pad=BYTES (pad the JSON answer with whitespace to BYTES), reset (reset "
-    "the connection instead of answering), retry-after=SECONDS, method=GET|POST|..., path=SUBSTRING, "
-    "times=N|all (default 1); ARM only: foreign-link=ORIGIN (nextLink, Azure-AsyncOperation and Location "
-    "point at ORIGIN), link-loop (nextLink points at the request itself), stuck (an operation stays "
-    "InProgress), short-rows=N (a Resource Graph page keeps N rows, drops $skipToken, keeps totalRecords), "
-    "duplicate-rows=N (N rows of the page again, ids in upper case), repeat-skiptoken (the next-page "
-    "$skipToken is the one the request sent); e.g. status=429,retry-after=2,times=3"
+ARM = "arm"
+"""`FaultField.only` of an answer fault: the app answers, but what it says is wrong in a way a
+client must survive. Only the ARM emulator acts on them (they name ARM's links, operations and
+Resource Graph pages)."""
+
+
+@dataclass(frozen=True)
+class FaultField:
+    """One field of a fault, as `--fault`, the admin route and `Fault` know it: its name in a spec
+    (`retry-after`), the `Fault` attribute it fills (its default is the attribute's), how its value
+    is read (`kind`: int, float, flag, text, origin or times) within `low`..`high`, its help in
+    `--fault`'s, whether it breaks something on its own (a fault needs one such field), and which
+    emulator acts on it (`only`: None for every emulator, or `ARM`)."""
+
+    name: str
+    attr: str
+    kind: str
+    help: str
+    low: float = 0
+    high: float = 0
+    breaks: bool = False
+    only: Optional[str] = None
+
+
+FAULT_REGISTRY: Tuple[FaultField, ...] = (
+    FaultField("status", "status", "int", "status=CODE", 100, 599, breaks=True),
+    FaultField("delay", "delay", "float", "delay=SECONDS", 0.0, 3600.0, breaks=True),
+    FaultField("garbage", "garbage", "flag", "garbage (200 with a non-JSON body)", breaks=True),
+    FaultField("drip", "drip", "float", "drip=SECONDS (send the answer one byte per SECONDS)", 0.0, 60.0,
+               breaks=True),
+    FaultField("pad", "pad", "int", "pad=BYTES (pad the JSON answer with whitespace to BYTES)", 0, 1 << 30,
+               breaks=True),
+    FaultField("reset", "reset", "flag", "reset (reset the connection instead of answering)", breaks=True),
+    FaultField("retry-after", "headers", "int", "retry-after=SECONDS", 0, 86400),  # the Retry-After header
+    FaultField("method", "method", "text", "method=GET|POST|..."),
+    FaultField("path", "path_contains", "text", "path=SUBSTRING"),
+    FaultField("times", "times", "times", "times=N|all (default 1)", 1, 10**9),
+    FaultField("foreign-link", "foreign_link", "origin",
+               "foreign-link=ORIGIN (nextLink, Azure-AsyncOperation and Location point at ORIGIN)",
+               breaks=True, only=ARM),
+    FaultField("link-loop", "link_loop", "flag", "link-loop (nextLink points at the request itself)",
+               breaks=True, only=ARM),
+    FaultField("stuck", "stuck", "flag", "stuck (an operation stays InProgress)", breaks=True, only=ARM),
+    FaultField("short-rows", "short_rows", "int",
+               "short-rows=N (a Resource Graph page keeps N rows, drops $skipToken, keeps totalRecords)", 0, 1000,
+               breaks=True, only=ARM),
+    FaultField("duplicate-rows", "duplicate_rows", "int",
+               "duplicate-rows=N (N rows of the page again, ids in upper case)", 1, 1000, breaks=True, only=ARM),
+    FaultField("repeat-skiptoken", "repeat_skip_token", "flag",
+               "repeat-skiptoken (the next-page $skipToken is the one the request sent)", breaks=True, only=ARM),
 )
+"""Every fault field, once: the parser, the admin route's listing, `--fault`'s help and the
+answer-fault checks all read this table."""
+
+FAULT_FIELDS = tuple(f.name for f in FAULT_REGISTRY)
+ANSWER_FIELDS = tuple(f.name for f in FAULT_REGISTRY if f.only == ARM)
+_BREAKING = tuple(f.name for f in FAULT_REGISTRY if f.breaks and f.only is None)
+FAULT_SPEC_HELP = ("comma list of " + ", ".join(f.help for f in FAULT_REGISTRY if f.only is None)
+                   + "; ARM only: " + ", ".join(f.help for f in FAULT_REGISTRY if f.only == ARM)
+                   + "; e.g. status=429,retry-after=2,times=3")
 _ORIGIN = re.compile(r"^https?://[^/?#\s]+$", re.IGNORECASE)
 
 
@@ -71,8 +117,7 @@ class Fault:
     @property
     def edits_answer(self) -> bool:
         """An answer fault: the app must answer (and falsify its answer) rather than be skipped."""
-        return bool(self.foreign_link or self.link_loop or self.stuck or self.short_rows is not None
-                    or self.duplicate_rows or self.repeat_skip_token)
+        return bool(answer_fault_names(self))
 
     def matches(self, request: Any) -> bool:
         if self.method and self.method.upper() != request.method:
@@ -82,17 +127,19 @@ class Fault:
 
 def answer_fault_names(fault: Fault) -> List[str]:
     """The answer-fault fields a fault sets, by their `--fault` names."""
-    return [name for name, on in (("foreign-link", fault.foreign_link), ("link-loop", fault.link_loop),
-                                  ("stuck", fault.stuck), ("short-rows", fault.short_rows is not None),
-                                  ("duplicate-rows", fault.duplicate_rows),
-                                  ("repeat-skiptoken", fault.repeat_skip_token)) if on]
+    return [f.name for f in FAULT_REGISTRY if f.only == ARM and _is_set(fault, f)]
+
+
+def _is_set(fault: Fault, spec: FaultField) -> bool:
+    """Whether `fault` sets this field: its attribute differs from the dataclass default."""
+    return bool(getattr(fault, spec.attr) != _DEFAULTS[spec.attr])
 
 
 def refuse_answer_fault(fault: Fault) -> None:
     """FaultSpecError for an answer fault given to an emulator that would silently ignore it."""
     if fault.edits_answer:
         raise FaultSpecError(f"only the ARM emulator acts on answer faults ({', '.join(answer_fault_names(fault))}); "
-                             "use status, delay, garbage, drip, pad or reset here")
+                             f"use {', '.join(_BREAKING[:-1])} or {_BREAKING[-1]} here")
 
 
 class FaultInjector:
@@ -160,51 +207,31 @@ def fault_from_fields(fields: Mapping[str, Any]) -> Fault:
     unknown = sorted(set(fields) - set(FAULT_FIELDS))
     if unknown:
         raise FaultSpecError(f"unknown fault field(s) {', '.join(unknown)}: use {', '.join(FAULT_FIELDS)}")
-    status = _number(fields, "status", int, 100, 599)
-    delay = _number(fields, "delay", float, 0.0, 3600.0) or 0.0
-    garbage = _flag(fields.get("garbage", False))
-    drip = _number(fields, "drip", float, 0.0, 60.0) or 0.0
-    pad = _number(fields, "pad", int, 0, 1 << 30) or 0
-    reset = _flag(fields.get("reset", False))
-    answer = _answer_fields(fields)
-    if status is None and not delay and not garbage and not drip and not pad and not reset and not answer:
-        raise FaultSpecError("a fault needs status, delay, garbage, drip, pad, reset or an answer fault ("
-                             + ", ".join(ANSWER_FIELDS) + ")")
-    headers: Dict[str, str] = {}
-    retry_after = _number(fields, "retry-after", int, 0, 86400)
-    if retry_after is not None:
-        headers["Retry-After"] = str(retry_after)
-    times: Optional[int] = 1  # the default: the next matching request only
-    if str(fields.get("times", "")).strip().lower() in ("all", "*"):
-        times = None  # every matching request until cleared
-    elif "times" in fields:
-        times = _number(fields, "times", int, 1, 10**9)
-    method = fields.get("method")
-    path = fields.get("path")
-    return Fault(status=status, headers=headers, delay=delay, garbage=garbage, drip=drip, pad=pad, reset=reset,
-                 method=str(method).upper() if method else None, path_contains=str(path) if path else None,
-                 times=times, **answer)
+    values = {spec.attr: _read(spec, fields[spec.name]) for spec in FAULT_REGISTRY if spec.name in fields}
+    retry_after = values.pop("headers", None)
+    fault = Fault(headers={} if retry_after is None else {"Retry-After": str(retry_after)}, **values)
+    if not any(_is_set(fault, spec) for spec in FAULT_REGISTRY if spec.breaks):
+        raise FaultSpecError(f"a fault needs {', '.join(_BREAKING)} or an answer fault ({', '.join(ANSWER_FIELDS)})")
+    return fault
 
 
-def _answer_fields(fields: Mapping[str, Any]) -> Dict[str, Any]:
-    """The answer-fault fields given, as Fault keyword arguments."""
-    out: Dict[str, Any] = {}
-    origin = fields.get("foreign-link")
-    if origin is not None:
-        if origin is True or not _ORIGIN.match(str(origin).strip()):
-            raise FaultSpecError(f"invalid fault foreign-link {origin!r}: expected an origin like "
+def _read(spec: FaultField, value: Any) -> Any:
+    """One field's value as its `Fault` attribute holds it (its default for "not given", JSON null)."""
+    if spec.kind == "flag":
+        return _flag(value)
+    if value is None:
+        return None if spec.kind == "times" else _DEFAULTS[spec.attr]  # times null: every request, as before
+    if spec.kind == "text":
+        return (str(value).upper() if spec.name == "method" else str(value)) if value else None
+    if spec.kind == "origin":
+        if value is True or not _ORIGIN.match(str(value).strip()):
+            raise FaultSpecError(f"invalid fault {spec.name} {value!r}: expected an origin like "
                                  "http://127.0.0.2:8080")
-        out["foreign_link"] = str(origin).strip().rstrip("/")
-    for name, key in (("link-loop", "link_loop"), ("stuck", "stuck"), ("repeat-skiptoken", "repeat_skip_token")):
-        if _flag(fields.get(name, False)):
-            out[key] = True
-    short = _number(fields, "short-rows", int, 0, 1000)
-    if short is not None:
-        out["short_rows"] = short
-    duplicates = _number(fields, "duplicate-rows", int, 1, 1000)
-    if duplicates:
-        out["duplicate_rows"] = duplicates
-    return out
+        return str(value).strip().rstrip("/")
+    if spec.kind == "times" and str(value).strip().lower() in ("all", "*"):
+        return None  # every matching request until cleared
+    number = _number(spec, value)
+    return _DEFAULTS[spec.attr] if number is None else number
 
 
 def parse_fault_spec(text: str) -> Fault:
@@ -220,27 +247,26 @@ def parse_fault_spec(text: str) -> Fault:
 
 def fault_json(fault: Fault) -> Dict[str, Any]:
     """A queued fault as the admin route lists it (the same field names it accepts)."""
-    return {"status": fault.status, "delay": fault.delay, "garbage": fault.garbage, "drip": fault.drip,
-            "pad": fault.pad, "reset": fault.reset, "method": fault.method,
-            "path": fault.path_contains, "retry-after": fault.headers.get("Retry-After"),
-            "times": "all" if fault.times is None else fault.times,
-            "foreign-link": fault.foreign_link, "link-loop": fault.link_loop, "stuck": fault.stuck,
-            "short-rows": fault.short_rows, "duplicate-rows": fault.duplicate_rows,
-            "repeat-skiptoken": fault.repeat_skip_token}
+    shown_as = {"headers": fault.headers.get("Retry-After"), "times": "all" if fault.times is None else fault.times}
+    return {spec.name: shown_as.get(spec.attr, getattr(fault, spec.attr)) for spec in FAULT_REGISTRY}
 
 
-def _number(fields: Mapping[str, Any], name: str, kind: type, low: float, high: float) -> Any:
-    value = fields.get(name)
+def _number(spec: FaultField, value: Any) -> Any:
     if value is None or value is True:
         if value is True:
-            raise FaultSpecError(f"fault field {name} needs a value")
+            raise FaultSpecError(f"fault field {spec.name} needs a value")
         return None
-    number = strict_whole(value) if kind is int else strict_decimal(value)  # ASCII digits, bounded
+    number = strict_whole(value) if spec.kind != "float" else strict_decimal(value)  # ASCII digits, bounded
     if number is None:
-        raise FaultSpecError(f"invalid fault {name} {shown(value)}: expected a number")
-    if not low <= number <= high:
-        raise FaultSpecError(f"invalid fault {name} {value!r}: expected {low}..{high}")
+        raise FaultSpecError(f"invalid fault {spec.name} {shown(value)}: expected a number")
+    if not spec.low <= number <= spec.high:
+        raise FaultSpecError(f"invalid fault {spec.name} {value!r}: expected {spec.low}..{spec.high}")
     return number
+
+
+_DEFAULTS: Dict[str, Any] = {f.name: f.default for f in dataclasses.fields(Fault)
+                             if f.default is not dataclasses.MISSING}
+_DEFAULTS["headers"] = None  # retry-after: not given
 
 
 def _flag(value: Any) -> bool:
