@@ -82,10 +82,11 @@ def options_of(cls: Any) -> Tuple[Option, ...]:
 
 
 # Numbers a user types: ASCII digits only (Python's int() and float() also take full-width and
-# other Unicode digits, surrounding spaces, `nan`, `inf`, `1e9` and `1_000`), an optional `-`, at
-# most one `.`, and a bounded length (int() of 5,000 digits raises "Exceeds the limit").
+# other Unicode digits, surrounding spaces, `nan`, `inf` and `1_000`), an optional `-`, at most one
+# `.`, and a bounded length (int() of 5,000 digits raises "Exceeds the limit"). A decimal may carry
+# an exponent (`1e2`, `2.5E-1`: a valid float, as click's FLOAT reads it); its result must be finite.
 _WHOLE = re.compile(r"-?[0-9]{1,18}", re.ASCII)
-_DECIMAL = re.compile(r"-?[0-9]{1,15}(?:\.[0-9]{1,15})?|-?\.[0-9]{1,15}", re.ASCII)
+_DECIMAL = re.compile(r"-?(?:[0-9]{1,15}(?:\.[0-9]{0,15})?|\.[0-9]{1,15})(?:[eE][-+]?[0-9]{1,3})?", re.ASCII)
 
 
 def shown(value: Any, limit: int = 40) -> str:
@@ -104,12 +105,15 @@ def strict_whole(value: Any) -> Optional[int]:
 
 
 def strict_decimal(value: Any) -> Optional[float]:
-    """`value` as a finite decimal number typed in ASCII (`10`, `0.5`, `-1`; an int or float passes
-    if finite), else None: no `nan`, `inf`, exponent, underscore, Unicode digit or space."""
+    """`value` as a finite decimal number typed in ASCII (`10`, `0.5`, `-1`, `1e2`; an int or float
+    passes if finite), else None: no `nan`, `inf`, `1e400`, underscore, Unicode digit or space."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return float(value) if math.isfinite(value) else None
     text = str(value)
-    return float(text) if _DECIMAL.fullmatch(text) else None
+    if not _DECIMAL.fullmatch(text):
+        return None
+    number = float(text)
+    return number if math.isfinite(number) else None
 
 
 _NON_FINITE = ("nan", "inf", "+inf", "-inf", "infinity", "+infinity", "-infinity")

@@ -19,8 +19,10 @@ from vmss_terminate.errors import StopSignal
 
 STOP_SIGNALS = ("SIGINT", "SIGTERM")
 """Ctrl-C and SIGTERM; the agent adds SIGBREAK (Ctrl-Break on Windows)."""
-AGENT_STOP_SIGNALS = STOP_SIGNALS + ("SIGBREAK",)
-"""What stops `agent run` cleanly (exit 0): Ctrl-C, SIGTERM and (Windows) Ctrl-Break."""
+AGENT_STOP_SIGNALS = STOP_SIGNALS + ("SIGHUP", "SIGBREAK")
+"""What stops `agent run` cleanly (exit 0): Ctrl-C, SIGTERM, SIGHUP (its terminal closed, or a
+reload: the agent has nothing to reload, and SIGHUP's default would kill it with no stop grace,
+leaving hooks running unreported) and (Windows) Ctrl-Break."""
 
 
 def _present(names: Sequence[str]) -> List[signal.Signals]:
