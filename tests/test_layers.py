@@ -56,7 +56,7 @@ LAYERS: Dict[str, Tuple[str, ...]] = {
                                      "click"),
     "vmss_terminate_sim/sandbox/": ("vmss_terminate_sim/emulator/arm/", "vmss_terminate_sim/emulator/imds/",
                                     "vmss_terminate_sim/emulator/kube/", "vmss_terminate_sim/emulator/", "control/",
-                                    "agent/", SHARED),
+                                    "agent/", "pipeline/", SHARED),
     "vmss_terminate_sim/emulator/arm/": ("vmss_terminate_sim/emulator/", SHARED),
     "vmss_terminate_sim/emulator/imds/": ("vmss_terminate_sim/emulator/", SHARED),
     "vmss_terminate_sim/emulator/kube/": ("vmss_terminate_sim/emulator/", SHARED),
@@ -67,11 +67,12 @@ LAYERS: Dict[str, Tuple[str, ...]] = {
     "entry.py": ("cli.py", "agent/", "signals.py"),
     "cli.py": ("commands/", SHARED, "click"),
     "commands/": ("central/", "fleet/", "iac/", "control/", "agent/", SHARED, "click"),
-    "central/": ("fleet/", "control/", SHARED, "azure"),
+    "central/": ("fleet/", "control/", "pipeline/", SHARED, "azure"),
     "fleet/": ("control/", SHARED, "azure"),
     "iac/": ("control/body.py", SHARED),
     "control/": (SHARED, "azure"),
-    "agent/": (SHARED, "requests", "urllib3"),
+    "agent/": ("pipeline/", SHARED, "requests", "urllib3"),
+    "pipeline/": (SHARED, "requests", "urllib3"),
     "__init__.py": ("errors.py",),
     "extras.py": ("errors.py",),
     "timeout.py": ("errors.py",),
@@ -84,10 +85,10 @@ LAYERS: Dict[str, Tuple[str, ...]] = {
 }
 
 INSIDE: Dict[str, str] = {
-    "agent/kubernetes/": "agent/",
+    "pipeline/kubernetes/": "pipeline/",
 }
 """Sub-packages that are part of a row rather than rows of their own: their files count as that
-row's (the agent's Kubernetes drain is the agent, on every VM, under the agent's rules)."""
+row's (the Kubernetes drain is the pipeline's, on every VM, under the pipeline's rules)."""
 
 WHY: Dict[str, str] = {
     "entry.py": "`agent run` starts without click, its stop handlers installed first",
@@ -98,6 +99,7 @@ WHY: Dict[str, str] = {
     "vmss_terminate_sim/emulator/": "standard library only: stands in for Azure in front of either side",
     "vmss_terminate_sim/demo_hook.py": "a hook script, run as a process",
     "agent/": "on every VM: never `azure`, the control plane or the simulation",
+    "pipeline/": "source-free: never the agent (a source), `azure`, the control plane or the simulation",
 }
 """A few words on the doc's table for the rows whose reason is not obvious."""
 

@@ -18,7 +18,6 @@ import pytest
 
 from vmss_terminate.agent.command import RUN_OPTIONS, RunOptions, build, parse_args
 from vmss_terminate.agent.config import AgentConfig
-from vmss_terminate.agent.kubernetes.rules import DEFAULT_TAINT
 from vmss_terminate.commands.agent import run_command
 from vmss_terminate.commands.control import (
     PLAN_OPTIONS,
@@ -33,6 +32,7 @@ from vmss_terminate.commands.fleet import audit_command, rollout_command
 from vmss_terminate.control import BatchSize, UpgradeOptions
 from vmss_terminate.fleet.options import AuditOptions, RolloutOptions
 from vmss_terminate.params import Option, option, options_of
+from vmss_terminate.pipeline.kubernetes.rules import DEFAULT_TAINT
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = (ROOT / "docs" / "cli-reference.md").read_text(encoding="utf-8")

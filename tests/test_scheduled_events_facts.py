@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from vmss_terminate import scheduled_events as facts
-from vmss_terminate.agent import events as agent_events
 from vmss_terminate.agent import imds as agent_imds
+from vmss_terminate.pipeline import events as agent_events
 from vmss_terminate_sim.emulator.imds import events as emulator_events
 from vmss_terminate_sim.emulator.imds import instance as emulator_instance
 from vmss_terminate_sim.emulator.imds import versions as emulator_versions

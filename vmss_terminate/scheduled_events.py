@@ -21,7 +21,7 @@ SCHEDULED = "Scheduled"
 STARTED = "Started"
 STATUSES: Tuple[str, ...] = (SCHEDULED, STARTED)
 
-#: NotBefore is RFC 1123 in GMT (`format_not_before` writes it, `agent/events.py` reads it).
+#: NotBefore is RFC 1123 in GMT (`format_not_before` writes it, `pipeline/events.py` reads it).
 NOT_BEFORE_EXAMPLE = "Mon, 19 Sep 2016 18:29:47 GMT"
 
 

@@ -13,9 +13,9 @@ import pytest
 from inprocess import InProcessTransport
 
 from vmss_terminate.agent import AgentConfig, ForeignEventError, ImdsClient, ImdsError, StateStore
-from vmss_terminate.agent.events import Event
 from vmss_terminate.clock import ManualClock
 from vmss_terminate.errors import UsageError
+from vmss_terminate.pipeline.events import Event
 from vmss_terminate_sim.emulator.server import Request, Response
 
 from .conftest import VM, Imds, Recorder, Running, make_agent, run_cli

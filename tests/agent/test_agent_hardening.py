@@ -14,13 +14,13 @@ from typing import List, Optional
 
 import pytest
 
-from vmss_terminate.agent import decisions as D
 from vmss_terminate.agent.command import RUN_OPTIONS, build, parse_args
-from vmss_terminate.agent.events import Event
-from vmss_terminate.agent.hooks import Run as HookRun
-from vmss_terminate.agent.hooks import WebhookHook
 from vmss_terminate.agent.probes import serve
 from vmss_terminate.clock import SYSTEM_CLOCK
+from vmss_terminate.pipeline import decisions as D
+from vmss_terminate.pipeline.events import Event
+from vmss_terminate.pipeline.hooks import Run as HookRun
+from vmss_terminate.pipeline.hooks import WebhookHook
 from vmss_terminate.scheduled_events import vm_name_problem
 
 from .conftest import REPO, VM, Imds, Recorder, agent_cli, make_agent, run_cli
@@ -168,7 +168,7 @@ def test_webhook_failures_say_what_failed_never_the_secret() -> None:
 
 
 def test_chat_webhook_failures_say_what_failed(tmp_path: Path) -> None:
-    from vmss_terminate.agent.notify import ChatNotifier
+    from vmss_terminate.pipeline.notify import ChatNotifier
 
     with socket.socket() as closed:
         closed.bind(("127.0.0.1", 0))
@@ -181,13 +181,13 @@ def test_chat_webhook_failures_say_what_failed(tmp_path: Path) -> None:
                 records(record.getMessage())  # type: ignore[arg-type]
 
         handler = Keep()
-        logging.getLogger("vmss_terminate.agent.notify").addHandler(handler)
+        logging.getLogger("vmss_terminate.pipeline.notify").addHandler(handler)
         try:
-            notifier(__import__("vmss_terminate.agent.decisions", fromlist=["Decision"]).Decision(
+            notifier(__import__("vmss_terminate.pipeline.decisions", fromlist=["Decision"]).Decision(
                 D.APPROVAL_SENT, "e1", VM, "approved", 0.0, {}))
             assert records.wait_for(lambda items: any("failed" in str(i) for i in items), 10)
         finally:
             notifier.close()
-            logging.getLogger("vmss_terminate.agent.notify").removeHandler(handler)
+            logging.getLogger("vmss_terminate.pipeline.notify").removeHandler(handler)
     text = " ".join(str(i) for i in records.items)
     assert "connection refused" in text and "s3cret" not in text

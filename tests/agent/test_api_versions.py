@@ -10,8 +10,8 @@ from typing import Any, Dict, List
 import pytest
 from inprocess import InProcessTransport
 
-from vmss_terminate.agent import decisions as D
 from vmss_terminate.agent.imds import ImdsClient
+from vmss_terminate.pipeline import decisions as D
 from vmss_terminate.scheduled_events import SCHEDULED_EVENTS_VERSIONS
 from vmss_terminate_sim.emulator.imds.app import ImdsEmulator, PlacementGroup
 from vmss_terminate_sim.emulator.server import EmulatorServer, Request, Response

@@ -11,8 +11,8 @@ from typing import Any, Dict, Iterator, List
 
 import pytest
 
-from vmss_terminate.agent import decisions as D
 from vmss_terminate.errors import UsageError
+from vmss_terminate.pipeline import decisions as D
 
 from .conftest import VM, Imds, make_agent, run_cli, wait_until
 from .test_hooks import probe
@@ -122,7 +122,7 @@ def test_unknown_webhook_format_is_refused() -> None:
 
 def test_chat_notifier_forgets_events_that_left_the_document(imds: Imds) -> None:
     """A months-long agent must not keep every EventId it ever saw (foreign ones included)."""
-    from vmss_terminate.agent.notify import ChatNotifier
+    from vmss_terminate.pipeline.notify import ChatNotifier
 
     foreign = imds.group.add_event("Reboot", ["myvmss_4"])
     agent = make_agent(imds.url, approve_types="none")

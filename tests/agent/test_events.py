@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from vmss_terminate.agent.events import Event, EventsDocument, MalformedDocument, owns, parse_not_before, parse_types
 from vmss_terminate.errors import UsageError
+from vmss_terminate.pipeline.events import Event, EventsDocument, MalformedDocument, owns, parse_not_before, parse_types
 
 
 def test_document_with_unknown_fields_and_types_is_tolerated() -> None:

@@ -12,8 +12,8 @@ from typing import Any, Dict, List
 
 import pytest
 
-from vmss_terminate.agent.hooks import HookContext
 from vmss_terminate.clock import ScaledClock
+from vmss_terminate.pipeline.hooks import HookContext
 from vmss_terminate_sim.emulator.imds.events import format_not_before
 from vmss_terminate_sim.emulator.server import EmulatorServer, Request, Response
 
@@ -237,9 +237,9 @@ def test_event_data_a_hook_cannot_receive_is_neither_drained_nor_approved(imds: 
 
 
 def test_a_not_before_a_hook_cannot_receive_blocks_the_approval_too() -> None:
-    from vmss_terminate.agent import policy
     from vmss_terminate.agent.config import AgentConfig
-    from vmss_terminate.agent.events import Event
+    from vmss_terminate.pipeline import policy
+    from vmss_terminate.pipeline.events import Event
 
     config = AgentConfig(imds_url="http://127.0.0.1:1", hooks=[f"{sys.executable} -c pass"]).validated()
     event = Event.from_json({"EventId": "e", "EventType": "Terminate", "Resources": [VM],

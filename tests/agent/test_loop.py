@@ -12,9 +12,9 @@ from typing import Any, List
 import pytest
 
 from vmss_terminate.agent import Agent, AgentConfig, StateStore
-from vmss_terminate.agent.journal import resolve_state_file
 from vmss_terminate.clock import ManualClock, ScaledClock
 from vmss_terminate.errors import UsageError
+from vmss_terminate.pipeline.journal import resolve_state_file
 from vmss_terminate_sim.emulator.imds.app import ImdsEmulator, PlacementGroup
 from vmss_terminate_sim.emulator.server import EmulatorServer
 
@@ -103,7 +103,7 @@ def test_corrupt_state_file_does_not_stop_the_agent(tmp_path: Path) -> None:
 
 
 def test_unwritable_default_state_dir_falls_back_per_user(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from vmss_terminate.agent import journal as state
+    from vmss_terminate.pipeline import journal as state
 
     blocker = tmp_path / "a-file"  # a directory cannot be created under a file, even by root
     blocker.write_text("")

@@ -11,11 +11,11 @@ from typing import Any, Dict, List
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from vmss_terminate.agent import policy
 from vmss_terminate.agent.config import AgentConfig
-from vmss_terminate.agent.events import EventsDocument
 from vmss_terminate.agent.imds import _json_int
-from vmss_terminate.agent.policy import Progress
+from vmss_terminate.pipeline import policy
+from vmss_terminate.pipeline.events import EventsDocument
+from vmss_terminate.pipeline.policy import Progress
 from vmss_terminate_sim.emulator.server import EmulatorServer, Response
 
 from .conftest import VM, Recorder, make_agent

@@ -21,7 +21,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from inprocess import InProcessTransport
 
-from vmss_terminate.agent.events import EVENT_TYPES
+from vmss_terminate.pipeline.events import EVENT_TYPES
 from vmss_terminate_sim.emulator.imds.app import ImdsEmulator, PlacementGroup
 from vmss_terminate_sim.emulator.server import RequestLog
 

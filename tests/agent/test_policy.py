@@ -6,12 +6,12 @@ from typing import Any, Dict, List, Optional
 
 import pytest
 
-from vmss_terminate.agent import decisions as D
-from vmss_terminate.agent import policy
 from vmss_terminate.agent.config import AgentConfig
-from vmss_terminate.agent.events import Event
-from vmss_terminate.agent.policy import Progress
 from vmss_terminate.errors import UsageError
+from vmss_terminate.pipeline import decisions as D
+from vmss_terminate.pipeline import policy
+from vmss_terminate.pipeline.events import Event
+from vmss_terminate.pipeline.policy import Progress
 
 VM = "web_1"
 CONFIG = AgentConfig(vm_name=VM, imds_url="http://127.0.0.1:1").validated()

@@ -210,8 +210,8 @@ def test_a_hook_that_cannot_start_for_lack_of_descriptors_is_tried_again(tmp_pat
     script.write_text(f"""
 import os, resource, sys, threading
 sys.path.insert(0, {str(Path(__file__).resolve().parents[1])!r})
-from vmss_terminate.agent.events import Event
-from vmss_terminate.agent.hooks import CommandHook, Run
+from vmss_terminate.pipeline.events import Event
+from vmss_terminate.pipeline.hooks import CommandHook, Run
 from vmss_terminate.clock import SYSTEM_CLOCK
 resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
 hook = CommandHook({sys.executable!r} + " -c pass")
@@ -229,7 +229,7 @@ class FreeOnWarning(logging.Handler):  # descriptors come back once the hook sai
         while held:
             os.close(held.pop())
 logging.basicConfig()
-logging.getLogger("vmss_terminate.agent.hooks").addHandler(FreeOnWarning())
+logging.getLogger("vmss_terminate.pipeline.hooks").addHandler(FreeOnWarning())
 cancelled, wake = threading.Event(), threading.Event()
 result = hook.run(Run(event, "vm_1", SYSTEM_CLOCK, lambda: SYSTEM_CLOCK.now() + 30, cancelled, wake))
 print(result.outcome, result.detail)

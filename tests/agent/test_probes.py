@@ -11,11 +11,11 @@ import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-from vmss_terminate.agent import decisions as D
-from vmss_terminate.agent.decisions import Decision
 from vmss_terminate.agent.probes import ProbeServer, parse_listen, serve
 from vmss_terminate.clock import ManualClock, ScaledClock
 from vmss_terminate.errors import UsageError
+from vmss_terminate.pipeline import decisions as D
+from vmss_terminate.pipeline.decisions import Decision
 from vmss_terminate_sim.emulator.imds.app import ImdsEmulator, PlacementGroup
 
 from .conftest import VM, Imds, Recorder, Running, make_agent
@@ -288,7 +288,7 @@ def test_probe_thread_and_agent_share_nothing_but_decisions() -> None:
     import subprocess
     import sys
 
-    code = ("import sys, vmss_terminate.agent.probes, vmss_terminate.agent.notify\n"
+    code = ("import sys, vmss_terminate.agent.probes, vmss_terminate.pipeline.notify\n"
             "print(sorted(m for m in sys.modules if m.startswith(('azure', 'vmss_terminate_sim.emulator', "
             "'vmss_terminate.control', 'prometheus_client'))))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

@@ -12,8 +12,8 @@ import pytest
 from inprocess import InProcessTransport
 
 from vmss_terminate.agent import ImdsClient, ImdsError
-from vmss_terminate.agent.events import owns
 from vmss_terminate.clock import ManualClock
+from vmss_terminate.pipeline.events import owns
 from vmss_terminate_sim.emulator.server import Request, Response
 
 from .conftest import VM, Recorder, make_agent

@@ -12,11 +12,11 @@ on every scale-set instance.
 
 from vmss_terminate.agent.agent import Agent
 from vmss_terminate.agent.config import AgentConfig
-from vmss_terminate.agent.decisions import Decision
-from vmss_terminate.agent.events import EVENT_TYPES, Event, EventsDocument, owns, parse_types
-from vmss_terminate.agent.hooks import HookContext
 from vmss_terminate.agent.imds import DEFAULT_IMDS_URL, ForeignEventError, ImdsClient, ImdsError, check_imds_api_version
-from vmss_terminate.agent.journal import MEMORY, StateStore, default_state_file
+from vmss_terminate.pipeline.decisions import Decision
+from vmss_terminate.pipeline.events import EVENT_TYPES, Event, EventsDocument, owns, parse_types
+from vmss_terminate.pipeline.hooks import HookContext
+from vmss_terminate.pipeline.journal import MEMORY, StateStore, default_state_file
 from vmss_terminate.scheduled_events import DEFAULT_API_VERSION
 
 __all__ = [

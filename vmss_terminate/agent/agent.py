@@ -23,19 +23,19 @@ from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 from requests.adapters import BaseAdapter
 
-from vmss_terminate.agent import decisions as D
-from vmss_terminate.agent import policy
 from vmss_terminate.agent.config import AgentConfig
-from vmss_terminate.agent.decisions import Decision, DecisionBus
-from vmss_terminate.agent.events import EVENT_TYPES, Event, EventsDocument, canonical_type
 from vmss_terminate.agent.health import Outage
-from vmss_terminate.agent.hooks import FAILED, CommandHook, HookContext, PythonHook, StepResult, WebhookHook
 from vmss_terminate.agent.imds import ForeignEventError, ImdsClient, ImdsError, Stopped
-from vmss_terminate.agent.jobs import JobRunner, Step
-from vmss_terminate.agent.journal import StateStore, resolve_state_file
-from vmss_terminate.agent.process import stop_orphan
 from vmss_terminate.clock import SYSTEM_CLOCK, Clock
 from vmss_terminate.errors import UsageError
+from vmss_terminate.pipeline import decisions as D
+from vmss_terminate.pipeline import policy
+from vmss_terminate.pipeline.decisions import Decision, DecisionBus
+from vmss_terminate.pipeline.events import EVENT_TYPES, Event, EventsDocument, canonical_type
+from vmss_terminate.pipeline.hooks import FAILED, CommandHook, HookContext, PythonHook, StepResult, WebhookHook
+from vmss_terminate.pipeline.jobs import JobRunner, Step
+from vmss_terminate.pipeline.journal import StateStore, resolve_state_file
+from vmss_terminate.pipeline.process import stop_orphan
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +81,7 @@ class Agent:
                          if self.config.webhook and self.config.webhook_format == "json" else None)
         self._notifier: Any = None
         if self.config.webhook and self.config.webhook_format != "json":
-            from vmss_terminate.agent.notify import ChatNotifier  # noqa: PLC0415 - only chat users load it
+            from vmss_terminate.pipeline.notify import ChatNotifier  # noqa: PLC0415 - only chat users load it
 
             self._notifier = ChatNotifier(self.config.webhook, self.config.webhook_format)
         self._seen: Dict[str, _Seen] = {}  # by EventId; guarded by _lock
@@ -90,7 +90,7 @@ class Agent:
         self._approve_lock = threading.Lock()  # approvals come from the loop and from job threads
         self.jobs = JobRunner(self.config, clock, self.state, self._decide, self._latest, lambda: self.vm_name or "",
                               gone=self.gone)
-        self.drain: Any = None  # --kubernetes: the node drain step (agent/kubernetes/drain.py)
+        self.drain: Any = None  # --kubernetes: the node drain step (pipeline/kubernetes/drain.py)
         if self.config.kubernetes:
             self.drain = self._node_drain()
         self._stop = threading.Event()   # the caller's: stop polling (then the stop grace runs)
@@ -452,9 +452,9 @@ class Agent:
 
     def _node_drain(self) -> Any:
         """The node drain step; UsageError now (exit 2) when the cluster credentials are unusable."""
-        from vmss_terminate.agent.kubernetes.api import KubeApi  # noqa: PLC0415 - only --kubernetes loads it
-        from vmss_terminate.agent.kubernetes.credentials import load_access  # noqa: PLC0415
-        from vmss_terminate.agent.kubernetes.drain import NodeDrain  # noqa: PLC0415
+        from vmss_terminate.pipeline.kubernetes.api import KubeApi  # noqa: PLC0415 - only --kubernetes loads it
+        from vmss_terminate.pipeline.kubernetes.credentials import load_access  # noqa: PLC0415
+        from vmss_terminate.pipeline.kubernetes.drain import NodeDrain  # noqa: PLC0415
 
         access = load_access(self.config.kubeconfig)
         log.info("--kubernetes: draining the node through %s (%s)", access.server, access.source)

@@ -129,8 +129,8 @@ def run(config: AgentConfig, options: RunOptions = RunOptions(), given: Collecti
 
 def _run(config: AgentConfig, options: RunOptions, given: Collection[str], signals: StopOnSignals) -> None:
     from vmss_terminate.agent import Agent
-    from vmss_terminate.agent.logs import configure
     from vmss_terminate.agent.ops import check_retry_for
+    from vmss_terminate.pipeline.logs import configure
 
     configure(options.log_format)
     check_retry_for(options.retry_for)

@@ -28,13 +28,13 @@ import re
 from dataclasses import dataclass, replace
 from typing import Any, Collection, FrozenSet, Optional, Sequence, Tuple
 
-from vmss_terminate.agent.events import parse_types, same_name
-from vmss_terminate.agent.hooks import redact_url
 from vmss_terminate.agent.imds import check_imds_api_version, resolve_imds_url
-from vmss_terminate.agent.kubernetes.rules import DEFAULT_TAINT, parse_taint
-from vmss_terminate.agent.process import check_program, split_command
 from vmss_terminate.errors import UsageError
 from vmss_terminate.params import option
+from vmss_terminate.pipeline.events import parse_types, same_name
+from vmss_terminate.pipeline.hooks import redact_url
+from vmss_terminate.pipeline.kubernetes.rules import DEFAULT_TAINT, parse_taint
+from vmss_terminate.pipeline.process import check_program, split_command
 from vmss_terminate.scheduled_events import DEFAULT_API_VERSION, MAX_TERMINATE_NOTICE, vm_name_problem
 
 ON_HOOK_FAILURE = ("approve", "wait")

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from typing import Callable, Optional
 
-from vmss_terminate.agent import decisions as D
-from vmss_terminate.agent.imds import Backoff, ImdsError
+from vmss_terminate.agent.imds import ImdsError
 from vmss_terminate.clock import Clock
+from vmss_terminate.pipeline import decisions as D
+from vmss_terminate.pipeline.backoff import Backoff
 
 Report = Callable[..., None]  # report(kind, event_id, message, **data)
 

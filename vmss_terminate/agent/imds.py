@@ -62,9 +62,10 @@ import urllib3
 import urllib3.connection
 
 from vmss_terminate import __version__
-from vmss_terminate.agent.events import UNREADABLE, EventsDocument, MalformedDocument, owns, same_name
 from vmss_terminate.clock import SYSTEM_CLOCK, Clock
 from vmss_terminate.errors import UsageError, VmssTerminateError
+from vmss_terminate.pipeline.backoff import Backoff
+from vmss_terminate.pipeline.events import UNREADABLE, EventsDocument, MalformedDocument, owns, same_name
 from vmss_terminate.scheduled_events import DEFAULT_API_VERSION, SCHEDULED_EVENTS_VERSIONS, TERMINATE_SINCE
 
 log = logging.getLogger(__name__)
@@ -182,25 +183,6 @@ class RateLimiter:
                     return
                 wait = self.window - (now - self._sent[0])
             self._sleep(max(wait, 0.001))  # pacing requests, not synchronisation
-
-
-class Backoff:
-    """Bounded exponential backoff with jitter: base * 2**n, capped, times a random 0.5..1.0."""
-
-    def __init__(self, base: float = 0.5, cap: float = 10.0, rng: Optional[random.Random] = None) -> None:
-        self.base = base
-        self.cap = cap
-        self.attempt = 0
-        self._rng = rng or random.Random()
-
-    def next(self, at_least: float = 0.0) -> float:
-        delay = min(self.cap, self.base * (2.0 ** min(self.attempt, 30)))
-        self.attempt += 1
-        return max(at_least, delay * self._rng.uniform(0.5, 1.0))
-
-    def reset(self) -> None:
-        self.attempt = 0
-
 
 
 def _json_int(text: str) -> Any:

@@ -17,10 +17,10 @@ import threading
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
 from vmss_terminate import __version__
-from vmss_terminate.agent import decisions as D
-from vmss_terminate.agent.decisions import Decision
-from vmss_terminate.agent.events import parse_not_before
 from vmss_terminate.clock import Clock
+from vmss_terminate.pipeline import decisions as D
+from vmss_terminate.pipeline.decisions import Decision
+from vmss_terminate.pipeline.events import parse_not_before
 
 if TYPE_CHECKING:
     from vmss_terminate.agent.agent import Agent

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional
 
-from vmss_terminate.agent.events import Event, EventsDocument
 from vmss_terminate.agent.imds import ForeignEventError, ImdsClient
 from vmss_terminate.errors import UsageError
+from vmss_terminate.pipeline.events import Event, EventsDocument
 from vmss_terminate.scheduled_events import DEFAULT_API_VERSION, vm_name_problem
 
 

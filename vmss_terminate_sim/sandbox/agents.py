@@ -15,8 +15,8 @@ import threading
 from typing import Dict, Iterable, List, Optional, Sequence
 
 from vmss_terminate.agent import Agent, AgentConfig, Decision
-from vmss_terminate.agent.journal import MEMORY
 from vmss_terminate.clock import wait_until
+from vmss_terminate.pipeline.journal import MEMORY
 from vmss_terminate_sim.sandbox.environment import Sandbox
 from vmss_terminate_sim.sandbox.timeline import Entry
 

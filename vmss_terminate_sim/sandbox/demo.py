@@ -18,9 +18,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional
 
-from vmss_terminate.agent.process import check_program, split_command
 from vmss_terminate.clock import ScaledClock
 from vmss_terminate.errors import InvalidValue
+from vmss_terminate.pipeline.process import check_program, split_command
 from vmss_terminate.timeout import parse_timeout, to_iso
 from vmss_terminate_sim.sandbox.agents import SandboxAgents, demo_hook_command
 from vmss_terminate_sim.sandbox.environment import Sandbox, SandboxConfig

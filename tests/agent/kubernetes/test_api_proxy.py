@@ -1,4 +1,4 @@
-"""Which requests of the agent's Kubernetes client may go through an HTTP proxy (agent/kubernetes/api.py).
+"""Which requests of the agent's Kubernetes client may go through an HTTP proxy (pipeline/kubernetes/api.py).
 
 kubectl (Go's ProxyFromEnvironment) never proxies a loopback host, and the agent sends a bearer token
 with every request: through an http proxy a plain-http request -- and its Authorization header --
@@ -13,8 +13,8 @@ from typing import Iterator, List
 
 import pytest
 
-from vmss_terminate.agent.kubernetes.api import KubeApi, KubeError
-from vmss_terminate.agent.kubernetes.credentials import Access
+from vmss_terminate.pipeline.kubernetes.api import KubeApi, KubeError
+from vmss_terminate.pipeline.kubernetes.credentials import Access
 from vmss_terminate_sim.emulator.kube import KubeServers, KubeState, start_kube
 
 TOKEN = "secret-proxy-test-token"

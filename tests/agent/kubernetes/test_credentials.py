@@ -1,5 +1,5 @@
 """Cluster credentials for --kubernetes: in-cluster service account and kubeconfig files as the
-real `kubectl config` writes them (agent/kubernetes/credentials.py, yamlish.py)."""
+real `kubectl config` writes them (pipeline/kubernetes/credentials.py, yamlish.py)."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from vmss_terminate.agent.kubernetes import yamlish
-from vmss_terminate.agent.kubernetes.credentials import from_kubeconfig, in_cluster, load_access
 from vmss_terminate.errors import UsageError
+from vmss_terminate.pipeline.kubernetes import yamlish
+from vmss_terminate.pipeline.kubernetes.credentials import from_kubeconfig, in_cluster, load_access
 
 from ..conftest import run_cli
 

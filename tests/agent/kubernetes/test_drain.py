@@ -14,10 +14,10 @@ from typing import Any, Dict, List
 
 import pytest
 
-from vmss_terminate.agent import decisions as D
-from vmss_terminate.agent.kubernetes import credentials
-from vmss_terminate.agent.kubernetes.rules import DEFAULT_TAINT
 from vmss_terminate.agent.metrics import AgentMetrics
+from vmss_terminate.pipeline import decisions as D
+from vmss_terminate.pipeline.kubernetes import credentials
+from vmss_terminate.pipeline.kubernetes.rules import DEFAULT_TAINT
 from vmss_terminate_sim.emulator.kube import start_kube
 
 from ..conftest import Running, run_cli
@@ -378,7 +378,7 @@ def test_a_scale_in_cancelled_while_the_agent_was_down_is_undone_by_the_next_age
 def test_an_agent_without_the_journal_knows_its_cordon_from_the_node(cluster: Cluster) -> None:
     """A DaemonSet pod replaced mid-drain starts with an empty journal: the node's annotation (the
     EventId the cordon was for) tells the new agent the cordon is its own, so a cancel still undoes it."""
-    from vmss_terminate.agent.kubernetes.rules import CORDONED_BY
+    from vmss_terminate.pipeline.kubernetes.rules import CORDONED_BY
 
     workloads(cluster, min_available=3)
     eid = cluster.group.add_event("Terminate", [VM], not_before=cluster.clock.now() + 600)

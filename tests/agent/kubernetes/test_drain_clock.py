@@ -9,11 +9,11 @@ import threading
 from pathlib import Path
 from typing import List, Optional, Tuple
 
-from vmss_terminate.agent.events import Event
-from vmss_terminate.agent.hooks import CANCELLED, DEADLINE, Run
-from vmss_terminate.agent.journal import StateStore
-from vmss_terminate.agent.kubernetes.drain import GONE, NodeDrain
 from vmss_terminate.clock import ManualClock
+from vmss_terminate.pipeline.events import Event
+from vmss_terminate.pipeline.hooks import CANCELLED, DEADLINE, Run
+from vmss_terminate.pipeline.journal import StateStore
+from vmss_terminate.pipeline.kubernetes.drain import GONE, NodeDrain
 
 
 def make(clock: ManualClock, deadline: Optional[float], gone: List[bool]) -> Tuple[NodeDrain, Run]:

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import Any, List
 
-from vmss_terminate.agent import decisions as D
-from vmss_terminate.agent.decisions import Decision
+from vmss_terminate.pipeline import decisions as D
+from vmss_terminate.pipeline.decisions import Decision
 from vmss_terminate_sim.emulator.kube import NODES, PODS
 
 from ..conftest import Running
@@ -117,7 +117,7 @@ def test_a_new_terminate_after_a_cancelled_one_keeps_the_node_cordoned(cluster: 
 
 
 def test_a_cordon_left_for_an_event_no_longer_in_the_document_is_taken_over(cluster: Cluster) -> None:
-    from vmss_terminate.agent.kubernetes.rules import CORDONED_BY
+    from vmss_terminate.pipeline.kubernetes.rules import CORDONED_BY
 
     # an agent before this one cordoned the node for an event that is gone (its undo never ran)
     cluster.state.patch(NODES, "", NODE, "application/merge-patch+json",
@@ -169,7 +169,7 @@ def test_an_eviction_names_the_pod_by_uid_so_a_pod_recreated_under_its_name_is_n
         cluster: Cluster) -> None:
     import requests
 
-    from vmss_terminate.agent.kubernetes import rules
+    from vmss_terminate.pipeline.kubernetes import rules
 
     old = cluster.state.add_pod("db-0", NODE, grace=1)
     body = rules.eviction(old)
@@ -211,7 +211,7 @@ def test_a_pod_list_refused_while_waiting_is_warned_about_once_a_minute_not_ever
     agent.subscribe(refuse_lists)
     eid = cluster.group.add_event("Terminate", [VM], not_before=cluster.clock.now() + 150)
     try:
-        with caplog.at_level(logging.WARNING, logger="vmss_terminate.agent.kubernetes.drain"):
+        with caplog.at_level(logging.WARNING, logger="vmss_terminate.pipeline.kubernetes.drain"):
             with Running(agent) as running:  # waits for 'solo' until the deadline (120 clock seconds on)
                 assert running.decisions.wait_kind(D.KUBE_NOT_DRAINED, eid, timeout=30)
     finally:

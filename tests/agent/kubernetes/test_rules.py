@@ -1,4 +1,4 @@
-"""The node drain's pure decisions (agent/kubernetes/rules.py): which node, which pods, patches."""
+"""The node drain's pure decisions (pipeline/kubernetes/rules.py): which node, which pods, patches."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from typing import Any, Dict, List, Optional
 
 import pytest
 
-from vmss_terminate.agent.kubernetes import rules
 from vmss_terminate.errors import UsageError
+from vmss_terminate.pipeline.kubernetes import rules
 
 RID = "/subscriptions/sub/resourceGroups/RG/providers/Microsoft.Compute/virtualMachineScaleSets/pool/virtualMachines/3"
 

@@ -16,9 +16,9 @@ import queue
 import threading
 from typing import Any, Dict, List, Optional, Tuple
 
-from vmss_terminate.agent import decisions as D
-from vmss_terminate.agent.decisions import Decision
-from vmss_terminate.agent.hooks import redact_url, request_failure
+from vmss_terminate.pipeline import decisions as D
+from vmss_terminate.pipeline.decisions import Decision
+from vmss_terminate.pipeline.hooks import redact_url, request_failure
 
 log = logging.getLogger(__name__)
 

@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Tuple
 from urllib.parse import urlsplit
 
-from vmss_terminate.agent import process
-from vmss_terminate.agent.events import Event
 from vmss_terminate.clock import Clock
+from vmss_terminate.pipeline import process
+from vmss_terminate.pipeline.events import Event
 
 OK = "ok"
 FAILED = "failed"

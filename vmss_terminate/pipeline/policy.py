@@ -29,12 +29,11 @@ The rules, in order:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping, Optional, Sequence, Tuple
+from typing import Any, Collection, Mapping, Optional, Protocol, Sequence, Tuple
 
-from vmss_terminate.agent import decisions as D
-from vmss_terminate.agent.config import AgentConfig
-from vmss_terminate.agent.events import Event
-from vmss_terminate.agent.hooks import unpassable_variables
+from vmss_terminate.pipeline import decisions as D
+from vmss_terminate.pipeline.events import Event
+from vmss_terminate.pipeline.hooks import unpassable_variables
 from vmss_terminate.scheduled_events import MAX_TERMINATE_NOTICE, MINIMUM_NOTICE
 
 # What the agent should do with an event (Verdict.action).
@@ -51,6 +50,27 @@ DEPARTING = ("Terminate", "Preempt")  # event types after which this VM does not
 NO_NODE_DRAIN = ("Freeze",)  # --kubernetes: types never drained (a pause of seconds; pods stay)
 
 UNKNOWN_NOTICE = MAX_TERMINATE_NOTICE  # seconds assumed until an unreadable NotBefore
+
+
+class Settings(Protocol):
+    """The options the pipeline reads (a source's own config, e.g. `AgentConfig`, has them all)."""
+
+    @property
+    def hooks(self) -> Sequence[str]: ...
+    @property
+    def hook_events(self) -> Collection[str]: ...
+    @property
+    def approve_types(self) -> Collection[str]: ...
+    @property
+    def approve_shared(self) -> bool: ...
+    @property
+    def on_hook_failure(self) -> str: ...
+    @property
+    def drain_delay(self) -> float: ...
+    @property
+    def safety_margin(self) -> float: ...
+    @property
+    def kill_grace(self) -> float: ...
 
 
 @dataclass(frozen=True)
@@ -83,12 +103,12 @@ class Verdict:
     until: Optional[float] = None  # DRAIN_WAIT: when the approval may be sent
 
 
-def command_hooks_apply(event_type: str, config: AgentConfig) -> bool:
+def command_hooks_apply(event_type: str, config: Settings) -> bool:
     """`--hook` commands and the webhook run for the types in `hook_events` (always Terminate)."""
     return event_type in config.hook_events
 
 
-def _runs_commands(event: Event, config: AgentConfig) -> bool:
+def _runs_commands(event: Event, config: Settings) -> bool:
     return bool(config.hooks) and command_hooks_apply(event.event_type, config)
 
 
@@ -97,7 +117,7 @@ def handler_applies(subscribed: str, event_type: str) -> bool:
     return subscribed in ("*", event_type)
 
 
-def next_step(event: Event, vm_name: str, config: AgentConfig, progress: Progress, has_hooks: bool,
+def next_step(event: Event, vm_name: str, config: Settings, progress: Progress, has_hooks: bool,
               now: Optional[float] = None) -> Verdict:
     """What to do with `event` now that it is in the document (no job of ours is running its hooks)."""
     if not event.names(vm_name) or not event.scheduled:
@@ -121,7 +141,7 @@ def next_step(event: Event, vm_name: str, config: AgentConfig, progress: Progres
     return approval(event, vm_name, config, progress, now)
 
 
-def approval(event: Event, vm_name: str, config: AgentConfig, progress: Progress,
+def approval(event: Event, vm_name: str, config: Settings, progress: Progress,
              now: Optional[float] = None) -> Verdict:
     """Whether `event` may be approved now (`now` on the agent's clock), its hooks being done (or
     none subscribed). Without `now` the drain delay counts as not over."""
@@ -188,13 +208,13 @@ def resume_after_restart(record: Mapping[str, Any], current: Sequence[str], reru
                         f"running the configured hooks that have not finished: {', '.join(left) or 'none'}", changed)
 
 
-def drains(event: Event, vm_name: str, config: AgentConfig) -> bool:
+def drains(event: Event, vm_name: str, config: Settings) -> bool:
     """An own event of a drain type (`hook_events`, always Terminate): the instance is not ready
     (/readyz 503) from the moment it is seen, whatever its status."""
     return event.names(vm_name) and event.event_type in config.hook_events
 
 
-def drain_until(event: Event, config: AgentConfig, progress: Progress) -> Optional[float]:
+def drain_until(event: Event, config: Settings, progress: Progress) -> Optional[float]:
     """When the drain delay lets the approval go: `drain_delay` seconds after the drain began, but
     never after the hook deadline (NotBefore minus the safety margin), exactly as hooks are bounded.
     None: no delay applies (none configured, or the drain has not begun)."""
@@ -247,7 +267,7 @@ def assumed_not_before(event: Event, began: float) -> float:
     return began + UNKNOWN_NOTICE
 
 
-def hook_deadline(not_before: Optional[float], config: AgentConfig) -> Optional[float]:
+def hook_deadline(not_before: Optional[float], config: Settings) -> Optional[float]:
     """When hooks are stopped: NotBefore minus the safety margin (None: no NotBefore known)."""
     return None if not_before is None else not_before - config.safety_margin
 

@@ -26,9 +26,9 @@ import requests
 import requests.utils
 
 from vmss_terminate import __version__
-from vmss_terminate.agent.kubernetes.credentials import Access
 from vmss_terminate.errors import VmssTerminateError
 from vmss_terminate.net import is_loopback_url
+from vmss_terminate.pipeline.kubernetes.credentials import Access
 
 log = logging.getLogger(__name__)
 

@@ -28,10 +28,10 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Mapping, Optional, Tuple, Union
 from urllib.parse import urlsplit
 
-from vmss_terminate.agent.kubernetes.yamlish import HINT, YamlSubsetError, loads
 from vmss_terminate.errors import UsageError
 from vmss_terminate.net import is_loopback_http
 from vmss_terminate.params import shown, strict_whole
+from vmss_terminate.pipeline.kubernetes.yamlish import HINT, YamlSubsetError, loads
 
 SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 

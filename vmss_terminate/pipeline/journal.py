@@ -255,7 +255,7 @@ _FIELD_CHECKS: Dict[str, Callable[[Any], bool]] = {
     "hook_token": lambda v: isinstance(v, str),
     "hook_pid": lambda v: isinstance(v, int) and not isinstance(v, bool) and v > 0,
     "steps_done": _is_names, "hooks": _is_names,
-    # --kubernetes (agent/kubernetes/drain.py)
+    # --kubernetes (pipeline/kubernetes/drain.py)
     "kube_node": lambda v: isinstance(v, str), "kube_cordoned": lambda v: v is True,
     "kube_tainted": lambda v: v is True, "kube_event_started": lambda v: v is True,
     "kube_drain_started": _is_time,

@@ -35,7 +35,7 @@ STOPPING = "stopping"
 DRAIN_STARTED = "drain_started"          # an own event of a drain type: /readyz answers 503 from now
 DRAIN_ENDED = "drain_ended"              # that event left the document without taking the VM: 200 again
 API_VERSION = "api_version"              # `--api-version latest`: the version IMDS serves that was chosen
-# --kubernetes: the node drain (agent/kubernetes/drain.py)
+# --kubernetes: the node drain (pipeline/kubernetes/drain.py)
 KUBE_NODE = "kube_node"                  # which Kubernetes node this VM is, and how that was found
 KUBE_NODE_NOT_FOUND = "kube_node_not_found"  # no node is this VM: nothing to drain
 KUBE_CORDONED = "kube_cordoned"          # the node is cordoned and tainted

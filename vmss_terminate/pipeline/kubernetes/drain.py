@@ -29,13 +29,13 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Dict, List, Mapping, Optional, Set, Tuple
 
-from vmss_terminate.agent import decisions as D
-from vmss_terminate.agent.hooks import CANCELLED, DEADLINE, FAILED, GONE, OK, Run, StepResult
-from vmss_terminate.agent.imds import Backoff
-from vmss_terminate.agent.journal import StateStore
-from vmss_terminate.agent.kubernetes import rules
-from vmss_terminate.agent.kubernetes.api import MERGE_PATCH, Answer, KubeApi, KubeError, path
 from vmss_terminate.clock import Clock
+from vmss_terminate.pipeline import decisions as D
+from vmss_terminate.pipeline.backoff import Backoff
+from vmss_terminate.pipeline.hooks import CANCELLED, DEADLINE, FAILED, GONE, OK, Run, StepResult
+from vmss_terminate.pipeline.journal import StateStore
+from vmss_terminate.pipeline.kubernetes import rules
+from vmss_terminate.pipeline.kubernetes.api import MERGE_PATCH, Answer, KubeApi, KubeError, path
 
 log = logging.getLogger(__name__)
 

@@ -21,14 +21,13 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional
 
-from vmss_terminate.agent import decisions as D
-from vmss_terminate.agent import policy
-from vmss_terminate.agent.config import AgentConfig
-from vmss_terminate.agent.events import Event
-from vmss_terminate.agent.hooks import CANCELLED, GONE, OK, Run, StepResult
-from vmss_terminate.agent.journal import StateStore
-from vmss_terminate.agent.process import process_start_token
 from vmss_terminate.clock import Clock
+from vmss_terminate.pipeline import decisions as D
+from vmss_terminate.pipeline import policy
+from vmss_terminate.pipeline.events import Event
+from vmss_terminate.pipeline.hooks import CANCELLED, GONE, OK, Run, StepResult
+from vmss_terminate.pipeline.journal import StateStore
+from vmss_terminate.pipeline.process import process_start_token
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +66,7 @@ class Job:
 class JobRunner:
     """Starts, tracks and cancels the per-event hook jobs (one lock guards the job map)."""
 
-    def __init__(self, config: AgentConfig, clock: Clock, journal: StateStore, report: Report,
+    def __init__(self, config: policy.Settings, clock: Clock, journal: StateStore, report: Report,
                  latest: Callable[[str], Optional[Event]], vm_name: Callable[[], str],
                  gone: Callable[[str], bool]) -> None:
         self.config = config

@@ -6,10 +6,10 @@ Plain REST with `requests` (no Kubernetes client library: the agent's lean insta
 - `rules.py`: the pure decisions (which node, which pods, patches, Events);
 - `drain.py`: `NodeDrain`, the step the job runner runs after the hooks, and its undo.
 
-Importing `vmss_terminate.agent.kubernetes` loads only `rules` (cheap, no I/O); the agent imports
+Importing `vmss_terminate.pipeline.kubernetes` loads only `rules` (cheap, no I/O); the agent imports
 the rest when --kubernetes is given.
 """
 
-from vmss_terminate.agent.kubernetes.rules import DEFAULT_TAINT, parse_taint
+from vmss_terminate.pipeline.kubernetes.rules import DEFAULT_TAINT, parse_taint
 
 __all__ = ["DEFAULT_TAINT", "parse_taint"]
