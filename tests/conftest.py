@@ -105,3 +105,15 @@ def shared_arm() -> Iterator[Any]:
         yield servers
     finally:
         servers.stop()
+
+
+@pytest.fixture(scope="session")
+def azurite_endpoints(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Iterator[Any]:
+    """The run's one real Azurite (tests/azurite_helpers.py): installed from the npm registry into
+    its cache when missing, started once and shared by the pytest-xdist workers."""
+    from azurite_helpers import shared_azurite
+
+    base = tmp_path_factory.getbasetemp()
+    root = base if worker_id == "master" else base.parent  # the run's root, shared by the workers
+    with shared_azurite(root) as endpoints:
+        yield endpoints

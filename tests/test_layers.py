@@ -61,6 +61,7 @@ LAYERS: Dict[str, Tuple[str, ...]] = {
     "vmss_terminate_sim/emulator/imds/": ("vmss_terminate_sim/emulator/", SHARED),
     "vmss_terminate_sim/emulator/kube/": ("vmss_terminate_sim/emulator/", SHARED),
     "vmss_terminate_sim/emulator/": (SHARED,),
+    "vmss_terminate_sim/azurite.py": (),
     "vmss_terminate_sim/demo_hook.py": (),
     "vmss_terminate_sim/__init__.py": (),
     "__main__.py": ("entry.py",),
@@ -98,6 +99,7 @@ WHY: Dict[str, str] = {
     "vmss_terminate_sim/commands/": "`emulator`, `sandbox`, `demo`: registered by name in `cli.py`, never imported",
     "vmss_terminate_sim/emulator/": "standard library only: stands in for Azure in front of either side",
     "vmss_terminate_sim/demo_hook.py": "a hook script, run as a process",
+    "vmss_terminate_sim/azurite.py": "Microsoft's Storage emulator: npm install into a cache, start on loopback (stdlib)",
     "agent/": "on every VM: never `azure`, the control plane or the simulation",
     "pipeline/": "source-free: never the agent (a source), `azure`, the control plane or the simulation",
 }

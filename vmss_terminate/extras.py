@@ -16,7 +16,8 @@ CONTROL = "control"
 
 # extra -> the modules it must make importable (one per distribution of the extra)
 MODULES: Dict[str, Tuple[str, ...]] = {
-    CONTROL: ("azure.core", "azure.identity", "azure.mgmt.compute", "azure.mgmt.resourcegraph"),
+    CONTROL: ("azure.core", "azure.identity", "azure.mgmt.compute", "azure.mgmt.resourcegraph", "azure.storage.queue",
+              "azure.storage.blob"),
 }
 
 
