@@ -158,6 +158,9 @@ class Sandbox:
             capacity=cfg.instances, scheduled_events_profile=profile, location=cfg.location,
         )
         self.state.deleter = self._on_delete
+        # ARM sees the same events: maintenanceresources rows (when the set's policy publishes them)
+        # and the Maintenance RP's acknowledge, which the scheduler reads like an IMDS approval
+        self.state.maintenance.attach(self.scale_set, self.group)
         try:
             self.arm = start_arm(self.state, host=cfg.host, port=cfg.port_base,
                                  token_port=cfg.port_base + 1 if cfg.port_base else 0)

@@ -118,9 +118,11 @@ from vmss_terminate_sim.emulator.arm import (
     answer_faults,
     defaults,
     eventspolicy,
+    maintenance,
     putrules,
     quota,
     resourcegraph,
+    runcommand,
     shapes,
 )
 from vmss_terminate_sim.emulator.arm.inventory import (
@@ -176,6 +178,12 @@ _FEATURE = _SUB + r"/providers/microsoft\.features/providers/(?P<namespace>[^/]+
 FEATURE = _path(_FEATURE)
 FEATURE_REGISTER = _path(_FEATURE + r"/register")
 FEATURE_UNREGISTER = _path(_FEATURE + r"/unregister")
+_MAINTENANCE = _RG + r"/(?P<kind>virtualmachinescalesets|virtualmachines|availabilitysets)/(?P<name>[^/]+)" \
+    r"/providers/microsoft\.maintenance/scheduledevents"
+ACKNOWLEDGE = _path(_MAINTENANCE + r"/(?P<eid>[^/]+)/acknowledge")
+ACKNOWLEDGE_LIST = _path(_MAINTENANCE)
+VMSS_VM_RUN_COMMAND = _path(_VMSS + r"/virtualmachines/(?P<iid>[^/]+)/runcommand")
+STANDALONE_VM_RUN_COMMAND = _path(_RG + r"/virtualmachines/(?P<vm>[^/]+)/runcommand")
 
 _MANY_SLASHES = re.compile("/{2,}")
 _Item = TypeVar("_Item")
@@ -238,6 +246,10 @@ class ArmEmulator:
             Route("GET", FEATURE, self._feature_get),
             Route("POST", FEATURE_REGISTER, self._feature_register_post),
             Route("POST", FEATURE_UNREGISTER, self._feature_unregister_post),
+            Route("POST", ACKNOWLEDGE, self._acknowledge_post),
+            Route("POST", ACKNOWLEDGE_LIST, self._acknowledge_list_post),
+            Route("POST", VMSS_VM_RUN_COMMAND, self._vm_run_command_post),
+            Route("POST", STANDALONE_VM_RUN_COMMAND, self._standalone_vm_run_command_post),
         ]
 
     # ------------------------------------------------------------ entry point
@@ -635,9 +647,83 @@ class ArmEmulator:
         op = self.state.delete_instances(ss, _instance_ids(request))
         return Response(202, b"", self._lro_headers(request, op, api_version, location=True))
 
+    # ------------------------------------------------------------ Maintenance RP: acknowledge
+
+    def _maintenance_scale_set(self, api_version: str, versions: Tuple[str, ...], sub: str, rg: str, kind: str,
+                               name: str) -> ScaleSetRecord:
+        if api_version not in versions:
+            raise _refuse(400, "InvalidApiVersionParameter",
+                          f"The api-version '{api_version}' is invalid. The supported versions are "
+                          f"'{', '.join(versions)}'.")
+        if kind.lower() != "virtualmachinescalesets":
+            raise _refuse(404, "ResourceNotFound", f"The emulator serves scheduled events of scale sets only, "
+                                                   f"not of {kind} ('{name}').")
+        return self._scale_set(sub, rg, name, parent=True)
+
+    def _acknowledge_post(self, request: Request, api_version: str, sub: str, rg: str, kind: str, name: str,
+                          eid: str) -> Response:
+        ss = self._maintenance_scale_set(api_version, maintenance.ACKNOWLEDGE_API_VERSIONS, sub, rg, kind, name)
+        if not self.state.maintenance.acknowledge(ss, [eid], by="Microsoft.Maintenance")[eid]:
+            raise _refuse(404, "NotFound", f"Scheduled event '{eid}' was not found on '{ss.name}'.")
+        return Response.json(200, {"value": maintenance.APPROVED})
+
+    def _acknowledge_list_post(self, request: Request, api_version: str, sub: str, rg: str, kind: str,
+                               name: str) -> Response:
+        ss = self._maintenance_scale_set(api_version, maintenance.BATCH_API_VERSIONS, sub, rg, kind, name)
+        ids = _json_object(request).get("value")
+        if not isinstance(ids, list) or not ids or not all(isinstance(i, str) and i for i in ids):
+            raise _refuse(400, "InvalidRequestContent", "The request content must be {\"value\": [scheduled event "
+                                                        "ids]} with at least one id.")
+        results = self.state.maintenance.acknowledge(ss, list(dict.fromkeys(ids)), by="Microsoft.Maintenance",
+                                                     batch=True)
+        refused = maintenance.batch_error(results)
+        return Response.json(207, refused) if refused else Response.json(200, {"value": maintenance.APPROVED})
+
+    # ------------------------------------------------------------ Run Command
+
+    def _vm_run_command_post(self, request: Request, api_version: str, sub: str, rg: str, name: str,
+                             iid: str) -> Response:
+        inst = self._uniform_vm(sub, rg, name, iid, "VirtualMachineScaleSetVMs.RunCommand.POST")
+        return self._run_command(request, api_version, inst)
+
+    def _standalone_vm_run_command_post(self, request: Request, api_version: str, sub: str, rg: str,
+                                        vm: str) -> Response:
+        with self.state.lock:
+            inst = self._standalone_member(sub, rg, vm)
+        return self._run_command(request, api_version, inst)
+
+    def _run_command(self, request: Request, api_version: str, inst: InstanceRecord) -> Response:
+        with self.state.lock:
+            ss = inst.scale_set
+            os_type = "Windows" if defaults.is_windows(ss.vm_profile) else "Linux"
+            where = (ss.subscription, ss.resource_id, inst.name, ss.location)
+        body = _json_object(request)
+        problem = runcommand.check_input(body, os_type)
+        if problem is not None:
+            raise _refuse(400, *problem)
+        record = self.state.run_commands.start(where[0], where[1], where[2], os_type, body["commandId"],
+                                               body.get("script", []))
+        url = (f"{self._base(request)}/subscriptions/{where[0]}/providers/Microsoft.Compute/locations/"
+               f"{quote(where[3])}/operations/{record.op_id}")
+        headers = {"Azure-AsyncOperation": f"{url}?{urlencode({'api-version': api_version})}",
+                   "Location": f"{url}?{urlencode({'monitor': 'true', 'api-version': api_version})}"}
+        return Response(202, b"", headers)
+
+    def _run_command_status(self, request: Request, record: runcommand.RunCommandRecord) -> Response:
+        if (request.param("monitor") or "").lower() == "true":
+            return Response.json(200, record.result()) if record.done else Response(202, b"")
+        body: Dict[str, Any] = {"startTime": shapes.iso_time(record.at), "status": "InProgress", "name": record.op_id}
+        if record.done:
+            body.update(status="Succeeded", endTime=shapes.iso_time(record.ended_at or record.at),
+                        properties={"output": record.result()})
+        return Response.json(200, body)
+
     # ------------------------------------------------------------ LRO status
 
     def _operation_get(self, request: Request, api_version: str, sub: str, loc: str, op: str) -> Response:
+        command = self.state.run_commands.poll(op)
+        if command is not None and command.subscription.lower() == sub.lower():
+            return self._run_command_status(request, command)
         stuck = request.fault is not None and request.fault.stuck  # fault: the operation does not advance
         operation = self.state.operation(op) if stuck else self.state.poll(op)
         if operation is None or operation.scale_set.subscription.lower() != sub.lower():

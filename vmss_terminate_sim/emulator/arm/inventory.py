@@ -87,7 +87,9 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Union
 from vmss_terminate.clock import SYSTEM_CLOCK, Clock
 from vmss_terminate.scheduled_events import DEFAULT_SUBSCRIPTION
 from vmss_terminate_sim.emulator.arm import defaults, fleetgen
+from vmss_terminate_sim.emulator.arm.maintenance import MaintenanceEvents
 from vmss_terminate_sim.emulator.arm.quota import Quotas, parse_limits
+from vmss_terminate_sim.emulator.arm.runcommand import RunCommands
 
 ORCHESTRATIONS = ("Uniform", "Flexible")
 DEFAULT_TENANT = "11111111-1111-1111-1111-111111111111"
@@ -339,6 +341,9 @@ class ArmState:
         # Microsoft.Features: (subscription or "*", "namespace/name") -> registered; a feature set
         # nowhere reads Registered (the emulator's default: features the product gates on)
         self._features: Dict[Tuple[str, str], bool] = {}
+        # scheduled events as ARM sees them (maintenanceresources rows, acknowledge) and Run Command
+        self.maintenance = MaintenanceEvents(clock)
+        self.run_commands = RunCommands(clock)
 
     # ---------------------------------------------------------------- setup
 

@@ -41,6 +41,18 @@ with the same optional `resourceGroup` filters; the rest of the query must be ex
     `"resourceGraphModelReported": false`) serves rows whose VMs carry no latestModelApplied
     (`reported` 0), as the property's absence would look.
 
+And the scheduled events of scale sets (emulator/arm/maintenance.py: rows only of sets whose
+scheduledEventsPolicy publishes to Event Grid and Resource Graph)::
+
+    maintenanceresources
+    | where type =~ 'microsoft.maintenance/scheduledevents'
+    | where resourceGroup =~ 'RG' ...                                  (optional, as above)
+    | project id, name, type, subscriptionId, resourceGroup, location, properties
+    | order by id asc                                                  (optional)
+
+The scale-set query also takes `| where id in~ ('ID1', 'ID2')` (resource ids, case-insensitive):
+the central handler reads only the sets that have events.
+
 Request body: `subscriptions` (at most 1,000) and/or `managementGroups` (subscriptions from the
 seed's `managementGroups`); neither = every subscription the emulator knows. `options`:
 `resultFormat` objectArray (the default; `table` is refused), `$top` (<= 1,000; default and cap
@@ -61,7 +73,7 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
-from vmss_terminate_sim.emulator.arm import shapes
+from vmss_terminate_sim.emulator.arm import maintenance, shapes
 from vmss_terminate_sim.emulator.arm.inventory import ArmState, ScaleSetRecord
 from vmss_terminate_sim.emulator.server import Response
 
@@ -76,6 +88,7 @@ COMPUTE_SUMMARY = (
     "| order by id asc"
 )
 PROJECTED = ("id", "name", "type", "subscriptionId", "resourceGroup", "location", "tags", "sku", "properties")
+MAINTENANCE_PROJECTED = ("id", "name", "type", "subscriptionId", "resourceGroup", "location", "properties")
 MAX_SUBSCRIPTIONS = 1000
 MAX_TOP = 1000
 ROW_API_VERSION = "2025-04-01"  # the shape Resource Graph serves: the latest properties (scheduledEventsPolicy whole)
@@ -100,8 +113,12 @@ class Query:
     tags: List[Tuple[str, str, bool]] = field(default_factory=list)  # (name, value, exact `==`)
     name_pattern: Optional["re.Pattern[str]"] = None
     summary: bool = False  # the computeresources summary (stale instances per scale set)
+    maintenance: bool = False  # maintenanceresources: the scheduled events of the sets selected
+    ids: Optional[List[str]] = None  # `where id in~ (...)`: scale sets by resource id
 
     def matches(self, ss: ScaleSetRecord) -> bool:
+        if self.ids is not None and ss.resource_id.lower() not in {i.lower() for i in self.ids}:
+            return False
         if self.resource_groups and ss.resource_group.lower() not in {g.lower() for g in self.resource_groups}:
             return False
         for key, value, exact in self.tags:
@@ -185,10 +202,47 @@ def _summary_query(text: str) -> Query:
     return query
 
 
+def _maintenance_query(text: str) -> Query:
+    """maintenanceresources: the type filter, optional resourceGroup filters, exactly
+    MAINTENANCE_PROJECTED, optional `order by id asc`."""
+    p = _Parser(text)
+    query = Query(maintenance=True)
+    _table_and_type(p, "maintenanceresources", maintenance.TYPE)
+    projected = False
+    while p.peek() is not None:
+        p.take("|")
+        verb = p.take(kind="word")
+        if verb == "where" and not projected:
+            item = p.peek()
+            if item is None or item[1] != "resourceGroup":
+                raise QueryError("only resourceGroup filters are served on maintenanceresources",
+                                 item[2] if item else p.end, item[1] if item else "<EOF>")
+            _where(p, query)
+        elif verb == "project" and not projected:
+            columns = [p.take(kind="word")]
+            while p.peek() is not None and p.peek()[1] == ",":  # type: ignore[index]
+                p.take(",")
+                columns.append(p.take(kind="word"))
+            if tuple(columns) != MAINTENANCE_PROJECTED:
+                raise QueryError(f"project must list exactly: {', '.join(MAINTENANCE_PROJECTED)}", 0, "project")
+            projected = True
+        elif verb == "order" and projected:
+            p.take("by")
+            p.take("id")
+            p.take("asc")
+        else:
+            raise QueryError(f"'{verb}' is not served here by the emulator", p.items[p.index - 1][2], verb)
+    if not projected:
+        raise QueryError("the query must project the maintenance row fields", p.end, "<EOF>")
+    return query
+
+
 def parse_query(text: str) -> Query:
     """Parse one of the served query forms (module docstring); QueryError otherwise."""
     if text.lstrip().startswith("computeresources"):
         return _summary_query(text)
+    if text.lstrip().startswith("maintenanceresources"):
+        return _maintenance_query(text)
     p = _Parser(text)
     query = Query()
     _table_and_type(p, "resources", SCALE_SET_TYPE)
@@ -225,7 +279,16 @@ def parse_query(text: str) -> Query:
 
 def _where(p: _Parser, query: Query) -> None:
     column = p.take(kind="word")
-    if column == "resourceGroup":
+    if column == "id":
+        p.take("in~")
+        p.take("(")
+        ids = [p.string()]
+        while p.peek() is not None and p.peek()[1] == ",":  # type: ignore[index]
+            p.take(",")
+            ids.append(p.string())
+        p.take(")")
+        query.ids = (query.ids or []) + ids
+    elif column == "resourceGroup":
         op = p.take(kind="op")
         if op == "=~":
             query.resource_groups.append(p.string())
@@ -361,6 +424,10 @@ def answer(state: ArmState, body: Any) -> Response:
                            and query.matches(ss) and (not query.summary or _has_vms(ss))),
                           key=lambda ss: ss.resource_id.lower())
         shape = (lambda ss: summary_row(ss, state.rg_model_reported)) if query.summary else row
+    records: List[Any] = selected
+    if query.maintenance:  # one row per event of the selected sets, not one per set
+        records = state.maintenance.rows(selected)
+        shape = dict
     try:
         top = int(options.get("$top") or min(MAX_TOP, state.rg_page_size))
         skip = int(options.get("$skip") or 0)
@@ -376,10 +443,10 @@ def answer(state: ArmState, body: Any) -> Response:
             return _bad_request("The $skipToken is invalid for this query.", "InvalidSkipToken")
         start = offset
     with state.lock:  # only the page's rows are rendered: a big estate is paged, not re-rendered
-        page = [shape(ss) for ss in selected[start:start + top]]
-    payload: Dict[str, Any] = {"totalRecords": len(selected), "count": len(page),
+        page = [shape(item) for item in records[start:start + top]]
+    payload: Dict[str, Any] = {"totalRecords": len(records), "count": len(page),
                                "data": page, "facets": [], "resultTruncated": "false"}
-    if start + top < len(selected):
+    if start + top < len(records):
         if state.rg_truncated:
             payload["resultTruncated"] = "true"
         else:

@@ -103,6 +103,7 @@ class Approval:
     at: float
     accepted: bool = True
     foreign: bool = False
+    via: str = "imds"  # "arm": the Maintenance RP's acknowledge (by the ARM emulator), never foreign
 
 
 _FIELDS = {
@@ -288,10 +289,12 @@ class PlacementGroup:
         """
         return not self.approve_many([event_id], vm_name)
 
-    def approve_many(self, event_ids: Sequence[str], vm_name: str) -> List[str]:
+    def approve_many(self, event_ids: Sequence[str], vm_name: str, via: str = "imds") -> List[str]:
         """One POST's StartRequests, all or nothing: returns the unknown EventIds.
 
         If any is unknown, nothing is approved and only the unknown ones are recorded (accepted=False).
+        `via="arm"`: the Maintenance RP's acknowledge (the ARM emulator, `vm_name` says who sent it):
+        Azure treats it like an approval from a VM the event lists, so it is never `foreign`.
         """
         with self._lock:
             now = self.clock.now()
@@ -299,13 +302,14 @@ class PlacementGroup:
             unknown = [eid for eid, event in found if event is None]
             changes: List[Tuple[str, EmulatedEvent]] = []
             if unknown:
-                self._approvals.extend(Approval(eid, vm_name, now, accepted=False) for eid in unknown)
+                self._approvals.extend(Approval(eid, vm_name, now, accepted=False, via=via) for eid in unknown)
             else:
                 for _, event in found:
                     assert event is not None
                     # Azure VM names are case-insensitive, so "foreign" compares casefolded whole names.
                     named = {r.casefold() for r in event.resources}
-                    self._approvals.append(Approval(event.event_id, vm_name, now, True, vm_name.casefold() not in named))
+                    foreign = via == "imds" and vm_name.casefold() not in named
+                    self._approvals.append(Approval(event.event_id, vm_name, now, True, foreign, via))
                     changes.append(("approved", copy.deepcopy(event)))
                     if self.auto_start:
                         self._start(event, changes)
