@@ -160,10 +160,27 @@ def test_render_prints_the_manifests_for_the_given_options() -> None:
     (["--timeout", "10m"], "takes no --timeout"),
     (["--namespace", "Not_A_Label"], "invalid --namespace"),
     (["--image", "has space"], "invalid --image"),
+    (["--image", ""], "invalid --image ''"),  # not silently the default image
+    (["--agent-arg=--retry-for", "--agent-arg=5"], "--retry-for applies to run --once"),
+    (["--agent-arg=--bogus"], "No such option: --bogus"),
+    (["--agent-arg=--safety-margin", "--agent-arg=900"], "invalid --safety-margin 900"),
+    (["--agent-arg=--taint", "--agent-arg=not a taint"], "--agent-arg"),
+    (["--agent-arg=--once"], "crash-loop"),
+    (["--agent-arg=--state-file=/tmp/s.json"], "--state-file is not for --agent-arg"),
+    (["--agent-arg=--hook", "--agent-arg=/opt/x 'unbalanced"], "--agent-arg"),
 ])
 def test_render_kubernetes_refuses_bad_input(args: List[str], message: str) -> None:
     result = invoke_cli(main, ["render", "--format", "kubernetes", *args])
     assert result.exit_code == 2 and message in result.output
+
+
+def test_render_takes_agent_args_the_node_can_run() -> None:
+    """A hook's program is the image's, not this machine's: not looked for here."""
+    result = invoke_cli(main, ["render", "--format", "kubernetes", "--agent-arg=--hook",
+                               "--agent-arg=/opt/not-here/drain.sh --fast", "--agent-arg=--safety-margin=1e2"])
+    assert result.exit_code == 0, result.output
+    args = _by_kind(_docs(result.output))["DaemonSet"]["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[-3:] == ["--hook", "/opt/not-here/drain.sh --fast", "--safety-margin=1e2"]
 
 
 def test_kubernetes_options_need_the_kubernetes_format() -> None:

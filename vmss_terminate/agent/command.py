@@ -127,12 +127,10 @@ def run(config: AgentConfig, options: RunOptions = RunOptions(), given: Collecti
         signals.restore()
 
 
-def _run(config: AgentConfig, options: RunOptions, given: Collection[str], signals: StopOnSignals) -> None:
-    from vmss_terminate.agent import Agent
+def check_options(config: AgentConfig, options: RunOptions, given: Collection[str]) -> None:
+    """The command's own checks of a parsed command line (UsageError), before anything starts."""
     from vmss_terminate.agent.ops import check_retry_for
-    from vmss_terminate.pipeline.logs import configure
 
-    configure(options.log_format)
     check_retry_for(options.retry_for)
     if options.listen is not None:
         from vmss_terminate.agent.probes import parse_listen
@@ -142,6 +140,29 @@ def _run(config: AgentConfig, options: RunOptions, given: Collection[str], signa
         raise UsageError("--retry-for applies to run --once (and to events / approve): a long-running agent "
                          "retries IMDS until it is stopped and logs each outage (start, every minute, end)")
     refuse_without_kubernetes(given, config.kubernetes)  # --taint named at its default value too
+
+
+def check_elsewhere(argv: Sequence[str]) -> Tuple[AgentConfig, RunOptions, List[str]]:
+    """`agent run ARGV` checked as `main` checks it, for a command line that runs on another machine
+    (a rendered DaemonSet): nothing starts, and nothing of this machine is looked at -- a hook's
+    program is checked for its quoting only, it exists (or not) on the node. UsageError if wrong."""
+    from vmss_terminate.pipeline.process import split_command
+
+    values, given = parse_args(argv)
+    config, options = build(values)
+    check_options(config, options, given)
+    for hook in config.hooks:
+        split_command(hook)
+    dataclasses.replace(config, hooks=(), node_name=config.node_name or "node").validated()
+    return config, options, given
+
+
+def _run(config: AgentConfig, options: RunOptions, given: Collection[str], signals: StopOnSignals) -> None:
+    from vmss_terminate.agent import Agent
+    from vmss_terminate.pipeline.logs import configure
+
+    configure(options.log_format)
+    check_options(config, options, given)
     agent = Agent(config)
     server = None
     if options.listen is not None:

@@ -36,7 +36,9 @@ from vmss_terminate.iac.render import FORMATS, render
                    f"(default: {kubernetes.DEFAULT_PORT}; host network, so free on every node).")
 @click.option("--agent-arg", "agent_args", multiple=True, metavar="ARG",
               help="Append ARG to the DaemonSet's `agent run --kubernetes ...` (repeatable), "
-                   "e.g. --agent-arg=--taint --agent-arg=example.com/draining=true:NoSchedule.")
+                   "e.g. --agent-arg=--taint --agent-arg=example.com/draining=true:NoSchedule. Checked "
+                   "here as the agent on every node would check them (exit 2); --listen, --state-file "
+                   "and --once are the DaemonSet's.")
 def render_command(fmt: str, timeout: Optional[int], disable: bool,
                    resource_group: Optional[str], name: Optional[str], image: Optional[str],
                    namespace: Optional[str], metrics_port: Optional[int], agent_args: Tuple[str, ...]) -> None:
@@ -55,7 +57,8 @@ def render_command(fmt: str, timeout: Optional[int], disable: bool,
         if timeout is not None or disable:
             raise UsageError("--format kubernetes takes no --timeout or --disable: the timeout is the scale set's "
                              "(render it with --format arm|bicep|terraform|rest|cli)")
-        text = render(fmt, None, image=image or kubernetes.DEFAULT_IMAGE,
+        _check_agent_args(agent_args)
+        text = render(fmt, None, image=kubernetes.DEFAULT_IMAGE if image is None else image,
                       namespace=namespace or kubernetes.DEFAULT_NAMESPACE,
                       metrics_port=metrics_port or kubernetes.DEFAULT_PORT, agent_args=agent_args)
         click.echo(text, nl=False)
@@ -70,3 +73,25 @@ def render_command(fmt: str, timeout: Optional[int], disable: bool,
     text = render(fmt, timeout, enable=not disable, resource_group=resource_group, name=name)
     # Bytes, not text: `rest` must reach stdout exactly as the control plane sends it (no newline translation).
     click.echo(text.encode("utf-8"), nl=False)
+
+
+_SET_BY_TEMPLATE = {"--listen": "the DaemonSet sets it from --metrics-port",
+                    "--state-file": "the DaemonSet keeps it on the node's hostPath",
+                    "--once": "a DaemonSet's agent runs until stopped: it would exit and crash-loop"}
+
+
+def _check_agent_args(agent_args: Tuple[str, ...]) -> None:
+    """The DaemonSet's `agent run --kubernetes ... ARGS` checked as the agent will check it on every
+    node (exit 2 here, not a crash-looping pod on each node)."""
+    from vmss_terminate.agent.command import check_elsewhere
+
+    if not agent_args:
+        return
+    for arg in agent_args:
+        name = arg.partition("=")[0]
+        if name in _SET_BY_TEMPLATE:
+            raise UsageError(f"invalid --agent-arg {arg!r}: {name} is not for --agent-arg ({_SET_BY_TEMPLATE[name]})")
+    try:
+        check_elsewhere(["--kubernetes", *agent_args])
+    except UsageError as exc:
+        raise UsageError(f"invalid --agent-arg {' '.join(agent_args)!r}: {exc.cli_message or exc}") from None
