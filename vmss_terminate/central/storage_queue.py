@@ -1,0 +1,447 @@
+"""`QueueSource`: the central handler's Event Grid -> Azure Storage queue source (`--source queue`).
+
+An Event Grid subscription on the system topic `Microsoft.ResourceNotifications.MaintenanceResources`
+delivers each scheduled event change to a Storage queue, at least once. This source reads that queue
+and hands the handler `CentralEvent`s like every other source (`central.source.EventSource`):
+
+* **poll()** receives up to `batch` messages (each invisible for `visibility` seconds), parses them
+  (`central.eventgrid`), and answers every event this replica holds. A message that cannot be parsed,
+  or that was delivered more than `max_attempts` times without being settled, moves to
+  `{queue}-poison` with the reason, and the source goes on.
+* **One replica per event.** Before an event is handed on, this replica takes its blob lease
+  (`central.leases`); while another replica holds it, the message is hidden for a lease's length and
+  left alone. A keeper thread renews the leases and extends the messages' visibility while the
+  handler works; a replica killed mid-event stops renewing, and another takes the event over once
+  the lease has expired and the message is visible again (hooks run at least once).
+* **Duplicates run nothing twice.** A delivery of a change (EventId, status, NotBefore) that this
+  replica holds, or that the event's blob records as settled, is deleted unhandled -- whichever
+  replica it reaches, and after a restart.
+* **settle(event)** -- the handler acknowledged the event, or it will never be acted on (Completed,
+  Canceled, past NotBefore) -- records the change in the event's blob, deletes its messages and
+  releases the lease. Nothing is deleted before that.
+
+Metrics (`QueueMetrics`): queue depth and age of the oldest message (read every `metrics_interval`
+seconds), messages received, duplicates dropped, poison moves by reason, leases busy elsewhere.
+Label values are a fixed set; no EventId or VM name is ever a label.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Dict, List, Optional, Tuple
+from urllib.parse import urlsplit, urlunsplit
+
+from vmss_terminate.central.eventgrid import Malformed, Notification, parse_message
+from vmss_terminate.central.leases import DEFAULT_CONTAINER, LEASE_MAX, EventLeases, Lease
+from vmss_terminate.central.source import CentralEvent, SourceBatch
+from vmss_terminate.clock import Clock, SystemClock
+
+__all__ = ["QueueSettings", "QueueSource", "QueueMetrics", "POISON_SUFFIX", "poison_queue_name", "blob_account_url"]
+
+log = logging.getLogger(__name__)
+
+POISON_SUFFIX = "-poison"
+MAX_QUEUE_MESSAGE = 64 * 1024
+_REMEMBERED = 10_000  # settled changes remembered in memory (the blob remembers them all)
+POISON_REASONS = ("malformed", "attempts")
+
+
+def poison_queue_name(queue: str) -> str:
+    """`QUEUE-poison`, the convention Azure Functions' queue trigger uses for the same job."""
+    return queue + POISON_SUFFIX
+
+
+def blob_account_url(queue_url: str) -> str:
+    """`https://acct.queue.core.windows.net/q` -> `https://acct.blob.core.windows.net` (the lease blobs
+    live in the queue's storage account); ValueError for a URL that is not a Storage queue's."""
+    parts = urlsplit(queue_url)
+    host = parts.hostname or ""
+    labels = host.split(".")
+    if parts.scheme != "https" or len(labels) < 3 or labels[1] != "queue":
+        raise ValueError(f"{queue_url!r} is not https://ACCOUNT.queue.core.windows.net/QUEUE")
+    labels[1] = "blob"
+    return urlunsplit(("https", ".".join(labels) + (f":{parts.port}" if parts.port else ""), "", "", ""))
+
+
+@dataclass(frozen=True)
+class QueueSettings:
+    """How the source reads its queue. `visibility` and `lease_duration` are seconds (a lease is
+    15..60 s, Lease Blob's range); a held message is made invisible again every third of them."""
+
+    visibility: int = 60
+    lease_duration: int = LEASE_MAX
+    max_attempts: int = 5
+    batch: int = 32
+    lease_container: str = DEFAULT_CONTAINER
+    metrics_interval: float = 15.0
+
+    def __post_init__(self) -> None:
+        if not 15 <= self.lease_duration <= 60:
+            raise ValueError(f"--lease-duration must be 15..60 seconds (Lease Blob), not {self.lease_duration}")
+        if not 1 <= self.visibility <= 7 * 24 * 3600:
+            raise ValueError(f"--visibility-timeout must be 1 s..7 days, not {self.visibility}")
+        if self.max_attempts < 1:
+            raise ValueError(f"--max-attempts must be at least 1, not {self.max_attempts}")
+        if not 1 <= self.batch <= 32:
+            raise ValueError(f"a receive takes 1..32 messages (Get Messages), not {self.batch}")
+
+    @property
+    def keep_alive_every(self) -> float:
+        return min(self.visibility, self.lease_duration) / 3.0
+
+
+@dataclass
+class QueueMetrics:
+    """Counters and gauges of one source; `render()` is Prometheus text."""
+
+    received: int = 0
+    duplicates_dropped: int = 0
+    poison_moves: Dict[str, int] = field(default_factory=lambda: {r: 0 for r in POISON_REASONS})
+    settled: int = 0
+    busy_elsewhere: int = 0
+    lost: int = 0
+    depth: Optional[int] = None
+    oldest_age: Optional[float] = None
+    held: int = 0
+
+    def render(self) -> str:
+        lines = [
+            "# HELP vmss_terminate_queue_messages_received_total Messages received from the Storage queue.",
+            "# TYPE vmss_terminate_queue_messages_received_total counter",
+            f"vmss_terminate_queue_messages_received_total {self.received}",
+            "# HELP vmss_terminate_queue_duplicates_dropped_total Deliveries of a change already held or settled, "
+            "deleted unhandled.",
+            "# TYPE vmss_terminate_queue_duplicates_dropped_total counter",
+            f"vmss_terminate_queue_duplicates_dropped_total {self.duplicates_dropped}",
+            "# HELP vmss_terminate_queue_poison_moves_total Messages moved to the poison queue, by reason.",
+            "# TYPE vmss_terminate_queue_poison_moves_total counter",
+        ]
+        lines += [f'vmss_terminate_queue_poison_moves_total{{reason="{r}"}} {n}' for r, n in self.poison_moves.items()]
+        lines += [
+            "# HELP vmss_terminate_queue_settled_total Event changes settled (acknowledged or not actionable).",
+            "# TYPE vmss_terminate_queue_settled_total counter",
+            f"vmss_terminate_queue_settled_total {self.settled}",
+            "# HELP vmss_terminate_queue_lease_busy_total Deliveries left to the replica holding the event's lease.",
+            "# TYPE vmss_terminate_queue_lease_busy_total counter",
+            f"vmss_terminate_queue_lease_busy_total {self.busy_elsewhere}",
+            "# HELP vmss_terminate_queue_leases_lost_total Events dropped because their lease or message was lost.",
+            "# TYPE vmss_terminate_queue_leases_lost_total counter",
+            f"vmss_terminate_queue_leases_lost_total {self.lost}",
+            "# HELP vmss_terminate_queue_events_held Events this replica holds the lease of.",
+            "# TYPE vmss_terminate_queue_events_held gauge",
+            f"vmss_terminate_queue_events_held {self.held}",
+        ]
+        if self.depth is not None:
+            lines += ["# HELP vmss_terminate_queue_depth Approximate number of messages in the queue.",
+                      "# TYPE vmss_terminate_queue_depth gauge", f"vmss_terminate_queue_depth {self.depth}"]
+        if self.oldest_age is not None:
+            lines += ["# HELP vmss_terminate_queue_oldest_message_age_seconds Age of the oldest message in the queue.",
+                      "# TYPE vmss_terminate_queue_oldest_message_age_seconds gauge",
+                      f"vmss_terminate_queue_oldest_message_age_seconds {self.oldest_age:.3f}"]
+        return "\n".join(lines) + "\n"
+
+
+@dataclass
+class _Held:
+    """An event this replica holds the lease of, and the messages that carried its changes."""
+
+    event: CentralEvent
+    change: str
+    lease: Lease
+    messages: List[Tuple[Any, str]] = field(default_factory=list)  # (QueueMessage, change)
+    event_time: str = ""
+
+
+class QueueSource:
+    """The `EventSource` that reads an Event Grid -> Storage queue; see the module docstring."""
+
+    name = "queue"
+
+    def __init__(self, queue: Any, poison: Any, leases: EventLeases, settings: QueueSettings = QueueSettings(),
+                 clock: Optional[Clock] = None, metrics: Optional[QueueMetrics] = None) -> None:
+        self._queue = queue
+        self._poison = poison
+        self._leases = leases
+        self.settings = settings
+        self._clock: Clock = clock or SystemClock()
+        self.metrics = metrics or QueueMetrics()
+        self._held: Dict[str, _Held] = {}
+        self._settled: "OrderedDict[Tuple[str, str], None]" = OrderedDict()
+        self._lock = threading.RLock()
+        self._stop = threading.Event()
+        self._keeper: Optional[threading.Thread] = None
+        self._measured_at: Optional[float] = None
+        self._ready = False
+
+    # --- construction ---------------------------------------------------------------------------
+
+    @classmethod
+    def from_connection_string(cls, connection_string: str, queue_name: str,
+                               settings: QueueSettings = QueueSettings(), **kwargs: Any) -> "QueueSource":
+        from azure.storage.queue import QueueClient
+
+        queue = QueueClient.from_connection_string(connection_string, queue_name)
+        poison = QueueClient.from_connection_string(connection_string, poison_queue_name(queue_name))
+        leases = EventLeases.from_connection_string(connection_string, settings.lease_container,
+                                                    settings.lease_duration)
+        return cls(queue, poison, leases, settings, **kwargs)
+
+    @classmethod
+    def from_url(cls, queue_url: str, credential: Any, settings: QueueSettings = QueueSettings(),
+                 **kwargs: Any) -> "QueueSource":
+        """`https://ACCOUNT.queue.core.windows.net/QUEUE` with an azure-identity credential (the
+        handler's identity needs Storage Queue Data Message Processor -- or Contributor, for the
+        poison queue -- and Storage Blob Data Contributor on the lease container)."""
+        from azure.storage.queue import QueueClient
+
+        queue = QueueClient.from_queue_url(queue_url, credential=credential)
+        poison = QueueClient(queue.url.rsplit("/", 1)[0] + "/", poison_queue_name(queue.queue_name),
+                             credential=credential)
+        leases = EventLeases.from_url(blob_account_url(queue_url), credential, settings.lease_container,
+                                      settings.lease_duration)
+        return cls(queue, poison, leases, settings, **kwargs)
+
+    def _prepare(self) -> None:
+        if self._ready:
+            return
+        from azure.core.exceptions import ResourceExistsError
+
+        self._leases.ensure_container()
+        try:
+            self._poison.create_queue()
+        except ResourceExistsError:
+            pass
+        self._ready = True
+        self._keeper = threading.Thread(target=self._keep_alive_loop, name="queue-keeper", daemon=True)
+        self._keeper.start()
+
+    # --- EventSource ----------------------------------------------------------------------------
+
+    def poll(self) -> SourceBatch:
+        """Receive what is waiting and answer every event this replica holds (oldest first)."""
+        from azure.core.exceptions import AzureError
+
+        requests = 0
+        try:
+            self._prepare()
+            self._measure()
+            received = list(self._queue.receive_messages(max_messages=self.settings.batch,
+                                                         messages_per_page=self.settings.batch,
+                                                         visibility_timeout=self.settings.visibility))
+            requests += 1
+            for message in received:
+                self.metrics.received += 1
+                self._take(message)
+        except AzureError as exc:
+            return SourceBatch(events=self._events(), complete=False,
+                               problem=f"Storage queue {self._queue.queue_name}: {_brief(exc)}", requests=requests)
+        return SourceBatch(events=self._events(), complete=True, requests=requests)
+
+    def settle(self, event: CentralEvent) -> None:
+        """The handler is done with this change of the event: record it, delete its messages, and
+        release the lease once no later change is waiting."""
+        with self._lock:
+            held = self._held.get(event.key)
+            if held is None:
+                return
+            done = [(m, c) for m, c in held.messages if c.split("|", 1)[0] == event.status]
+            if not done:
+                return
+            record = held.lease.record()
+            for _, change in done:
+                record.handled[change] = "settled"
+            held.lease.write(record)
+            for message, change in done:
+                self._delete(message)
+                self._remember((event.event_id.lower(), change))
+                self.metrics.settled += 1
+            held.messages = [(m, c) for m, c in held.messages if (m, c) not in done]
+            if not held.messages:
+                held.lease.release()
+                del self._held[event.key]
+            self.metrics.held = len(self._held)
+
+    def close(self) -> None:
+        """Stop renewing; release the leases held (their messages reappear after their visibility)."""
+        self._stop.set()
+        if self._keeper is not None:
+            self._keeper.join(timeout=10)
+        with self._lock:
+            for held in self._held.values():
+                held.lease.release()
+            self._held.clear()
+            self.metrics.held = 0
+
+    # --- receiving ------------------------------------------------------------------------------
+
+    def _events(self) -> List[CentralEvent]:
+        with self._lock:
+            return [h.event for h in self._held.values()]
+
+    def _take(self, message: Any) -> None:
+        attempts = int(getattr(message, "dequeue_count", 1) or 1)
+        if attempts > self.settings.max_attempts:
+            self._to_poison(message, "attempts",
+                            f"delivered {attempts} times without being settled (--max-attempts "
+                            f"{self.settings.max_attempts})")
+            return
+        try:
+            notes = parse_message(message.content)
+        except Malformed as exc:
+            self._to_poison(message, "malformed", str(exc))
+            return
+        if len(notes) != 1:
+            # Event Grid puts one event in a message; several are handled one message each by
+            # re-queueing them, so every change keeps a message of its own until it is settled.
+            from vmss_terminate.central.eventgrid import encode_body
+
+            for note in notes:
+                self._queue.send_message(encode_body(_raw_event(message.content, note)))
+            self._delete(message)
+            return
+        self._take_one(message, notes[0])
+
+    def _take_one(self, message: Any, note: Notification) -> None:
+        key = note.event.key
+        with self._lock:
+            held = self._held.get(key)
+            if held is not None:
+                if note.change == held.change or any(c == note.change for _, c in held.messages):
+                    self._drop_duplicate(message)
+                    return
+                held.messages.append((message, note.change))
+                if note.event_time >= held.event_time:  # a later change (Canceled, Started...) is what the handler sees
+                    held.event, held.change, held.event_time = note.event, note.change, note.event_time
+                return
+            if note.dedup_key in self._settled:
+                self._drop_duplicate(message)
+                return
+        lease = self._leases.acquire(note.event_id)
+        if lease is None:
+            self.metrics.busy_elsewhere += 1
+            self._hide(message, self.settings.lease_duration)
+            return
+        record = lease.record()
+        if record.handled.get(note.change):
+            self._remember(note.dedup_key)
+            lease.release()
+            self._drop_duplicate(message)
+            return
+        with self._lock:
+            self._held[key] = _Held(note.event, note.change, lease, [(message, note.change)], note.event_time)
+            self.metrics.held = len(self._held)
+
+    def _drop_duplicate(self, message: Any) -> None:
+        self.metrics.duplicates_dropped += 1
+        self._delete(message)
+
+    def _remember(self, key: Tuple[str, str]) -> None:
+        self._settled[key] = None
+        self._settled.move_to_end(key)
+        while len(self._settled) > _REMEMBERED:
+            self._settled.popitem(last=False)
+
+    def _to_poison(self, message: Any, reason: str, why: str) -> None:
+        content = str(message.content or "")
+        truncated = len(content) > MAX_QUEUE_MESSAGE // 2
+        body = {
+            "reason": why, "queue": self._queue.queue_name, "messageId": message.id,
+            "dequeueCount": getattr(message, "dequeue_count", None),
+            "insertedOn": _iso(getattr(message, "inserted_on", None)), "movedOn": _iso(datetime.now(timezone.utc)),
+            "contentTruncated": truncated, "content": content[: MAX_QUEUE_MESSAGE // 2],
+        }
+        self._poison.send_message(json.dumps(body, separators=(",", ":")))
+        self._delete(message)
+        self.metrics.poison_moves[reason] += 1
+        log.warning("moved message %s of queue %s to %s: %s", message.id, self._queue.queue_name,
+                    poison_queue_name(self._queue.queue_name), why)
+
+    def _delete(self, message: Any) -> None:
+        from azure.core.exceptions import ResourceNotFoundError
+
+        try:
+            self._queue.delete_message(message.id, message.pop_receipt)
+        except ResourceNotFoundError:
+            pass  # already gone (its visibility lapsed and another replica deleted it)
+
+    def _hide(self, message: Any, seconds: int) -> Any:
+        from azure.core.exceptions import ResourceNotFoundError
+
+        try:
+            return self._queue.update_message(message.id, message.pop_receipt, visibility_timeout=seconds)
+        except ResourceNotFoundError:
+            return None
+
+    # --- keeping held events ------------------------------------------------------------------
+
+    def keep_alive(self) -> None:
+        """Renew every held lease and extend its messages' visibility; drop what was lost."""
+        from azure.core.exceptions import HttpResponseError
+
+        with self._lock:
+            for key, held in list(self._held.items()):
+                try:
+                    held.lease.renew()
+                except HttpResponseError as exc:
+                    log.warning("lost the lease of event %s (%s): another replica may take it over",
+                                held.event.event_id, _brief(exc))
+                    self.metrics.lost += 1
+                    del self._held[key]
+                    continue
+                kept = []
+                for message, change in held.messages:
+                    updated = self._hide(message, self.settings.visibility)
+                    if updated is None:
+                        self.metrics.lost += 1
+                        continue
+                    message.pop_receipt = updated.pop_receipt
+                    kept.append((message, change))
+                held.messages = kept
+                if not kept:
+                    held.lease.release()
+                    del self._held[key]
+            self.metrics.held = len(self._held)
+
+    def _keep_alive_loop(self) -> None:
+        while not self._clock.wait(self._stop, self.settings.keep_alive_every):
+            try:
+                self.keep_alive()
+            except Exception:  # noqa: BLE001 -- the keeper must outlive one failed round
+                log.exception("renewing the queue's leases failed; retrying")
+
+    def _measure(self) -> None:
+        now = self._clock.monotonic()
+        if self._measured_at is not None and now - self._measured_at < self.settings.metrics_interval:
+            return
+        self._measured_at = now
+        properties = self._queue.get_queue_properties()
+        self.metrics.depth = int(properties.approximate_message_count or 0)
+        oldest = list(self._queue.peek_messages(max_messages=1))
+        inserted = getattr(oldest[0], "inserted_on", None) if oldest else None
+        self.metrics.oldest_age = (max(0.0, self._clock.now() - inserted.timestamp()) if inserted is not None
+                                   else 0.0)
+
+
+def _raw_event(content: str, note: Notification) -> Dict[str, Any]:
+    from vmss_terminate.central.eventgrid import decode_body
+
+    value = decode_body(content)
+    items = value if isinstance(value, list) else [value]
+    for item in items:
+        if isinstance(item, dict) and item.get("id") == note.delivery_id:
+            return item
+    raise Malformed("event vanished from its message")  # pragma: no cover -- parse_message read it
+
+
+def _iso(moment: Any) -> Optional[str]:
+    return moment.isoformat() if isinstance(moment, datetime) else None
+
+
+def _brief(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{exc.__class__.__name__}: {text[0] if text else ''}"[:300]
