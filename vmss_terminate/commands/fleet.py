@@ -24,6 +24,7 @@ from vmss_terminate.commands.progress import ProgressBar, terminal_progress
 from vmss_terminate.control.commandline import command
 from vmss_terminate.control.connection import Connection
 from vmss_terminate.errors import StopSignal, interrupt_exit_code, interrupt_name
+from vmss_terminate.fleet.findings import FINDINGS
 from vmss_terminate.fleet.options import AuditOptions, RolloutOptions
 from vmss_terminate.fleet.scope import Scope
 from vmss_terminate.signals import StopOnSignals
@@ -55,16 +56,16 @@ def fleet_options(options: Any) -> Callable[[Callable[..., Any]], Callable[..., 
     return lambda fn: scope_options(endpoint_options(declared_options(options, "options")(fn)))
 
 
-@click.command("audit", cls=DetailedExitCommand)
+@click.command("audit", cls=DetailedExitCommand, help=(
+    "Inventory scale sets through Azure Resource Graph: terminate notification, timeout, stale\n"
+    f"instances and findings ({', '.join(FINDINGS)})."))
 @fleet_options(AuditOptions)
 @output_option("table: for people; json: a list of scale set objects; csv / tsv: one row per scale set.",
                extra=("csv",))
 @click.option("--detailed-exitcode", is_flag=True, help="Exit 0: all compliant, 1: error, 2: something non-compliant.")
 def audit_command(scope: Scope, connection: Connection, options: AuditOptions, output: str,
                   detailed_exitcode: bool) -> None:
-    """Inventory scale sets through Azure Resource Graph: terminate notification, timeout, stale
-    instances and findings (disabled, timeout-differs, stale-model, stale-unknown, spot, aks-managed,
-    force-deletion, automatic-repairs)."""
+    """`fleet audit` (its help names the findings from `fleet.findings.FINDINGS`)."""
     from vmss_terminate.fleet import audit
 
     report = audit(scope, options, connection=connection)
@@ -137,7 +138,7 @@ def rollout_command(scope: Scope, connection: Connection, options: RolloutOption
     """Plan, then enable/retime terminate notification and upgrade instances on every
     non-compliant scale set in scope (one PATCH + batched manualupgrade per set, as `enable`).
     Ctrl-C stops starting new work; re-run with --journal to resume."""
-    from vmss_terminate.fleet.rollout import rollout
+    from vmss_terminate.fleet import rollout
 
     resume_args = _resume_args(click.get_current_context())
     stop = threading.Event()

@@ -13,7 +13,8 @@ from vmss_terminate.fleet.audit import AuditReport, audit
 from vmss_terminate.fleet.findings import EXPLANATIONS, FINDINGS, SKIPPED_BY_DEFAULT
 from vmss_terminate.fleet.options import AuditOptions, RolloutOptions
 from vmss_terminate.fleet.records import ScaleSetAudit
+from vmss_terminate.fleet.rollout import RolloutProgress, RolloutResult, rollout
 from vmss_terminate.fleet.scope import Scope
 
-__all__ = ["EXPLANATIONS", "FINDINGS", "SKIPPED_BY_DEFAULT", "AuditOptions", "AuditReport", "RolloutOptions", "Scope",
-           "ScaleSetAudit", "audit"]
+__all__ = ["EXPLANATIONS", "FINDINGS", "SKIPPED_BY_DEFAULT", "AuditOptions", "AuditReport", "RolloutOptions",
+           "RolloutProgress", "RolloutResult", "Scope", "ScaleSetAudit", "audit", "rollout"]

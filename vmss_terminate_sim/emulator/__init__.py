@@ -18,3 +18,5 @@ What is where:
 
 This package face imports nothing, so `import vmss_terminate_sim.emulator.imds` never loads the ARM side.
 """
+
+__all__: list[str] = []  # a face that exports nothing: use the sub-modules (tests/test_exported_members.py)
