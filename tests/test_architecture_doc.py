@@ -42,3 +42,10 @@ def test_the_path_pattern_reads_the_page_the_way_it_is_written() -> None:
     """The guard can fail: a nested path, a root module and a repository path are each one name."""
     text = "`emulator/imds/app.py`, `cli.py` and tests/conftest.py; not vmss_terminate.agent or x.pyc"
     assert _named(text) == {"emulator/imds/app.py", "cli.py", "tests/conftest.py"}
+
+
+def test_every_test_folder_is_named() -> None:
+    """"Outside the package" lists the folders of `tests/` (it had left out emulator_kube and az)."""
+    outside = DOC.read_text(encoding="utf-8").split("## Outside the package", 1)[1]
+    folders = sorted(p.name for p in (ROOT / "tests").iterdir() if (p / "__init__.py").is_file())
+    assert [f for f in folders if f"`tests/{f}/`" not in outside] == []

@@ -146,7 +146,7 @@ def test_plan_retells_only_the_help_of_its_batch_size() -> None:
 
 
 @pytest.mark.parametrize("pattern, where", [
-    (r"1800\.0", "control/operations.py"),  # UpgradeOptions.wait_timeout = OperationWait.timeout's default
+    (r"1800\.0", "control/operations.py"),  # UpgradeOptions.wait_timeout = OperationWait.wait_timeout's default
     (r"\b10\.0,\s*parse=number_range\(.poll-interval|poll.interval[^\n]*= 10\.0", "control/upgrade.py"),
     (r"default=.20%|BatchSize\(20\b", "control/upgrade.py"),
 ], ids=["wait-timeout", "poll-interval", "batch-size"])

@@ -80,7 +80,7 @@ class _Root(LazyGroup):
             with StopOnSignals(("SIGTERM",), then=raise_stop_signal):
                 try:
                     code = super().main(argv, prog_name, complete_var, standalone_mode=False, **extra)
-                except BaseException as exc:  # noqa: BLE001 - the one place every failure is reported
+                except BaseException as exc:  # the one place every failure is reported
                     finish_quietly()
                     code = _report(exc, requested_output(argv))
                 finish_quietly()

@@ -96,7 +96,7 @@ def finish_quietly(signals: Sequence[str] = STOP_SIGNALS) -> None:
             pass
 
 
-class kept_handlers:  # noqa: N801 - used as a context manager, like contextlib's
+class kept_handlers:  # used as a context manager, like contextlib's
     """Save the handlers of `signals` and put them back on exit (unless `restore` is False: a
     process that ends with the block keeps ignoring late signals through its exit)."""
 

@@ -29,7 +29,7 @@ class Receiver(ThreadingHTTPServer):
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802
+            def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length", "0"))
                 receiver.bodies.append(json.loads(self.rfile.read(length)))
                 self.send_response(receiver.status)

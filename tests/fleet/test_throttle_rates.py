@@ -36,7 +36,7 @@ def _acquires_in_bounded_time(throttle: SubscriptionThrottle) -> bool:
     def go() -> None:
         try:
             throttle.acquire(SUB, WRITES)
-        except BaseException as error:  # noqa: BLE001 - reported by the assertion below
+        except BaseException as error:  # reported by the assertion below
             failed.append(error)
         done.set()
 

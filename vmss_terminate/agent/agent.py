@@ -81,7 +81,7 @@ class Agent:
                          if self.config.webhook and self.config.webhook_format == "json" else None)
         self._notifier: Any = None
         if self.config.webhook and self.config.webhook_format != "json":
-            from vmss_terminate.pipeline.notify import ChatNotifier  # noqa: PLC0415 - only chat users load it
+            from vmss_terminate.pipeline.notify import ChatNotifier  # only chat users load it
 
             self._notifier = ChatNotifier(self.config.webhook, self.config.webhook_format)
         self._seen: Dict[str, _Seen] = {}  # by EventId; guarded by _lock
@@ -452,9 +452,9 @@ class Agent:
 
     def _node_drain(self) -> Any:
         """The node drain step; UsageError now (exit 2) when the cluster credentials are unusable."""
-        from vmss_terminate.pipeline.kubernetes.api import KubeApi  # noqa: PLC0415 - only --kubernetes loads it
-        from vmss_terminate.pipeline.kubernetes.credentials import load_access  # noqa: PLC0415
-        from vmss_terminate.pipeline.kubernetes.drain import NodeDrain  # noqa: PLC0415
+        from vmss_terminate.pipeline.kubernetes.api import KubeApi  # only --kubernetes loads it
+        from vmss_terminate.pipeline.kubernetes.credentials import load_access
+        from vmss_terminate.pipeline.kubernetes.drain import NodeDrain
 
         access = load_access(self.config.kubeconfig)
         log.info("--kubernetes: draining the node through %s (%s)", access.server, access.source)

@@ -207,7 +207,7 @@ def main(argv: Sequence[str], signals: Optional[StopOnSignals] = None) -> int:
         return _fail(exc.cli_message or str(exc), exc.exit_code)
     except KeyboardInterrupt:  # before the handlers above were installed
         return _fail("interrupted by Ctrl-C", 130)
-    except Exception as exc:  # noqa: BLE001 - the one place this path reports failures
+    except Exception as exc:  # the one place this path reports failures
         if os.environ.get("VMSS_TERMINATE_DEBUG"):
             raise
         return _fail(f"unexpected {type(exc).__name__}: {exc} (set VMSS_TERMINATE_DEBUG=1 for a traceback)", 1)

@@ -411,7 +411,7 @@ class QueueSource:
         while not self._clock.wait(self._stop, self.settings.keep_alive_every):
             try:
                 self.keep_alive()
-            except Exception:  # noqa: BLE001 -- the keeper must outlive one failed round
+            except Exception:  # the keeper must outlive one failed round
                 log.exception("renewing the queue's leases failed; retrying")
 
     def _measure(self) -> None:

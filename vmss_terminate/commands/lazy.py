@@ -46,7 +46,7 @@ class LazyGroup(click.Group):
                                                                               List[str]]:
         entry = self.lazy.get(args[0]) if args else None
         if entry is not None and entry.extra and not ctx.resilient_parsing and not _asks_help(args[1:], ctx):
-            from vmss_terminate import extras  # noqa: PLC0415 - only commands that need an extra pay for it
+            from vmss_terminate import extras  # only commands that need an extra pay for it
 
             extras.require(entry.extra, f"`{ctx.command_path} {args[0]}`")
         return super().resolve_command(ctx, args)

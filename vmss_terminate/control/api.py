@@ -410,7 +410,7 @@ def _upgrade(
     result = wait_until_current(
         current,
         the_plan,
-        timeout=options.wait_timeout,
+        wait_timeout=options.wait_timeout,
         poll_interval=options.poll_interval,
         clock=clock,
         progress=progress,

@@ -64,7 +64,7 @@ def _lro_status(response: Any) -> Optional[str]:
 def _text(response: Any) -> str:
     try:
         return str(response.text()) if response is not None else ""
-    except Exception:  # noqa: BLE001 - a body that cannot be read is described as empty
+    except Exception:  # a body that cannot be read is described as empty
         return ""
 
 
@@ -106,7 +106,7 @@ def _not_found(code: Optional[str], resource: str, subscription: Optional[str]) 
 @contextmanager
 def arm_errors(action: str, resource: str, subscription: Optional[str] = None) -> Iterator[None]:
     """Turn Azure SDK failures during `action` on `resource` into one-line project errors."""
-    from azure.core.exceptions import (  # noqa: PLC0415
+    from azure.core.exceptions import (
         ClientAuthenticationError,
         DecodeError,
         HttpResponseError,
@@ -158,7 +158,7 @@ def arm_errors(action: str, resource: str, subscription: Optional[str] = None) -
         raise
     except OSError as exc:  # e.g. REQUESTS_CA_BUNDLE names a missing file: requests raises a bare OSError
         raise AzureError(f"{action}: {ca_bundle_problem(exc) or one_line(str(exc))[:300]}") from None
-    except Exception as exc:  # noqa: BLE001 - an SDK/transport surprise (odd body, deserializer) is one line
+    except Exception as exc:  # an SDK/transport surprise (odd body, deserializer) is one line
         raise AzureError(f"{action}: ARM's answer could not be read ({one_line(str(exc))[:200]})") from None
 
 

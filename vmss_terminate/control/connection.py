@@ -203,7 +203,7 @@ class ResolvedConnection:
 def sdk_default_api_version() -> str:
     """The compute api-version azure-mgmt-compute sends when none is pinned (for display only)."""
     try:
-        from azure.mgmt.compute.operations._operations import (  # noqa: PLC0415 - lazy by design
+        from azure.mgmt.compute.operations._operations import (  # lazy by design
             build_virtual_machine_scale_sets_update_request,
         )
 

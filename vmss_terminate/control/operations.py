@@ -44,9 +44,9 @@ _RUNNING_STATES = ("updating", "creating", "deleting", "accepted", "running", "i
 
 @dataclass(frozen=True)
 class OperationWait:
-    """How long to wait for one operation (`timeout` seconds on `clock`'s scale)."""
+    """How long to wait for one operation (`wait_timeout` seconds on `clock`'s scale)."""
 
-    timeout: float = DEFAULT_TIMEOUT
+    wait_timeout: float = DEFAULT_TIMEOUT
     clock: Clock = field(default=SYSTEM_CLOCK, compare=False)
 
 
@@ -70,7 +70,7 @@ def await_operation(get: Get, answer: Any, *, method: str, url: str, what: str, 
     """Wait until the operation `answer` (ARM's answer to `method url`) started is done.
 
     Failed or Canceled raises ArmRequestError ("Code: message (long-running operation Failed)");
-    still running past `wait.timeout` raises OperationStillRunning (`what` names the operation).
+    still running past `wait.wait_timeout` raises OperationStillRunning (`what` names the operation).
     """
     headers = answer.headers
     carrier = f"the answer to {method} {_path(url)} (HTTP {answer.status_code})"
@@ -94,7 +94,7 @@ def _poll(get: Get, poll_url: str, done: Callable[[Any], bool], what: str, guard
     """Read the status at once (as azure-core's poller does: an operation that is already done costs
     no wait), then wait what the last answer's Retry-After asks, else the backoff, and read again."""
     clock = wait.clock
-    deadline = clock.now() + wait.timeout
+    deadline = clock.now() + wait.wait_timeout
     interval = first_interval if first_interval else DEFAULT_FIRST_INTERVAL
     longest = min(MAX_INTERVAL, interval * MAX_BACKOFF)
     while True:  # the last look is at the deadline: a wait of 0 s still polls once
@@ -104,7 +104,7 @@ def _poll(get: Get, poll_url: str, done: Callable[[Any], bool], what: str, guard
         now = clock.now()
         if now >= deadline:
             raise OperationStillRunning(
-                f"{what} is still running in Azure after {wait.timeout:g} s (--wait-timeout; operation "
+                f"{what} is still running in Azure after {wait.wait_timeout:g} s (--wait-timeout; operation "
                 f"{poll_url})", poll_url)
         moved = response.headers.get("Location") if response.status_code == 202 and done is _location_done else None
         if moved:

@@ -109,7 +109,7 @@ class OriginGuard:
 def arm_origin_policy(base_url: str) -> Any:
     """The azure-core policy enforcing the rule: a per-retry policy, so it sees every attempt, every
     redirect hop, every page and every operation poll before the request reaches the transport."""
-    from azure.core.pipeline.policies import SansIOHTTPPolicy  # noqa: PLC0415
+    from azure.core.pipeline.policies import SansIOHTTPPolicy
 
     guard = OriginGuard(base_url)
 
@@ -124,7 +124,7 @@ def arm_origin_policy(base_url: str) -> Any:
             if http.status_code == 200 and "json" in (http.headers.get("Content-Type") or ""):
                 try:
                     body = http.body()
-                except Exception:  # noqa: BLE001 - a streamed body: no page links to read here
+                except Exception:  # a streamed body: no page links to read here
                     body = None
             guard.seen(request.http_request.method, request.http_request.url, http.status_code, http.headers, body)
 

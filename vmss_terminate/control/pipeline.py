@@ -32,7 +32,7 @@ from vmss_terminate.net import is_local_host, is_loopback_http
 
 def allow_loopback_http_policy() -> Any:
     """A per-call pipeline policy that lifts azure-core's https-only bearer rule for loopback URLs only."""
-    from azure.core.pipeline.policies import SansIOHTTPPolicy  # noqa: PLC0415
+    from azure.core.pipeline.policies import SansIOHTTPPolicy
 
     class AllowLoopbackHttp(SansIOHTTPPolicy[Any, Any]):
         def on_request(self, request: Any) -> None:
@@ -77,7 +77,7 @@ def build_credential(cloud: str = DEFAULT_CLOUD, clock: Clock = SYSTEM_CLOCK) ->
     retries are kept (App Service: 3 retries after 0, 1.6 and 3.2 s; IMDS: its longer policy); their
     backoff waits on `clock`.
     """
-    from azure.identity import DefaultAzureCredential  # noqa: PLC0415
+    from azure.identity import DefaultAzureCredential
 
     name = cloud if cloud in CLOUDS else DEFAULT_CLOUD
     _, audience, authority = CLOUDS[name]
@@ -91,7 +91,7 @@ def local_endpoints_bypass_proxies(clock: Clock = SYSTEM_CLOCK) -> Any:
     """An azure-core requests transport that sends loopback and link-local requests without a proxy
     (`proxies={"http": None, "https": None}` is what stops requests from reading HTTP_PROXY), and
     whose retry backoff (`sleep`, which azure-core's RetryPolicy calls) waits on `clock`."""
-    from azure.core.pipeline.transport import RequestsTransport  # noqa: PLC0415
+    from azure.core.pipeline.transport import RequestsTransport
 
     class LocalEndpointsBypassProxies(RequestsTransport):  # type: ignore[misc]
         def send(self, request: Any, **kwargs: Any) -> Any:
@@ -137,7 +137,7 @@ class RetryAfterRefused(AzureError):
 def capped_retry_policy(retry_total: Optional[int] = None, retry_backoff_factor: Optional[float] = None) -> Any:
     """azure-core's RetryPolicy, whose wait for a Retry-After is refused past `RETRY_AFTER_MAX`
     (RetryAfterRefused, exit 1) and whose backoff never exceeds it either."""
-    from azure.core.pipeline.policies import RetryPolicy  # noqa: PLC0415
+    from azure.core.pipeline.policies import RetryPolicy
 
     class CappedRetryPolicy(RetryPolicy):  # type: ignore[type-arg]
         def _sleep_for_retry(self, response: Any, transport: Any) -> bool:
@@ -171,7 +171,7 @@ re-open connections beyond the tenth (with a warning on stderr)."""
 def pooled_transport() -> Any:
     """azure-core's requests transport with a `POOL_SIZE` connection pool, opened now: the SDK
     opens its transport lazily on first send, which two threads sharing a client could race."""
-    from azure.core.pipeline.transport import RequestsTransport  # noqa: PLC0415
+    from azure.core.pipeline.transport import RequestsTransport
 
     class PooledTransport(RequestsTransport):  # type: ignore[misc]
         def _init_session(self, session: Any) -> None:
@@ -187,6 +187,6 @@ def pooled_transport() -> Any:
 
 def build_compute_client(resolved: ResolvedConnection, credential: Any) -> Any:
     """The ComputeManagementClient, configured by `sdk_client_kwargs`."""
-    from azure.mgmt.compute import ComputeManagementClient  # noqa: PLC0415
+    from azure.mgmt.compute import ComputeManagementClient
 
     return ComputeManagementClient(credential, resolved.subscription_id, **sdk_client_kwargs(resolved))

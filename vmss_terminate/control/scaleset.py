@@ -65,7 +65,7 @@ class ComputeClient:
         the api-version that goes on the wire; an error answer raises the SDK's exception for it
         (404 ResourceNotFoundError, 401 ClientAuthenticationError, else HttpResponseError), which
         `arm_errors` turns into one line. `url` is a path on the endpoint or a link ARM gave."""
-        from azure.core.rest import HttpRequest  # noqa: PLC0415
+        from azure.core.rest import HttpRequest
 
         headers = {"Content-Type": "application/json"} if body is not None else {}
         params = dict(params or {})
@@ -258,14 +258,14 @@ class PatchUnconfirmed(AzureError):
 
 def raise_for_arm_status(response: Any) -> None:
     """Raise what the SDK's own operations raise for an error answer (ARM's error format)."""
-    from azure.core.exceptions import (  # noqa: PLC0415
+    from azure.core.exceptions import (
         ClientAuthenticationError,
         HttpResponseError,
         ResourceExistsError,
         ResourceNotFoundError,
         map_error,
     )
-    from azure.mgmt.core.exceptions import ARMErrorFormat  # noqa: PLC0415
+    from azure.mgmt.core.exceptions import ARMErrorFormat
 
     error_map = {401: ClientAuthenticationError, 404: ResourceNotFoundError, 409: ResourceExistsError}
     map_error(status_code=response.status_code, response=response, error_map=error_map)

@@ -43,7 +43,7 @@ def list_subscriptions(client: Any) -> List[Dict[str, Any]]:
     """Every subscription the credential sees (`GET /subscriptions`, all pages), through `client`'s
     own pipeline (any management client: same credential, retry and loopback rules). Call inside
     `arm_errors`."""
-    from azure.core.rest import HttpRequest  # noqa: PLC0415
+    from azure.core.rest import HttpRequest
 
     # ComputeManagementClient has only send_request, ResourceGraphClient only _send_request
     send = getattr(client, "send_request", None) or client._send_request

@@ -85,7 +85,7 @@ class TokenAnswers:
             return
         try:
             message = endpoint_message(json.loads(answer.text()))
-        except Exception:  # noqa: BLE001 - not JSON, or not text: the status alone is named
+        except Exception:  # not JSON, or not text: the status alone is named
             message = ""
         with self._lock:
             seen = self._failed.get(key)
@@ -144,7 +144,7 @@ class ExplainedCredential:
         return self._explained(self.credential.get_token_info, scopes, kwargs)
 
     def _explained(self, get: Any, scopes: Any, kwargs: Dict[str, Any]) -> Any:
-        from azure.core.exceptions import ClientAuthenticationError  # noqa: PLC0415
+        from azure.core.exceptions import ClientAuthenticationError
 
         scope = scopes[0] if len(scopes) == 1 else None
         before = self.answers.refused(scope) if scope else None

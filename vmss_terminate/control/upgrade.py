@@ -317,21 +317,21 @@ def wait_until_current(
     list_instances: Callable[[], List[InstanceState]],
     plan: UpgradePlan,
     *,
-    timeout: float,
+    wait_timeout: float,
     poll_interval: float,
     clock: Clock = SYSTEM_CLOCK,
     progress: Optional[Progress] = None,
 ) -> UpgradeResult:
-    """Poll the instance list until every instance reports latestModelApplied, or `timeout` passes."""
+    """Poll the instance list until every instance reports latestModelApplied, or `wait_timeout` seconds pass."""
     result = UpgradeResult(PLATFORM, plan.upgrade_policy, plan.total, waited=True, remaining=list(plan.stale))
-    deadline = clock.now() + timeout
+    deadline = clock.now() + wait_timeout
     try:
-        return _wait(list_instances, result, deadline, timeout, poll_interval, clock, progress)
+        return _wait(list_instances, result, deadline, wait_timeout, poll_interval, clock, progress)
     except KeyboardInterrupt as exc:
         return _stopped(result, exc, "while waiting; Azure keeps applying the model")
 
 
-def _wait(list_instances: Callable[[], List[InstanceState]], result: UpgradeResult, deadline: float, timeout: float,
+def _wait(list_instances: Callable[[], List[InstanceState]], result: UpgradeResult, deadline: float, wait_timeout: float,
           poll_interval: float, clock: Clock, progress: Optional[Progress]) -> UpgradeResult:
     while True:
         instances = list_instances()
@@ -346,7 +346,7 @@ def _wait(list_instances: Callable[[], List[InstanceState]], result: UpgradeResu
         if clock.now() >= deadline:
             result.complete = False
             result.error = (
-                f"{len(stale)} of {len(instances)} instances still not on the latest model after {timeout:g}s"
+                f"{len(stale)} of {len(instances)} instances still not on the latest model after {wait_timeout:g}s"
             )
             return result
         clock.sleep(min(poll_interval, max(0.0, deadline - clock.now())))

@@ -84,7 +84,7 @@ class FleetSession:
         credential = self.credential
         with self._lock:
             if self._graph is None:
-                from azure.mgmt.resourcegraph import ResourceGraphClient  # noqa: PLC0415
+                from azure.mgmt.resourcegraph import ResourceGraphClient
 
                 kwargs = sdk_client_kwargs(self.resolved)
                 kwargs.pop("polling_interval", None)
@@ -103,7 +103,7 @@ class FleetSession:
         MAX_GRAPH_PAGES pages) never passes for the estate. Rows are de-duplicated by resource id,
         case-insensitively as ARM compares ids (Resource Graph repeats rows when the estate
         changes between pages)."""
-        from azure.mgmt.resourcegraph.models import QueryRequest, QueryRequestOptions  # noqa: PLC0415
+        from azure.mgmt.resourcegraph.models import QueryRequest, QueryRequestOptions
 
         result = GraphResult()
         seen_ids: Set[str] = set()

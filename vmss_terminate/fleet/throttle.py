@@ -234,7 +234,7 @@ class SubscriptionThrottle:
 
     def policy(self) -> Any:
         """An azure-core HTTPPolicy for `per_retry_policies`: gate, send, and on a 429 wait and resend."""
-        from azure.core.pipeline.policies import HTTPPolicy  # noqa: PLC0415 - SDK imported lazily
+        from azure.core.pipeline.policies import HTTPPolicy  # SDK imported lazily
 
         throttle = self
 

@@ -194,7 +194,7 @@ class EventsDocument:
             # of one entry raises makes that entry unreadable, not the document.
             try:
                 events.append(Event.from_json(item))
-            except Exception as exc:  # noqa: BLE001 -- any field of any (foreign) entry may be odd
+            except Exception as exc:  # any field of any (foreign) entry may be odd
                 unreadable.append(f"entry {index}: {exc.__class__.__name__}: {str(exc)[:120]}")
         return cls(incarnation=data.get("DocumentIncarnation"), events=tuple(events), raw=dict(data),
                    skipped=len(unreadable), unreadable=tuple(unreadable))

@@ -148,7 +148,7 @@ class _Handler(BaseHTTPRequestHandler):
     # (delayed ACK) for every answer. TCP_NODELAY makes a loopback round trip take well under 1 ms.
     disable_nagle_algorithm = True
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+    def log_message(self, format: str, *args: Any) -> None:  # stdlib signature
         log.debug("%s %s", self.address_string(), format % args)
 
     def setup(self) -> None:
