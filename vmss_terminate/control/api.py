@@ -8,9 +8,13 @@ of these functions.
 Guarantees:
 
 * input (timeout, api-version, endpoint, subscription, batch size) is validated before any request;
-* a change is one PATCH carrying only `scheduledEventsProfile` (the bytes of
-  `control.body.patch_bytes`), never a PUT, and only when the live state differs from the desired
-  one ("no change" otherwise, still upgrading stale instances: the goal is the desired state);
+* a change is one PATCH carrying only `scheduledEventsProfile` and/or the top-level
+  `scheduledEventsPolicy` (the bytes of `control.body.patch_bytes`; each only when it differs),
+  never a PUT, and only when the live state differs from the desired one ("no change" otherwise,
+  still upgrading stale instances: the goal is the desired state);
+* a change of the scheduled-events policy alone upgrades nothing: the policy is not part of the VM
+  model (docs/control-plane.md); turning on Event Grid publishing first checks that the subscription
+  has the preview feature Microsoft.Compute/SendScheduledEventsPolicy registered (`force` skips it);
 * the model is read back after the PATCH; a write Azure accepted but did not apply is an error;
 * an upgrade failure after a successful PATCH says so: "profile changed; upgrade incomplete ...".
 """
@@ -24,6 +28,14 @@ from vmss_terminate.control import body
 from vmss_terminate.control.arm_errors import ArmRequestError
 from vmss_terminate.control.commandline import scale_set_command
 from vmss_terminate.control.connection import Connection
+from vmss_terminate.control.events_policy import (
+    FEATURE_NAME,
+    FEATURE_NAMESPACE,
+    PolicyChange,
+    PolicyState,
+    parse_policy,
+    register_command,
+)
 from vmss_terminate.control.operations import DEFAULT_WAIT, OperationWait
 from vmss_terminate.control.profile import (
     InstanceState,
@@ -37,6 +49,7 @@ from vmss_terminate.control.results import ChangeResult, Plan, StatusResult
 from vmss_terminate.control.scaleset import ComputeClient, PatchUnconfirmed, ScaleSetClient
 from vmss_terminate.control.upgrade import (
     MANUAL,
+    NOT_NEEDED,
     PLATFORM,
     SKIPPED,
     UNAVAILABLE,
@@ -78,6 +91,7 @@ def status(resource_group: str, name: str, *, connection: Target) -> StatusResul
             instances_note=note,
             api_version=client.resolved.effective_api_version(),
             notes=state.notes,
+            events_policy=state.events_policy,
         )
 
 
@@ -89,26 +103,35 @@ def plan(
     action: str = ENABLE,
     connection: Target,
     options: UpgradeOptions = DEFAULT_OPTIONS,
+    policy: Optional[PolicyChange] = None,
 ) -> Plan:
-    """What `action` (enable by default) would change now — profile and instances — without writing."""
-    minutes = _check_inputs(action, timeout)
+    """What `action` (enable by default) would change now -- profile, scheduled-events policy and
+    instances -- without writing."""
+    minutes = _check_inputs(action, timeout, policy)
     with ScaleSetClient(connection, resource_group, name) as client:
-        return _prepare(client, action, minutes, options)[0]
+        _check_policy_api(client, policy)
+        return _prepare(client, action, minutes, options, policy, check_feature=True)[0]
 
 
-def enable(resource_group: str, name: str, timeout: Union[int, str], *, connection: Target,
+def enable(resource_group: str, name: str, timeout: Union[int, str, None] = None, *, connection: Target,
            options: UpgradeOptions = DEFAULT_OPTIONS, dry_run: bool = False, progress: Optional[Progress] = None,
-           clock: Clock = SYSTEM_CLOCK, no_wait: bool = False) -> ChangeResult:
-    """Enable terminate notifications with `timeout` (5..15 minutes) and upgrade instances."""
+           clock: Clock = SYSTEM_CLOCK, no_wait: bool = False, policy: Optional[PolicyChange] = None,
+           force: bool = False) -> ChangeResult:
+    """Enable terminate notifications with `timeout` (5..15 minutes) and upgrade instances; with
+    `policy`, change the scheduled-events policy in the same PATCH. Without `timeout` only the
+    policy changes (the set must have terminate notification enabled already), and no instance
+    is upgraded. `force` skips the preview-feature check of `policy.event_grid=True`."""
     return _change(ENABLE, resource_group, name, timeout, connection, options, dry_run, progress, clock,
-                   no_wait)
+                   no_wait, policy, force)
 
 
 def disable(resource_group: str, name: str, *, connection: Target, options: UpgradeOptions = DEFAULT_OPTIONS,
             dry_run: bool = False, progress: Optional[Progress] = None, clock: Clock = SYSTEM_CLOCK,
-            no_wait: bool = False) -> ChangeResult:
-    """Disable terminate notifications (`"enable": false`) and upgrade instances."""
-    return _change(DISABLE, resource_group, name, None, connection, options, dry_run, progress, clock, no_wait)
+            no_wait: bool = False, policy: Optional[PolicyChange] = None, force: bool = False) -> ChangeResult:
+    """Disable terminate notifications (`"enable": false`) and upgrade instances; the
+    scheduled-events policy is left alone unless `policy` asks for a change (same PATCH)."""
+    return _change(DISABLE, resource_group, name, None, connection, options, dry_run, progress, clock, no_wait,
+                   policy, force)
 
 
 def retime(resource_group: str, name: str, timeout: Union[int, str], *, connection: Target,
@@ -142,42 +165,75 @@ def upgrade(
 # --- shared steps -----------------------------------------------------------------------------
 
 
-def _check_inputs(action: str, timeout: Optional[Union[int, str]]) -> Optional[int]:
+def _check_inputs(action: str, timeout: Optional[Union[int, str]], policy: Optional[PolicyChange] = None
+                  ) -> Optional[int]:
     if action not in ACTIONS:
         raise UsageError(f"unknown action {action!r}: choose one of {', '.join(ACTIONS)}")
+    if policy is not None and not isinstance(policy, PolicyChange):
+        raise UsageError(f"policy must be a PolicyChange, not {type(policy).__name__}")
+    if policy is not None and action == RETIME:
+        raise UsageError("retime changes the timeout only: change the scheduled-events policy with enable",
+                         cli_message="retime changes the timeout only: pass the policy options to enable")
     if action == DISABLE:
         return None
     if timeout is None:
+        if action == ENABLE and policy is not None and not policy.empty:
+            return None  # the policy alone (on a set that has terminate notification already)
         raise UsageError(f"{action} needs a timeout (5..15 minutes, e.g. 10, '10m' or 'PT10M')",
-                         cli_message=f"{action} needs --timeout (5..15 minutes, e.g. 10m or PT10M)")
+                         cli_message=f"{action} needs --timeout (5..15 minutes, e.g. 10m or PT10M)"
+                                     + (" or a scheduled-events policy option (--event-grid, --auto-approve KIND, "
+                                        "...)" if action == ENABLE else ""))
     return parse_timeout(timeout)
 
 
-def _desired(action: str, before: ProfileState, minutes: Optional[int],
-             client: ScaleSetClient) -> Tuple[ProfileState, bool, bytes]:
-    """(desired profile, whether a PATCH is needed, the PATCH bytes)."""
+def _check_policy_api(client: ScaleSetClient, policy: Optional[PolicyChange]) -> None:
+    """Before any request: a pinned api-version too old for a policy option is bad input (exit 2)."""
+    if policy is not None:
+        policy.check_api_version(client.resolved.api_version)
+
+
+def _desired(action: str, before: ProfileState, minutes: Optional[int], client: ScaleSetClient,
+             policy: Optional[PolicyChange] = None) -> Tuple[ProfileState, bool, Optional[bool]]:
+    """(desired profile, whether it changes, the `enable` the PATCH writes: None leaves it out)."""
     if action == DISABLE:
-        return ProfileState.desired(False, None), not before.is_off, body.patch_bytes(False, None)
-    assert minutes is not None
+        return ProfileState.desired(False, None), not before.is_off, False
+    if minutes is None:  # enable with the policy options alone
+        if not before.enabled:
+            again = _command(client, "enable", "--timeout", "10m", *(policy.args() if policy else []))
+            raise VmssTerminateError(
+                f"enable without --timeout changes only the scheduled-events policy of a set with terminate "
+                f"notification enabled; terminate notification on {client.resource}: {before.describe()}; nothing "
+                f"was changed: enable it in the same PATCH with `{again}` (any timeout of 5..15 minutes)",
+            )
+        return before, False, None
     if action == RETIME and not before.enabled:
         raise VmssTerminateError(
             f"retime: terminate notifications are not enabled on {client.resource} ({before.describe()}); "
             f"use `{_command(client, 'enable', '--timeout', f'{minutes}m')}` instead"
         )
-    return ProfileState.desired(True, minutes), not before.is_enabled_with(minutes), body.patch_bytes(True, minutes)
+    return ProfileState.desired(True, minutes), not before.is_enabled_with(minutes), True
 
 
 def _prepare(
-    client: ScaleSetClient, action: str, minutes: Optional[int], options: UpgradeOptions, *, applying: bool = False
+    client: ScaleSetClient, action: str, minutes: Optional[int], options: UpgradeOptions,
+    policy: Optional[PolicyChange] = None, *, applying: bool = False, check_feature: bool = False,
 ) -> Tuple[Plan, ScaleSetState, bytes]:
     """Read live state and compute the plan: the code `plan` and `--dry-run` share with the real run.
 
     `applying`: when a PATCH will follow and instances will be upgraded, the instance list is read
     after the PATCH instead (it is what the upgrade needs), saving one full paged listing.
+    `check_feature`: read (and show) the preview feature's state when the plan turns on Event Grid.
     """
     state = parse_scale_set(client.get())
-    desired, change, payload = _desired(action, state.profile, minutes, client)
-    if applying and change and options.upgrade:
+    desired, change, enable_value = _desired(action, state.profile, minutes, client, policy)
+    policy_change = policy is not None and not policy.satisfied_by(state.events_policy)
+    policy_desired = policy.applied_to(state.events_policy) if policy is not None else None
+    payload = body.patch_bytes(enable_value if change else None, minutes if change else None,
+                               policy.fragment() if policy is not None and policy_change else None)
+    writes = change or policy_change
+    if action == ENABLE and minutes is None:  # the policy alone: nothing to upgrade
+        upgrade_plan = UpgradePlan(NOT_NEEDED, state.upgrade_mode, 0, [], 0)
+    elif applying and change and options.upgrade:
         upgrade_plan = make_plan(state.upgrade_mode, [], options)  # replaced by the caller after the PATCH
     else:
         found = _inventory(client, state)
@@ -186,9 +242,13 @@ def _prepare(
     resolved = client.resolved
     request = (
         f"PATCH {resolved.base_url}{client.resource_path}?api-version={resolved.effective_api_version()}"
-        if change
+        if writes
         else None
     )
+    feature = None
+    if check_feature and policy is not None and policy_change and policy.enables_event_grid \
+            and not state.events_policy.publishes:
+        feature = client.compute.feature_state(FEATURE_NAMESPACE, FEATURE_NAME)
     result = Plan(
         action=action,
         **client.target,
@@ -196,10 +256,39 @@ def _prepare(
         desired=desired,
         profile_change=change,
         request=request,
-        patch_body=payload.decode("utf-8") if change else None,
+        patch_body=payload.decode("utf-8") if writes else None,
         upgrade=upgrade_plan,
+        policy_before=state.events_policy,
+        policy_desired=policy_desired,
+        policy_change=policy_change,
+        feature_state=feature,
     )
     return result, state, payload
+
+
+def _check_feature(client: ScaleSetClient, the_plan: Plan, policy: Optional[PolicyChange], force: bool) -> None:
+    """Before the PATCH that turns on Event Grid and Resource Graph publishing: the subscription must
+    have the preview feature registered, else exit 1 with the `az feature register` line to run."""
+    if force or policy is None or not the_plan.policy_change or not policy.enables_event_grid:
+        return
+    if the_plan.policy_before is not None and the_plan.policy_before.publishes:
+        return
+    try:
+        state = client.compute.feature_state(FEATURE_NAMESPACE, FEATURE_NAME)
+    except AzureError as exc:
+        raise AzureError(f"{exc}; nothing was changed (--force skips this check)") from None
+    the_plan.feature_state = state
+    if state.lower() == "registered":
+        return
+    subscription = client.resolved.subscription_id
+    raise AzureError(
+        f"publishing scheduled events to Event Grid and Resource Graph is a preview that needs the feature "
+        f"{FEATURE_NAMESPACE}/{FEATURE_NAME} registered in subscription {subscription}, which is {state}; nothing "
+        f"was changed. Register it (once per subscription) with: {register_command(subscription)} -- then, once "
+        f"`az feature show --namespace {FEATURE_NAMESPACE} --name {FEATURE_NAME} --subscription {subscription}` "
+        f"says Registered, `az provider register --namespace {FEATURE_NAMESPACE} --subscription {subscription}`; "
+        f"or pass --force to skip this check"
+    )
 
 
 def _change(
@@ -213,39 +302,48 @@ def _change(
     progress: Optional[Progress],
     clock: Clock,
     no_wait: bool = False,
+    policy: Optional[PolicyChange] = None,
+    force: bool = False,
 ) -> ChangeResult:
     """`no_wait` (az's `--no-wait`): return once ARM accepted the PATCH; no read-back, no upgrade."""
-    minutes = _check_inputs(action, timeout)
+    minutes = _check_inputs(action, timeout, policy)
     if no_wait and options.wait:
         raise UsageError("no_wait and options.wait contradict each other", cli_message="--no-wait and --wait "
                          "contradict each other: pass one")
     with ScaleSetClient(connection, resource_group, name) as client:
-        the_plan, state, payload = _prepare(client, action, minutes, options, applying=not dry_run and not no_wait)
+        _check_policy_api(client, policy)
+        the_plan, state, payload = _prepare(client, action, minutes, options, policy,
+                                            applying=not dry_run and not no_wait, check_feature=dry_run)
         if dry_run:
             return ChangeResult(action, changed=False, dry_run=True, plan=the_plan)
-        after = state.profile
+        writes = the_plan.profile_change or the_plan.policy_change
+        if writes:
+            _check_feature(client, the_plan, policy, force)
+        after, policy_after = state.profile, state.events_policy
         if no_wait:
-            if the_plan.profile_change:
+            if writes:
                 _patch_interruptible(client, payload, wait=False)
-            return ChangeResult(action, changed=the_plan.profile_change, dry_run=False, plan=the_plan,
-                                no_wait=True, follow_up=_follow_up(client) if the_plan.profile_change else
+            return ChangeResult(action, changed=writes, dry_run=False, plan=the_plan,
+                                no_wait=True, follow_up=_follow_up(client) if writes else
                                 f"`{_command(client, 'upgrade')}` brings instances still on an older model to it")
-        if the_plan.profile_change:
-            _patch_interruptible(client, payload, wait=True, desired=the_plan.desired, action=action,
+        if writes:
+            _patch_interruptible(client, payload, wait=True, the_plan=the_plan, action=action,
                                  operation=OperationWait(options.wait_timeout, clock))
-            after = parse_profile(client.get())
-            _check_applied(action, the_plan.desired, after, client)
-            if options.upgrade:  # the new model made instances stale: plan from the list read now
-                found = _inventory(client, state)
+            read = client.get()
+            after, policy_after = parse_profile(read), parse_policy(read)
+            _check_applied(action, the_plan, after, policy_after, client)
+            if the_plan.profile_change and options.upgrade:  # the new model made instances stale: plan from the
+                found = _inventory(client, state)                   # list read now
                 # instances reporting latestModelApplied show the change; members that do not
                 # (Flexible) are all stale now, since the model just changed
                 the_plan.upgrade = make_plan(state.upgrade_mode, found.instances, options, unavailable_note=found.note,
                                              members=found.members, model_changes=found.instances is None)
         upgraded = _upgrade(
-            client, state, the_plan.upgrade, options, progress, clock, profile_changed=the_plan.profile_change
+            client, state, the_plan.upgrade, options, progress, clock, profile_changed=writes
         )
         return ChangeResult(
-            action, changed=the_plan.profile_change, dry_run=False, plan=the_plan, after=after, upgrade=upgraded
+            action, changed=writes, dry_run=False, plan=the_plan, after=after, upgrade=upgraded,
+            policy_after=policy_after,
         )
 
 
@@ -259,7 +357,7 @@ def _follow_up(client: ScaleSetClient) -> str:
             f"`{_command(client, 'upgrade')}`")
 
 
-def _patch_interruptible(client: ScaleSetClient, payload: bytes, *, wait: bool, desired: Optional[ProfileState] = None,
+def _patch_interruptible(client: ScaleSetClient, payload: bytes, *, wait: bool, the_plan: Optional[Plan] = None,
                          action: str = "", operation: OperationWait = DEFAULT_WAIT) -> None:
     """Send the PATCH; say what is known when it cannot be confirmed or a stop signal interrupts it
     (either way the change may be applied: never report it as simply failed)."""
@@ -270,10 +368,11 @@ def _patch_interruptible(client: ScaleSetClient, payload: bytes, *, wait: bool, 
         try:
             client.patch(payload, operation)
         except PatchUnconfirmed as exc:
-            applied = _reads_as(client, action, desired)
+            applied = _reads_as(client, action, the_plan)
             state = ("applied (the model reads back as changed), but its completion could not be confirmed"
                      if applied else "accepted by ARM, but whether it is applied could not be confirmed")
-            raise AzureError(f"{action}: the profile change was {state}: {exc}; no instances were upgraded; "
+            what = "profile change" if the_plan is None or the_plan.profile_change else "scheduled-events policy change"
+            raise AzureError(f"{action}: the {what} was {state}: {exc}; no instances were upgraded; "
                              f"{_follow_up(client)}") from None
     except KeyboardInterrupt as exc:
         raise Interrupted(f"interrupted by {interrupt_name(exc)} while the PATCH of {client.resource} was in flight: "
@@ -281,31 +380,55 @@ def _patch_interruptible(client: ScaleSetClient, payload: bytes, *, wait: bool, 
                           f"{_follow_up(client)}", exc) from None
 
 
-def _reads_as(client: ScaleSetClient, action: str, desired: Optional[ProfileState]) -> bool:
-    """Best effort: does the model read back as `desired` now? (False when it cannot be read.)"""
-    if desired is None:
+def _reads_as(client: ScaleSetClient, action: str, the_plan: Optional[Plan]) -> bool:
+    """Best effort: does the model read back as the plan wanted now? (False when it cannot be read.)"""
+    if the_plan is None:
         return False
     try:
-        after = parse_profile(client.get())
+        read = client.get()
     except AzureError:
         return False
-    return _is_as(action, desired, after)
+    return not _differences(action, the_plan, parse_profile(read), parse_policy(read))
 
 
-def _is_as(action: str, desired: ProfileState, after: ProfileState) -> bool:
-    """Does the profile read back as `action` to `desired` asked? (One rule for both read-backs.)"""
-    return after.is_off if action == DISABLE else after.is_enabled_with(desired.timeout_minutes or 0)
+def _differences(action: str, the_plan: Plan, after: ProfileState, policy_after: PolicyState) -> List[str]:
+    """What does not read back as the plan asked (one rule for both read-backs): [] when all does."""
+    out = []
+    if the_plan.profile_change:
+        desired = the_plan.desired
+        applied = after.is_off if action == DISABLE else after.is_enabled_with(desired.timeout_minutes or 0)
+        if not applied:
+            out.append(f"still reads: {after.describe()} (wanted: {desired.describe()})")
+    wanted = the_plan.policy_desired
+    if the_plan.policy_change and wanted is not None and not _policy_as(wanted, policy_after):
+        out.append(f"scheduled-events policy still reads: {policy_after.describe()} (wanted: {wanted.describe()})")
+    return out
 
 
-def _check_applied(action: str, desired: ProfileState, after: ProfileState, client: ScaleSetClient) -> None:
+def _policy_as(wanted: PolicyState, after: PolicyState) -> bool:
+    if wanted.publishes != after.publishes:
+        return False
+    if wanted.events_api_version and after.events_api_version != wanted.events_api_version:
+        return False
+    return all(after.auto_approve.get(kind) is value for kind, value in wanted.auto_approve.items() if value is not None)
+
+
+def _check_applied(action: str, the_plan: Plan, after: ProfileState, policy_after: PolicyState,
+                   client: ScaleSetClient) -> None:
     """Read-back check: Azure has been seen to accept a re-enable after a disable and ignore it."""
-    if _is_as(action, desired, after):
+    problems = _differences(action, the_plan, after, policy_after)
+    if not problems:
         return
+    hint = ""
+    if the_plan.profile_change and any(p.startswith("still reads") for p in problems):
+        hint = (" This is a known Azure behaviour when re-enabling after a disable (MicrosoftDocs/azure-docs#41434): "
+                "apply the change together with another virtualMachineProfile change (e.g. in your template), then "
+                f"check with `{_command(client, 'status')}`")
+    else:
+        hint = f" Check with `{_command(client, 'status')}`"
     raise AzureError(
-        f"{action}: Azure accepted the PATCH but {client.resource} still reads: {after.describe()} "
-        f"(wanted: {desired.describe()}); no instances were upgraded. This is a known Azure behaviour when "
-        "re-enabling after a disable (MicrosoftDocs/azure-docs#41434): apply the change together with another "
-        f"virtualMachineProfile change (e.g. in your template), then check with `{_command(client, 'status')}`"
+        f"{action}: Azure accepted the PATCH but {client.resource} {'; '.join(problems)}; no instances were "
+        f"upgraded.{hint}"
     )
 
 
@@ -382,6 +505,8 @@ def _upgrade(
     """Carry out an upgrade plan; an incomplete upgrade raises UpgradeIncomplete with the partial result."""
     prefix = "profile changed; " if profile_changed else ""
     rerun = _command(client, "upgrade")
+    if the_plan.mode == NOT_NEEDED:
+        return UpgradeResult(NOT_NEEDED, the_plan.upgrade_policy, the_plan.total, note=the_plan.note)
     if the_plan.mode == SKIPPED:
         return UpgradeResult(SKIPPED, the_plan.upgrade_policy, the_plan.total, remaining=list(the_plan.stale))
     if the_plan.mode == UNAVAILABLE:

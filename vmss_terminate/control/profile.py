@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, List, Optional
 
+from vmss_terminate.control.events_policy import PolicyState, parse_policy
 from vmss_terminate.timeout import MIN_MINUTES, iso_to_minutes_lenient, to_iso
 
 ABSENT = "absent"  # no scheduledEventsProfile key at all
@@ -128,6 +129,8 @@ class ScaleSetState:
     upgrade_mode: str
     profile: ProfileState
     notes: List[str] = field(default_factory=list)
+    events_policy: PolicyState = field(default_factory=lambda: PolicyState(False))
+    """The top-level scheduledEventsPolicy (control/events_policy.py)."""
 
 
 def parse_scale_set(scale_set: Dict[str, Any]) -> ScaleSetState:
@@ -145,6 +148,7 @@ def parse_scale_set(scale_set: Dict[str, Any]) -> ScaleSetState:
         upgrade_mode=str(raw_upgrade or "Manual"),
         profile=parse_profile(scale_set),
         notes=notes,
+        events_policy=parse_policy(scale_set),
     )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
+from vmss_terminate.control.events_policy import PolicyState
 from vmss_terminate.control.profile import InstanceState, ProfileState
 from vmss_terminate.control.upgrade import MANUAL, UNAVAILABLE, UpgradePlan, UpgradeResult
 
@@ -22,6 +23,7 @@ class StatusResult:
     instances_note: Optional[str]
     api_version: str
     notes: List[str] = field(default_factory=list)
+    events_policy: PolicyState = field(default_factory=lambda: PolicyState(False))
 
     @property
     def stale(self) -> Optional[List[str]]:
@@ -36,6 +38,7 @@ class StatusResult:
             "orchestration_mode": self.orchestration_mode,
             "upgrade_policy": self.upgrade_policy,
             "terminate_notification": self.profile.to_dict(),
+            "scheduled_events_policy": self.events_policy.to_dict(),
             "instances": None if self.instances is None else [i.to_dict() for i in self.instances],
             "instance_count": None if self.instances is None else len(self.instances),
             "stale_instances": self.stale,
@@ -50,6 +53,7 @@ class StatusResult:
             f"orchestration mode: {self.orchestration_mode}",
             f"upgrade policy:     {self.upgrade_policy}",
             f"terminate notify:   {self.profile.describe()}",
+            f"events policy:      {self.events_policy.describe()}",
         ]
         if self.instances is None:
             out.append(f"instances:          {self.instances_note or 'per-instance information not available'}")
@@ -85,11 +89,18 @@ class Plan:
     request: Optional[str]
     patch_body: Optional[str]
     upgrade: UpgradePlan
+    policy_before: Optional[PolicyState] = None
+    policy_desired: Optional[PolicyState] = None
+    """None: no scheduled-events policy option was given (the policy is left alone)."""
+    policy_change: bool = False
+    feature_state: Optional[str] = None
+    """Microsoft.Compute/SendScheduledEventsPolicy's registration, when turning on Event Grid reads it."""
 
     @property
     def changes_pending(self) -> bool:
         """True when applying would write: a PATCH or at least one manualupgrade."""
-        return self.profile_change or (self.upgrade.mode == MANUAL and bool(self.upgrade.stale))
+        return (self.profile_change or self.policy_change
+                or (self.upgrade.mode == MANUAL and bool(self.upgrade.stale)))
 
     @property
     def compliance_unknown(self) -> bool:
@@ -109,6 +120,10 @@ class Plan:
             "request": self.request,
             "patch_body": self.patch_body,
             "upgrade": self.upgrade.to_dict(),
+            "policy_change": self.policy_change,
+            "policy_before": self.policy_before.to_dict() if self.policy_before is not None else None,
+            "policy_desired": self.policy_desired.to_dict() if self.policy_desired is not None else None,
+            "feature_state": self.feature_state,
         }
 
     def lines(self) -> List[str]:
@@ -116,12 +131,20 @@ class Plan:
         out.append(f"  terminate notify now: {self.before.describe()}")
         if self.profile_change:
             out.append(f"  would change to:      {self.desired.describe()}")
+        else:
+            out.append("  profile: no change")
+        if self.policy_desired is not None and self.policy_before is not None:
+            out.append(f"  events policy now:    {self.policy_before.describe()}")
+            out.append(f"  would change to:      {self.policy_desired.describe()}" if self.policy_change
+                       else "  events policy: no change")
+        if self.feature_state is not None:
+            out.append(f"  feature Microsoft.Compute/SendScheduledEventsPolicy: {self.feature_state}"
+                       + ("" if self.feature_state.lower() == "registered" else " (enable would stop here)"))
+        if self.profile_change or self.policy_change:
             out.append("")
             out.append(str(self.request))
             out.append((self.patch_body or "").rstrip("\n"))
             out.append("")
-        else:
-            out.append("  profile: no change")
         out.append(f"  {self.upgrade.describe()}")
         for number, batch in enumerate(self.upgrade.batches if self.upgrade.mode == MANUAL else [], start=1):
             out.append(f"    batch {number}: {_ids(batch)}")
@@ -147,6 +170,7 @@ class ChangeResult:
     no_wait: bool = False
     """`--no-wait`: the PATCH was accepted and not followed; nothing read back, nothing upgraded."""
     follow_up: Optional[str] = None
+    policy_after: Optional[PolicyState] = None
 
     @property
     def message(self) -> str:
@@ -157,7 +181,15 @@ class ChangeResult:
                 return f"profile already matches ({self.plan.desired.describe()}): nothing sent; {self.follow_up}"
             done = f"profile change to {self.plan.desired.describe()} accepted by ARM (not waited for)"
             return f"{done}; instances not upgraded; {self.follow_up}"
-        profile = f"profile {self.after.describe()}" if self.changed and self.after else "profile: no change"
+        if self.plan.profile_change and self.after:
+            profile = f"profile {self.after.describe()}"
+        else:
+            profile = "profile: no change"
+        if self.plan.policy_desired is not None:
+            if self.plan.policy_change and self.policy_after is not None:
+                profile += f"; events policy {self.policy_after.describe()}"
+            else:
+                profile += "; events policy: no change"
         if self.upgrade is not None:
             return f"{profile}; {self.upgrade.describe()}"
         return profile
@@ -170,6 +202,7 @@ class ChangeResult:
             "message": self.message,
             "plan": self.plan.to_dict(),
             "after": self.after.to_dict() if self.after else None,
+            "policy_after": self.policy_after.to_dict() if self.policy_after else None,
             "upgrade": self.upgrade.to_dict() if self.upgrade else None,
             "no_wait": self.no_wait,
         }

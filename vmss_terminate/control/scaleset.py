@@ -19,6 +19,7 @@ from typing import Any, Dict, List, Optional, Sequence, Union
 
 from vmss_terminate.control.arm_errors import arm_errors, describe_json, json_object
 from vmss_terminate.control.connection import Connection, ResolvedConnection
+from vmss_terminate.control.events_policy import FEATURES_API_VERSION
 from vmss_terminate.control.names import check_resource_group, check_scale_set_name
 from vmss_terminate.control.operations import DEFAULT_WAIT, OperationWait, await_operation
 from vmss_terminate.control.origin import OriginGuard
@@ -50,6 +51,7 @@ class ComputeClient:
         self._lock = threading.Lock()
         self.guard = OriginGuard(self.resolved.base_url)
         self._api_version: Optional[str] = None
+        self._features: Dict[str, str] = {}
 
     @property
     def subscription_id(self) -> str:
@@ -79,6 +81,27 @@ class ComputeClient:
         if response.status_code >= 400:
             raise_for_arm_status(response)
         return response
+
+    def feature_state(self, namespace: str, name: str) -> str:
+        """A subscription feature's registration state (`Registered`, `NotRegistered`, ...), read
+        with Microsoft.Features' Features_Get once per client: a fleet run asks once per subscription."""
+        key = f"{namespace}/{name}".lower()
+        with self._lock:
+            if key in self._features:
+                return self._features[key]
+        what = f"reading the registration of feature {namespace}/{name}"
+        with arm_errors(what, f"subscription {self.resolved.subscription_id}", self.resolved.subscription_id):
+            self.sdk()
+            answer = self.send("GET", f"/subscriptions/{self.resolved.subscription_id}/providers/Microsoft.Features"
+                                      f"/providers/{namespace}/features/{name}?api-version={FEATURES_API_VERSION}")
+        body = json_object(answer.text(), f"{what}: ARM answered {answer.status_code}")
+        state = (body.get("properties") or {}).get("state") if isinstance(body.get("properties"), dict) else None
+        if not isinstance(state, str) or not state:
+            raise AzureError(f"{what}: Microsoft.Features answered without properties.state "
+                             f"({describe_json(body)})")
+        with self._lock:
+            self._features[key] = state
+        return state
 
     @property
     def api_version(self) -> str:

@@ -30,6 +30,9 @@ MANUAL = "manual"  # we send manualupgrade
 PLATFORM = "platform"  # Automatic / Rolling: Azure applies the model
 SKIPPED = "skipped"  # --no-upgrade
 UNAVAILABLE = "unavailable"  # no per-instance model information (Flexible without VM list)
+NOT_NEEDED = "not-needed"  # only the scheduled-events policy changes: it is not part of the VM model
+NOT_NEEDED_NOTE = ("the scheduled-events policy is a scale-set property, not part of the VM model: it applies "
+                   "without bringing instances to the latest model, so none are upgraded")
 
 _BATCH = re.compile(r"^([0-9]{1,9})(%?)\Z", re.ASCII)  # ASCII digits, bounded; no spaces
 
@@ -115,6 +118,8 @@ class UpgradePlan:
         return len(self.batches) if self.mode == MANUAL else 0
 
     def describe(self) -> str:
+        if self.mode == NOT_NEEDED:
+            return f"upgrade: not needed ({self.note or NOT_NEEDED_NOTE})"
         if self.mode == SKIPPED:
             return f"upgrade skipped (--no-upgrade); {len(self.stale)} of {self.total} instances not on the latest model"
         if self.mode == UNAVAILABLE:
@@ -243,6 +248,8 @@ class UpgradeResult:
                     f"{self.total} instances not yet current (use --wait to wait for them)"
                 )
             return f"all {self.total} instances on the latest model"
+        if self.mode == NOT_NEEDED:
+            return f"upgrade: not needed ({self.note or NOT_NEEDED_NOTE})"
         if self.mode == SKIPPED:
             text = f"upgrade skipped (--no-upgrade); {len(self.remaining)} instance(s) not on the latest model"
             if self.upgrade_policy.lower() != "manual":
