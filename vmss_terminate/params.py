@@ -21,9 +21,10 @@ from vmss_terminate.errors import InvalidValue, UsageError
 _KEY = "vmss_terminate.option"
 
 #: How an option's value is read: text, float, flag (no value: sets the opposite of the default),
-#: choice (one of `choices`), file (a path that is not a directory), or parsed (by `parse`, a
-#: library function whose UsageError is the message).
-KINDS = ("text", "float", "flag", "choice", "file", "parsed")
+#: switch (`--x/--no-x`: True, False, or the default None when neither is given), choice (one of
+#: `choices`), file (a path that is not a directory), or parsed (by `parse`, a library function
+#: whose UsageError is the message).
+KINDS = ("text", "float", "flag", "switch", "choice", "file", "parsed")
 
 
 class Option(NamedTuple):

@@ -79,6 +79,8 @@ def parse_args(argv: Sequence[str], options: Sequence[Option] = RUN_OPTIONS) -> 
         option = by_flag.get(name)
         if option is None:
             raise ArgumentError(f"No such option: {name}" if arg.startswith("-") else f"Got unexpected extra argument ({arg})")
+        if option.kind == "switch":  # no agent option is one; refused rather than misread
+            raise ArgumentError(f"Option '{name}' (--x/--no-x) is not served by this parser")
         if option.kind == "flag":
             if eq:
                 raise ArgumentError(f"Option '{name}' does not take a value.")

@@ -46,6 +46,9 @@ def click_option(option: Option) -> Decorator:
     if option.kind == "flag":  # sets the opposite of the field's default
         return click.option(*option.flags, option.dest, is_flag=True, flag_value=not option.default,
                             default=option.default, help=option.help)
+    if option.kind == "switch":  # --x/--no-x; neither: the field's default (None: leave it alone)
+        return click.option(f"{option.flag}/--no-{option.flag[2:]}", option.dest, default=option.default,
+                            help=option.help)
     kind: Any = None
     if option.kind == "float":  # ASCII digits, bounded length: as the click-free parser
         kind = ParsedType(option.flag.lstrip("-"), _decimal, errors=(ValueError,),

@@ -7,6 +7,7 @@ Options follow the single-set commands (ARM endpoint, cloud, credentials) plus t
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 import signal
@@ -23,6 +24,7 @@ from vmss_terminate.commands.output import echo_json, output_option, tsv_lines, 
 from vmss_terminate.commands.progress import ProgressBar, terminal_progress
 from vmss_terminate.control.commandline import command
 from vmss_terminate.control.connection import Connection
+from vmss_terminate.control.events_policy import PolicyChange
 from vmss_terminate.errors import StopSignal, interrupt_exit_code, interrupt_name
 from vmss_terminate.fleet.findings import FINDINGS
 from vmss_terminate.fleet.options import AuditOptions, RolloutOptions
@@ -133,12 +135,17 @@ def _audit_table(report: Any) -> List[str]:
 
 @click.command("rollout")
 @fleet_options(RolloutOptions)
+@declared_options(PolicyChange, "policy")
 @output_option("table: the plan, progress and a report; json / tsv: one summary object.")
-def rollout_command(scope: Scope, connection: Connection, options: RolloutOptions, output: str) -> None:
+def rollout_command(scope: Scope, connection: Connection, options: RolloutOptions, policy: PolicyChange,
+                    output: str) -> None:
     """Plan, then enable/retime terminate notification and upgrade instances on every
-    non-compliant scale set in scope (one PATCH + batched manualupgrade per set, as `enable`).
+    non-compliant scale set in scope (one PATCH + batched manualupgrade per set, as `enable`);
+    with --event-grid / --auto-approve KIND, the scheduled-events policy in the same PATCH.
     Ctrl-C stops starting new work; re-run with --journal to resume."""
     from vmss_terminate.fleet import rollout
+
+    options = dataclasses.replace(options, policy=policy)
 
     resume_args = _resume_args(click.get_current_context())
     stop = threading.Event()
@@ -187,10 +194,14 @@ def _resume_args(ctx: click.Context) -> List[str]:
             continue
         value = ctx.params.get(param.name)
         source = ctx.get_parameter_source(param.name)
+        switch = isinstance(param, click.Option) and param.is_flag and bool(param.secondary_opts)
         if source not in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT) or value is None or (
-                value is False or value == ()):  # not `value in (...)`: --wait-timeout 0 == False
+                (value is False and not switch) or value == ()):  # not `value in (...)`: --wait-timeout 0 == False
             continue  # defaults apply again by themselves
         flag = max(param.opts, key=len)
+        if param.is_flag and param.secondary_opts:  # --x/--no-x: whichever was given
+            args.append(flag if value else max(param.secondary_opts, key=len))
+            continue
         if param.is_flag:
             args.append(flag)
             continue

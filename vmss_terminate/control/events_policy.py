@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from vmss_terminate.errors import InvalidValue, UsageError
+from vmss_terminate.params import option
 
 POLICY = "scheduledEventsPolicy"
 TARGETS = "scheduledEventsAdditionalPublishingTargets"
@@ -137,10 +138,24 @@ class PolicyChange:
     `auto_approve` / `no_auto_approve`: KINDs (`user-reboot`, `user-redeploy`, `all-instances-down`)
     whose automaticallyApprove becomes true / false. Checked on construction (exit 2)."""
 
-    event_grid: Optional[bool] = None
-    events_api_version: Optional[str] = None
-    auto_approve: Tuple[str, ...] = ()
-    no_auto_approve: Tuple[str, ...] = ()
+    event_grid: Optional[bool] = option(
+        None, kind="switch",
+        help="PREVIEW: publish the set's scheduled events to Event Grid and Resource Graph "
+             "(scheduledEventsPolicy; compute api-version >= 2024-03-01; the subscription needs the feature "
+             "Microsoft.Compute/SendScheduledEventsPolicy registered, checked first unless --force), or stop "
+             "publishing them. Neither: left as it is.")
+    events_api_version: Optional[str] = option(
+        metavar="VERSION",
+        help="The Scheduled Events schema (api-version, e.g. 2020-07-01) delivered to Event Grid and Resource "
+             "Graph (compute api-version >= 2025-04-01).")
+    auto_approve: Tuple[str, ...] = option(
+        (), multiple=True, metavar="KIND", choices=tuple(KINDS),
+        help="Let Azure approve these events by itself (repeatable): user-reboot, user-redeploy (compute "
+             "api-version >= 2024-03-01), all-instances-down (>= 2025-04-01). Auto-approved events never show "
+             "as Scheduled: only Started and Completed.")
+    no_auto_approve: Tuple[str, ...] = option(
+        (), multiple=True, metavar="KIND", choices=tuple(KINDS),
+        help="Stop Azure approving these events by itself (repeatable; writes automaticallyApprove false).")
 
     def __post_init__(self) -> None:
         approve = _kinds(self.auto_approve, "auto_approve")

@@ -104,7 +104,7 @@ def audit(
             records.extend(r for r in (parse_row(row, names) for row in result.rows) if scope.selects_tags(r.tags))
         count_stale(session, scope, chunks, [r for r in records if r.enabled], concurrency, calls)
         for record in records:
-            record.evaluate(wanted)
+            record.evaluate(wanted, checked.require_event_grid, tuple(checked.require_auto_approve))
         return AuditReport(scope, wanted, records, subscriptions, calls, time.monotonic() - started,
                            tuple(checked.ignore_findings))
     finally:

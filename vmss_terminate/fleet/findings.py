@@ -19,6 +19,8 @@ AKS_MANAGED = "aks-managed"
 FORCE_DELETION = "force-deletion"
 AUTOMATIC_REPAIRS = "automatic-repairs"
 UNREADABLE = "unreadable"
+EVENT_GRID_OFF = "event-grid-off"
+AUTO_APPROVE_OFF = "auto-approve-off"
 
 EXPLANATIONS: Dict[str, str] = {
     DISABLED: "terminate notification is not enabled: instances are deleted without a Terminate event",
@@ -32,13 +34,17 @@ EXPLANATIONS: Dict[str, str] = {
     AUTOMATIC_REPAIRS: "automatic repairs honour the delay but create the replacement instance at once",
     UNREADABLE: "the instance list could not be read (the error is in the record): the audit is incomplete and "
                 "exits 1",
+    EVENT_GRID_OFF: "--require-event-grid: the set does not publish its scheduled events to Event Grid and Resource "
+                    "Graph (scheduledEventsPolicy, preview): a central handler never sees them",
+    AUTO_APPROVE_OFF: "--require-auto-approve: Azure does not approve the required kind(s) of event by itself "
+                      "(scheduledEventsPolicy automaticallyApprove; the record's auto_approve lists what it does)",
 }
 FINDINGS = tuple(EXPLANATIONS)
 
 # Skipped by a rollout unless --include-skipped names them: changing these sets is wrong or futile.
 SKIPPED_BY_DEFAULT = (SPOT, AKS_MANAGED)
 # Findings that make a set non-compliant (the others are advice).
-NON_COMPLIANT = (DISABLED, TIMEOUT_DIFFERS, STALE_MODEL, STALE_UNKNOWN, UNREADABLE)
+NON_COMPLIANT = (DISABLED, TIMEOUT_DIFFERS, STALE_MODEL, STALE_UNKNOWN, UNREADABLE, EVENT_GRID_OFF, AUTO_APPROVE_OFF)
 # What `--ignore-finding` accepts: everything but `unreadable` (an incomplete audit is an error, exit 1,
 # never a gate to pass).
 IGNORABLE = tuple(code for code in FINDINGS if code != UNREADABLE)
@@ -105,3 +111,14 @@ def profile_findings(enabled: bool, effective_minutes: Optional[int], wanted_min
 def order(codes: List[str]) -> List[str]:
     """Codes in their documented order, without duplicates."""
     return [code for code in FINDINGS if code in codes]
+
+
+def policy_findings(publishes: bool, approved: Iterable[str], require_event_grid: bool,
+                    require_auto_approve: Iterable[str]) -> List[str]:
+    """event-grid-off / auto-approve-off, only for what the audit was asked to require."""
+    found = []
+    if require_event_grid and not publishes:
+        found.append(EVENT_GRID_OFF)
+    if set(require_auto_approve) - set(approved):
+        found.append(AUTO_APPROVE_OFF)
+    return found

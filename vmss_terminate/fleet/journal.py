@@ -29,7 +29,8 @@ class Journal:
     """Open (creating it) a journal for a rollout with these settings; refuses a journal written for
     another timeout, so a resume can never mix two targets."""
 
-    def __init__(self, path: Union[str, Path], timeout: str, batch_size: str, read_only: bool = False) -> None:
+    def __init__(self, path: Union[str, Path], timeout: str, batch_size: str, read_only: bool = False,
+                 policy: Optional[Dict[str, Any]] = None) -> None:
         self.path = Path(path)
         self.status: Dict[str, str] = {}  # lower-case id -> last status
         self._lock = threading.Lock()
@@ -37,6 +38,10 @@ class Journal:
         if header is not None and header.get("timeout") != timeout:
             raise UsageError(f"journal {self.path} belongs to a rollout with --timeout {header.get('timeout')}; "
                              f"use that timeout to resume it, or another --journal file")
+        if header is not None and header.get("policy") != policy:
+            raise UsageError(f"journal {self.path} belongs to a rollout with other scheduled-events policy options "
+                             f"({header.get('policy') or 'none'}); resume it with the same --event-grid / "
+                             f"--events-api-version / --auto-approve options, or use another --journal file")
         self._handle: Optional[TextIO] = None
         if read_only:  # --dry-run: show what a resume would skip, write nothing
             return
@@ -45,7 +50,8 @@ class Journal:
         except OSError as exc:
             raise UsageError(f"cannot write journal {self.path}: {exc.strerror or exc}") from None
         if header is None:
-            self._write({"event": "rollout", "timeout": timeout, "batch_size": batch_size})
+            self._write({"event": "rollout", "timeout": timeout, "batch_size": batch_size,
+                         **({"policy": policy} if policy is not None else {})})
 
     @property
     def resumed(self) -> bool:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Optional, Tuple, Union
 
+from vmss_terminate.control.events_policy import KINDS, PolicyChange
 from vmss_terminate.control.upgrade import DEFAULT_BATCH, BatchSize, UpgradeOptions
 from vmss_terminate.errors import UsageError
 from vmss_terminate.fleet.findings import FINDINGS, IGNORABLE, SKIPPED_BY_DEFAULT, check_ignorable
@@ -52,7 +53,17 @@ class AuditOptions:
              "stale-unknown: a set with an ignored spot/aks-managed finding does not count, and an ignored "
              "finding no longer makes a set fail the gate. 'unreadable' cannot be ignored (exit 1).")
 
+    require_event_grid: bool = option(
+        False, help="Sets that do not publish their scheduled events to Event Grid and Resource Graph "
+                    "(scheduledEventsPolicy, preview) get the finding event-grid-off and are non-compliant.")
+    require_auto_approve: Iterable[str] = option(
+        (), multiple=True, metavar="KIND", choices=tuple(KINDS),
+        help="Sets on which Azure does not approve this kind of event by itself (repeatable: user-reboot, "
+             "user-redeploy, all-instances-down) get the finding auto-approve-off and are non-compliant.")
+
     def __post_init__(self) -> None:
+        _set(self, "require_auto_approve", tuple(PolicyChange(auto_approve=tuple(self.require_auto_approve))
+                                                 .auto_approve))
         if self.timeout is not None:
             _set(self, "timeout", parse_timeout(self.timeout))
         _set(self, "ignore_findings", tuple(sorted(check_ignorable(self.ignore_findings))))
@@ -82,8 +93,18 @@ class RolloutOptions:
         help="Seconds each wait may last: for an Azure operation (a set's PATCH, each manualupgrade batch's) "
              "and for an Automatic / Rolling set until Azure applied the model; past it that set fails, "
              "naming what still runs.")
+    force: bool = option(
+        False, help="Skip the check that each subscription has the preview feature "
+                    "Microsoft.Compute/SendScheduledEventsPolicy registered before --event-grid is rolled out.")
+    policy: Optional[PolicyChange] = None
+    """The scheduled-events policy to roll out with the timeout (the CLI's --event-grid, --auto-approve, ...
+    options, declared once on `PolicyChange`); None leaves every set's policy alone."""
 
     def __post_init__(self) -> None:
+        if self.policy is not None and not isinstance(self.policy, PolicyChange):
+            raise UsageError(f"policy must be a PolicyChange, not {type(self.policy).__name__}")
+        if self.policy is not None and self.policy.empty:
+            _set(self, "policy", None)
         if self.timeout is None:
             raise UsageError("rollout needs a timeout (5..15 minutes, e.g. 10, '10m' or 'PT10M')",
                              cli_message="rollout needs --timeout (5..15 minutes, e.g. 10m or PT10M)")

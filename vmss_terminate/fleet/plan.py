@@ -16,6 +16,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Optional, Set
 
+from vmss_terminate.control.events_policy import PolicyChange
 from vmss_terminate.control.upgrade import BatchSize
 from vmss_terminate.fleet import findings as codes
 from vmss_terminate.fleet.records import ScaleSetAudit
@@ -34,6 +35,7 @@ class PlannedSet:
     writes: int = 0  # PATCH + manualupgrade calls (estimate)
     done_earlier: bool = False  # the journal says an earlier run finished it (and it is compliant now)
     note: Optional[str] = None
+    policy_change: bool = False  # the scheduled-events policy differs from the one rolled out
 
     @property
     def works(self) -> bool:
@@ -43,7 +45,8 @@ class PlannedSet:
         return {"id": self.record.id, "subscription_id": self.record.subscription_id,
                 "resource_group": self.record.resource_group, "name": self.record.name, "action": self.action,
                 "reasons": list(self.reasons), "instances": self.instances, "writes": self.writes,
-                "done_earlier": self.done_earlier, "findings": list(self.record.findings), "note": self.note}
+                "done_earlier": self.done_earlier, "findings": list(self.record.findings), "note": self.note,
+                "policy_change": self.policy_change}
 
     def describe(self) -> str:
         # the subscription too: the same group and set names recur across subscriptions
@@ -53,9 +56,13 @@ class PlannedSet:
             return f"skip     {target}: {', '.join(self.reasons)} ({codes.EXPLANATIONS[self.reasons[0]]})"
         if self.action == NONE:
             return f"ok       {target}{' (done by an earlier run)' if self.done_earlier else ''}"
-        if self.action == ENABLE:
+        if self.action == ENABLE and not self.record.profile.is_enabled_with(self.timeout_minutes):
             what = (f"enable {self.record.not_before_timeout or 'off'} -> {to_iso(self.timeout_minutes)}, "
                     f"upgrade {self.instances} instance(s)")
+            if self.policy_change:
+                what += ", events policy"
+        elif self.action == ENABLE:
+            what = f"events policy ({self.record.events_policy.describe()}), upgrade {self.instances} instance(s)"
         elif self.record.stale_unknown:
             what = f"upgrade all {self.instances} member(s) (which run the latest model is unknown)"
         else:
@@ -101,19 +108,24 @@ class RolloutPlan:
 
 
 def make_plan(records: Iterable[ScaleSetAudit], timeout_minutes: int, batch_size: BatchSize,
-              include_skipped: Iterable[str] = (), done_earlier: Optional[Set[str]] = None) -> RolloutPlan:
-    """Plan from audit records (evaluated for `timeout_minutes`)."""
+              include_skipped: Iterable[str] = (), done_earlier: Optional[Set[str]] = None,
+              policy: Optional[PolicyChange] = None) -> RolloutPlan:
+    """Plan from audit records (evaluated for `timeout_minutes`); `policy`: the scheduled-events
+    policy to roll out too (a set whose policy differs is changed: in the same PATCH, no upgrade
+    for it alone)."""
     skip_codes = set(codes.SKIPPED_BY_DEFAULT) - set(include_skipped)
     done = {d.lower() for d in done_earlier or set()}
     planned = []
     for record in records:
         reasons = [c for c in record.findings if c in skip_codes]
         profile_change = not record.profile.is_enabled_with(timeout_minutes)
-        if record.compliant:
+        policy_change = policy is not None and not policy.satisfied_by(record.events_policy)
+        if record.compliant and not policy_change:
             planned.append(PlannedSet(record, NONE, timeout_minutes, done_earlier=record.id.lower() in done))
         elif reasons:
             planned.append(PlannedSet(record, SKIP, timeout_minutes, reasons))
-        elif record.stale_unknown and record.unreadable is None and not profile_change and record.id.lower() in done:
+        elif record.stale_unknown and record.unreadable is None and not profile_change and not policy_change \
+                and record.id.lower() in done:
             planned.append(PlannedSet(record, NONE, timeout_minutes, done_earlier=True, note=(
                 "every member was upgraded by an earlier run of this journal; Azure does not report which "
                 "members run the latest model, so it is not upgraded again")))
@@ -123,6 +135,7 @@ def make_plan(records: Iterable[ScaleSetAudit], timeout_minutes: int, batch_size
             instances = record.instances if profile_change else stale
             manual = record.upgrade_mode.lower() == "manual"
             batches = math.ceil(instances / batch_size.for_total(record.instances)) if manual and instances else 0
-            planned.append(PlannedSet(record, ENABLE if profile_change else UPGRADE, timeout_minutes, [], instances,
-                                      int(profile_change) + batches))
+            patch = profile_change or policy_change
+            planned.append(PlannedSet(record, ENABLE if patch else UPGRADE, timeout_minutes, [], instances,
+                                      int(patch) + batches, policy_change=policy_change))
     return RolloutPlan(timeout_minutes, batch_size, planned)

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Sequence
 
+from vmss_terminate.control.events_policy import PolicyState
 from vmss_terminate.control.profile import ProfileState, parse_scale_set
 from vmss_terminate.errors import AzureError
 from vmss_terminate.fleet import findings as codes
@@ -40,6 +41,8 @@ class ScaleSetAudit:
     unreadable: Optional[str] = None  # why the instance list could not be read (finding `unreadable`)
     findings: List[str] = field(default_factory=list)
     compliant: bool = False
+    events_policy: PolicyState = field(default_factory=lambda: PolicyState(False))
+    """The set's scheduledEventsPolicy, read from the same Resource Graph row."""
 
     @property
     def enabled(self) -> bool:
@@ -62,16 +65,20 @@ class ScaleSetAudit:
     def uniform(self) -> bool:
         return self.orchestration_mode.lower() == "uniform"
 
-    def evaluate(self, wanted_minutes: Optional[int]) -> None:
-        """Findings and compliance for the `--timeout` wanted (None: any timeout is compliant)."""
+    def evaluate(self, wanted_minutes: Optional[int], require_event_grid: bool = False,
+                 require_auto_approve: Sequence[str] = ()) -> None:
+        """Findings and compliance for the `--timeout` wanted (None: any timeout is compliant) and
+        the scheduled-events policy required (`--require-event-grid`, `--require-auto-approve`)."""
+        policy = codes.policy_findings(self.events_policy.publishes, self.events_policy.approved_kinds,
+                                       require_event_grid, require_auto_approve)
         found = self.config_findings + codes.profile_findings(
-            self.enabled, self.profile.effective_minutes, wanted_minutes, self.stale_instances)
+            self.enabled, self.profile.effective_minutes, wanted_minutes, self.stale_instances) + policy
         if self.unreadable is not None:  # the cause, not its consequence (an unknown stale count)
             found = [codes.UNREADABLE if code == codes.STALE_UNKNOWN else code for code in found]
         self.findings = codes.order(found)
         # an unknown stale count (None) is not compliant: unknown must never read as green
         self.compliant = (self.enabled and (wanted_minutes is None or self.profile.effective_minutes == wanted_minutes)
-                          and self.stale_instances == 0)
+                          and self.stale_instances == 0 and not policy)
 
     def to_dict(self) -> Dict[str, Any]:
         return {
@@ -91,6 +98,8 @@ class ScaleSetAudit:
             "error": self.unreadable,
             "findings": list(self.findings),
             "compliant": self.compliant,
+            "event_grid": self.events_policy.publishes,
+            "auto_approve": self.events_policy.approved_kinds,
             "tags": dict(self.tags),
         }
 
@@ -142,4 +151,5 @@ def parse_row(row: Dict[str, Any], subscription_names: Optional[Dict[str, str]] 
         instances=int(capacity) if isinstance(capacity, int) else 0,
         tags={str(k): str(v) for k, v in tags.items()},
         config_findings=codes.properties_findings(row.get("properties") or {}, tags),
+        events_policy=state.events_policy,
     )

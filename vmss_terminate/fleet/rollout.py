@@ -22,8 +22,9 @@ from typing import Any, Callable, Dict, List, Optional, Set
 from vmss_terminate import control
 from vmss_terminate.clock import SYSTEM_CLOCK, Clock
 from vmss_terminate.control.connection import Connection
+from vmss_terminate.control.events_policy import FEATURE_NAME, FEATURE_NAMESPACE, PolicyChange, register_command
 from vmss_terminate.control.upgrade import UpgradeIncomplete, UpgradeOptions, UpgradeResult
-from vmss_terminate.errors import VmssTerminateError
+from vmss_terminate.errors import AzureError, VmssTerminateError
 from vmss_terminate.fleet.audit import AuditReport, audit
 from vmss_terminate.fleet.journal import DONE, FAILED, INTERRUPTED, STARTED, Journal
 from vmss_terminate.fleet.options import AuditOptions, RolloutOptions, with_fields
@@ -212,14 +213,18 @@ def rollout(
     minutes, batch, journal, dry_run = checked.minutes, checked.batch, checked.journal, checked.dry_run
     concurrency, include = checked.concurrency, list(checked.include_skipped)
     stop = stop or threading.Event()
-    book = Journal(journal, to_iso(minutes), str(batch), read_only=dry_run) if journal is not None else None
+    policy = checked.policy
+    if policy is not None:  # a pinned api-version too old for an option: exit 2 before any request
+        policy.check_api_version(connection.api_version if connection is not None else None)
+    book = Journal(journal, to_iso(minutes), str(batch), read_only=dry_run,
+                   policy=policy.to_dict() if policy is not None else None) if journal is not None else None
     owned = session is None
     session = session or FleetSession(connection, clock)
     started = time.monotonic()
     try:
         report: AuditReport = audit(scope, AuditOptions(concurrency=concurrency, timeout=minutes), clock=clock,
                                     session=session)
-        plan = make_plan(report.scale_sets, minutes, batch, include, book.done() if book else None)
+        plan = make_plan(report.scale_sets, minutes, batch, include, book.done() if book else None, policy)
         if on_plan is not None:
             on_plan(plan)
         result = RolloutResult(plan, [], dry_run=dry_run, journal=str(journal) if journal else None,
@@ -229,7 +234,9 @@ def rollout(
         else:
             upgrade = UpgradeOptions(batch_size=batch, wait=True, wait_timeout=checked.wait_timeout)
             session.throttle.stop = stop  # a throttled request stops waiting when the run stops
-            result.outcomes = _execute(plan, session, upgrade, concurrency, book, progress, stop, clock)
+            if not checked.force:
+                _check_features(plan, session, policy)
+            result.outcomes = _execute(plan, session, upgrade, concurrency, book, progress, stop, clock, policy)
             result.interrupted = stop.is_set()
         result.throttling = session.throttle.stats.to_dict()
         result.seconds = time.monotonic() - started
@@ -246,9 +253,31 @@ def _static_status(planned: PlannedSet) -> SetOutcome:
     return SetOutcome(planned, status, note=planned.note)
 
 
+def _check_features(plan: RolloutPlan, session: FleetSession, policy: Optional[PolicyChange]) -> None:
+    """Before the first write: every subscription where the rollout turns Event Grid publishing on
+    has the preview feature registered (one Features GET per subscription), else exit 1 naming the
+    `az feature register` line of each (`force` skips this)."""
+    if policy is None or not policy.enables_event_grid:
+        return
+    subscriptions = sorted({p.record.subscription_id for p in plan.work
+                            if p.policy_change and not p.record.events_policy.publishes})
+    missing = []
+    for subscription in subscriptions:
+        state = session.compute(subscription).feature_state(FEATURE_NAMESPACE, FEATURE_NAME)
+        if state.lower() != "registered":
+            missing.append((subscription, state))
+    if missing:
+        raise AzureError(
+            f"publishing scheduled events to Event Grid and Resource Graph is a preview that needs the feature "
+            f"{FEATURE_NAMESPACE}/{FEATURE_NAME} registered; {len(missing)} subscription(s) of this rollout do not "
+            f"have it ({', '.join(f'{sub}: {state}' for sub, state in missing)}); nothing was changed. Register it "
+            f"with: {'; '.join(register_command(sub) for sub, _ in missing)} -- then, once `az feature show` says "
+            f"Registered, `az provider register --namespace {FEATURE_NAMESPACE}` in each; or pass --force")
+
+
 def _execute(plan: RolloutPlan, session: FleetSession, options: UpgradeOptions, concurrency: int,
              book: Optional[Journal], progress: Optional[Callable[[RolloutProgress], None]],
-             stop: threading.Event, clock: Clock) -> List[SetOutcome]:
+             stop: threading.Event, clock: Clock, policy: Optional[PolicyChange] = None) -> List[SetOutcome]:
     tracker = _Tracker(plan, progress)
     outcomes: Dict[int, SetOutcome] = {i: _static_status(p) for i, p in enumerate(plan.sets)}
     queue = _FairQueue([(i, p.record.subscription_id) for i, p in enumerate(plan.sets) if p.works])
@@ -260,7 +289,7 @@ def _execute(plan: RolloutPlan, session: FleetSession, options: UpgradeOptions, 
             while queue and len(running) < concurrency and not stop.is_set():
                 i = queue.pop()
                 future = pool.submit(_one, plan.sets[i], plan.timeout_minutes, session, options, book, tracker,
-                                     stop, clock)
+                                     stop, clock, policy)
                 running.add(future)
                 index_of[future] = i
             if not running:
@@ -307,7 +336,7 @@ def _wait(running: Set["Future[SetOutcome]"]) -> "tuple[Set[Future[SetOutcome]],
 
 
 def _one(planned: PlannedSet, minutes: int, session: FleetSession, options: UpgradeOptions, book: Optional[Journal],
-         tracker: _Tracker, stop: threading.Event, clock: Clock) -> SetOutcome:
+         tracker: _Tracker, stop: threading.Event, clock: Clock, policy: Optional[PolicyChange] = None) -> SetOutcome:
     """Enable one scale set through the control plane; never raises for Azure failures."""
     record = planned.record
     key = record.id.lower()
@@ -332,8 +361,9 @@ def _one(planned: PlannedSet, minutes: int, session: FleetSession, options: Upgr
             changed, upgrade = False, control.upgrade(record.resource_group, record.name, connection=connection,
                                                       options=options, progress=on_progress, clock=clock)
         else:
+            # the features were checked once per subscription before the first write (or --force)
             result = control.enable(record.resource_group, record.name, minutes, connection=connection,
-                                    options=options, progress=on_progress, clock=clock)
+                                    options=options, progress=on_progress, clock=clock, policy=policy, force=True)
             changed, upgrade = result.changed, result.upgrade
     except _Stopped:
         outcome = SetOutcome(planned, INTERRUPTED, upgraded[0], "stopped before the remaining upgrade batches")
