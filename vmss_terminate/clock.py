@@ -105,6 +105,11 @@ class ManualClock:
             self._mono += seconds
             self._changed.notify_all()
 
+    def reach(self, monotonic: float, timeout: float = 10.0) -> bool:
+        """Block (at most `timeout` real seconds) until other threads' waits have moved monotonic
+        time to `monotonic`: how a test's "hook that takes 30 s" waits, without sleeping."""
+        return wait_until(self._changed, lambda: self._mono >= monotonic, timeout)
+
     def step(self, seconds: float) -> None:
         """The wall clock jumps by `seconds` (negative: back); monotonic time does not move."""
         with self._changed:

@@ -256,6 +256,7 @@ class Agent:
             for eid in gone:
                 if eid not in running:
                     self._missing.pop(eid, None)
+                    self.jobs.forget(eid)
 
     def live(self, event_id: str) -> bool:
         """The event is in the document (or left it, not yet for good) or a job handles it."""
@@ -281,6 +282,8 @@ class Agent:
             else:
                 seen.event = event
         ours = event.names(vm)
+        if ours:
+            self.jobs.seen(event)  # its deadline is anchored now (again only if NotBefore changes)
         if previous is None:
             self._decide(D.EVENT_SEEN, event.event_id,
                          f"{event.event_type} {event.event_id} {event.status} NotBefore="
@@ -309,7 +312,7 @@ class Agent:
         steps = self._steps_for(event)
         progress = policy.Progress.from_record(self.state.get(event.event_id))
         verdict = policy.next_step(event, self.vm_name or "", self.config, progress, has_hooks=bool(steps),
-                                   now=self.clock.now())
+                                   now=self.jobs.steady_now(event))
         if verdict.action == policy.INTERRUPTED:
             failed = self._resume_interrupted(event, self.state.get(event.event_id), steps)
             if failed is None:
@@ -387,7 +390,7 @@ class Agent:
         with self._approve_lock:
             record = self.state.get(eid)
             progress = policy.Progress.from_record(record)
-            verdict = policy.approval(event, vm, self.config, progress, now=self.clock.now())
+            verdict = policy.approval(event, vm, self.config, progress, now=self.jobs.steady_now(event))
             if verdict.action == policy.DRAIN_WAIT:
                 return  # a job waits for the delay, or the next poll starts one
             if verdict.action != policy.APPROVE:
@@ -430,7 +433,7 @@ class Agent:
         eid = event.event_id
         since = self.state.get(eid).get("drain_started")
         if not isinstance(since, (int, float)):
-            since = self.clock.now()
+            since = self.jobs.steady_now(event)  # on the event's anchor, as the approval reads it
             self.state.update(eid, drain_started=since)
         probe = ": /readyz answers 503" if self.readiness_served else ""
         self._decide(D.DRAIN_STARTED, eid, f"draining for {event.event_type} {eid}{probe}"

@@ -8,6 +8,12 @@ which hook to rerun. `cancel()` (the agent stopping) stops the running step and 
 the runner calls `then(event_id)` when the steps are over, the drain delay (`policy.drain_until`,
 counted from when the drain began, so it runs in parallel with the hooks) has passed, and the job
 was not cancelled. A job may have no steps: then it only waits for the drain delay.
+Deadlines never run on the wall clock alone: the VM's clock may step (NTP, chrony's `makestep`)
+while a hook runs. When an event is first seen (`seen`), the wall clock and the monotonic clock are
+read together (an `Anchor`); NotBefore is judged once, from that wall reading, and time since is
+counted on the monotonic clock. Only a change of NotBefore itself re-anchors. The deadline handed to
+steps (`Run.deadline`) is that monotonic deadline said in the wall clock of the moment it is read,
+so `deadline() - clock.now()` is the real time left whatever the wall clock did meanwhile.
 A failed step ends the chain, except for the steps marked `always` (the Kubernetes node drain,
 which is last): they still run, as long as their deadline has not passed. An event gone from the
 document for good (`policy.gone_for_good`) ends the job at the next step boundary (or the drain at
@@ -37,6 +43,20 @@ Report = Callable[..., None]  # report(kind, event_id, message, **data): publish
 # so the same EventId coming back runs every step again (never "finished" by a drain that was stopped).
 PROGRESS = ("steps_done", "hooks_started", "hooks_finished", "hooks_result", "current_step", "hooks",
             "hook_pid", "hook_token")
+
+
+@dataclass(frozen=True)
+class Anchor:
+    """Where an event's time is measured from: the wall and monotonic clocks read together when the
+    event, with this NotBefore, was first seen."""
+
+    not_before_raw: str
+    wall: float
+    mono: float
+
+    def now(self, clock: Clock) -> float:
+        """The wall time as this anchor counts it: its wall reading plus monotonic time since."""
+        return self.wall + (clock.monotonic() - self.mono)
 
 
 @dataclass
@@ -77,7 +97,27 @@ class JobRunner:
         self._vm_name = vm_name
         self._gone = gone  # left the document for good (policy.gone_for_good), not just this answer
         self._jobs: Dict[str, Job] = {}
+        self._anchors: Dict[str, Anchor] = {}  # by EventId: see `seen`
         self._lock = threading.Lock()
+
+    def seen(self, event: Event) -> Anchor:
+        """Anchor `event`'s time now if it is new or its NotBefore changed; else its anchor as it was."""
+        with self._lock:
+            anchor = self._anchors.get(event.event_id)
+            if anchor is None or anchor.not_before_raw != event.not_before_raw:
+                anchor = Anchor(event.not_before_raw, self.clock.now(), self.clock.monotonic())
+                self._anchors[event.event_id] = anchor
+            return anchor
+
+    def forget(self, event_id: str) -> None:
+        """The event left the document for good: its anchor goes (it comes back as a new event)."""
+        with self._lock:
+            self._anchors.pop(event_id, None)
+
+    def steady_now(self, event: Event) -> float:
+        """Now on `event`'s anchor (wall time at first sight plus monotonic time since): what its
+        NotBefore, drain delay and approval are judged against, immune to wall clock steps."""
+        return self.seen(event).now(self.clock)
 
     def wake(self, event_id: str) -> None:
         """Have the job of `event_id` look again now (its event changed or left the document)."""
@@ -140,24 +180,26 @@ class JobRunner:
         while not job.cancelled.is_set():
             latest = self._latest(eid) or event
             until = policy.drain_until(latest, self.config, policy.Progress.from_record(self.journal.get(eid)))
-            left = 0.0 if until is None else until - self.clock.now()
+            left = 0.0 if until is None else until - self.steady_now(latest)
             if left <= 0:
                 return True
             job.wake.clear()
             self.clock.wait(job.wake, min(left, 1.0))
         return False
 
-    def _deadline(self, event: Event, began: float) -> Optional[float]:
-        """NotBefore (re-read) minus the margin; a NotBefore that cannot be believed as seen from
-        `began` counts as the assumed window from then (`policy.assumed_not_before`)."""
+    def _deadline(self, event: Event) -> Optional[float]:
+        """NotBefore (re-read) minus the margin, judged from the event's anchor (a NotBefore that
+        cannot be believed as seen then counts as the assumed window from then,
+        `policy.assumed_not_before`), said in the wall clock of now (module docstring)."""
         latest = self._latest(event.event_id) or event
-        return policy.hook_deadline(policy.assumed_not_before(latest, began), self.config)
+        anchor = self.seen(latest)
+        deadline = policy.hook_deadline(policy.assumed_not_before(latest, anchor.wall), self.config)
+        return None if deadline is None else self.clock.now() + (deadline - anchor.now(self.clock))
 
     def _run_steps(self, job: Job, event: Event, steps: List[Step], failed: Optional[StepResult] = None) -> bool:
         """Run the event's steps in order; False if interrupted (agent stopping) or the event left the
         document for good, else True."""
         eid, vm = event.event_id, self._vm_name()
-        began = self.clock.now()  # NotBefore is judged from here (policy.assumed_not_before)
         journal = self.journal
         try:
             done = list(journal.get(eid).get("steps_done", []))
@@ -171,7 +213,7 @@ class JobRunner:
                 if self._gone(eid):
                     return self._forget(event, step.name)
                 latest = self._latest(eid) or event
-                if policy.too_late_to_start(self._deadline(latest, began), self.clock.now()):
+                if policy.too_late_to_start(self._deadline(latest), self.clock.now()):
                     failed = StepResult("deadline", "too late to start: NotBefore minus safety margin passed")
                     self._report(D.HOOK_FAILED, eid, f"hook {step.name} for {event.event_type} {eid} not "
                                                       f"started: {failed.detail}",
@@ -182,7 +224,7 @@ class JobRunner:
                                hooks=[s.name for s in steps])
                 self._report(D.HOOK_STARTED, eid, f"hook {step.name} started for {event.event_type} {eid}",
                              hook=step.name)
-                run = Run(latest, vm, self.clock, lambda: self._deadline(latest, began),  # noqa: B023 (used now)
+                run = Run(latest, vm, self.clock, lambda: self._deadline(latest),  # noqa: B023 (used now)
                           job.cancelled, job.wake, kill_grace=self.config.kill_grace,
                           on_process=lambda pid: journal.update(eid, hook_pid=pid,
                                                                 hook_token=process_start_token(pid)),
@@ -221,6 +263,7 @@ class JobRunner:
         every step runs again. False: the job ends without `then`."""
         eid = event.event_id
         self.journal.forget(eid, *PROGRESS)
+        self.forget(eid)
         self._report(D.HOOK_FAILED, eid, f"{event.event_type} {eid} left the document: hook {step} stopped, no "
                                          f"later hook runs and nothing is approved; if the event comes back, "
                                          f"every hook runs again", hook=step, outcome=GONE)
