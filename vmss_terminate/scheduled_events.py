@@ -7,9 +7,11 @@ Sources: the Scheduled Events doc and the IMDS doc (excerpts in `/work/shared/re
 
 from __future__ import annotations
 
+import base64
+import json
 import re
 from email.utils import formatdate
-from typing import Dict, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 #: Event types, in the order this project lists them (Terminate first: it is what we drain for).
 EVENT_TYPES: Tuple[str, ...] = ("Terminate", "Reboot", "Redeploy", "Freeze", "Preempt")
@@ -90,3 +92,62 @@ def _scale_set_instance(name: str) -> bool:
     """`name` is a scale set's name of at most `MAX_SCALE_SET_NAME` characters, `_` and an instance id."""
     match = _INSTANCE_NAME.match(name)
     return match is not None and len(match.group("scale_set")) <= MAX_SCALE_SET_NAME
+
+
+# --- Event Grid: how Azure pushes the same events (the central handler's queue source reads them,
+# the ARM emulator writes them). MicrosoftDocs/azure-compute-docs,
+# articles/virtual-machines/scheduled-events-event-grid.md: the system topic type, the two event-type
+# strings, and the example payload these writers reproduce.
+
+#: The Event Grid system topic type that carries scheduled events.
+EVENT_GRID_TOPIC_TYPE = "Microsoft.ResourceNotifications.MaintenanceResources"
+#: The example payload's event type, and the one the page's field table gives.
+EVENT_GRID_EMITTED = "Microsoft.ResourceNotifications.MaintenanceResources.ScheduledEventEmitted"
+EVENT_GRID_WRITE = "microsoft.maintenance/scheduledevents/write"
+EVENT_GRID_TYPES: Tuple[str, ...] = (EVENT_GRID_EMITTED, EVENT_GRID_WRITE)
+#: An event subscription's `eventDeliverySchema` values this project reads and writes.
+EVENT_GRID_SCHEMA = "EventGridSchema"
+CLOUD_EVENT_SCHEMA = "CloudEventSchemaV1_0"
+
+
+def event_grid_event(resource_id: str, properties: Dict[str, Any], *, delivery_id: str, event_time: str,
+                     location: str = "eastus", event_type: str = EVENT_GRID_EMITTED) -> Dict[str, Any]:
+    """One scheduled event in the Event Grid schema, shaped as Learn's example payload. `resource_id`
+    is the event's ARM id (`{scale set id}/providers/microsoft.maintenance/scheduledevents/{EventId}`)."""
+    parts = resource_id.split("/")
+    subscription = parts[2] if len(parts) > 2 and parts[1].lower() == "subscriptions" else ""
+    return {
+        "id": delivery_id,
+        "topic": f"/subscriptions/{subscription}",
+        "subject": resource_id,
+        "data": {
+            "resourceInfo": {
+                "id": resource_id,
+                "name": str(properties.get("EventId", "")),
+                "type": "microsoft.maintenance/scheduledevents",
+                "location": location,
+                "properties": dict(properties),
+            },
+            "apiVersion": "2024-07-01",
+        },
+        "eventType": event_type,
+        "dataVersion": "3.0",
+        "metadataVersion": "1",
+        "eventTime": event_time,
+    }
+
+
+def cloud_event(resource_id: str, properties: Dict[str, Any], *, delivery_id: str, event_time: str,
+                location: str = "eastus", event_type: str = EVENT_GRID_EMITTED) -> Dict[str, Any]:
+    """The same event in the CloudEvents 1.0 schema (Event Grid maps topic -> source, eventType -> type)."""
+    grid = event_grid_event(resource_id, properties, delivery_id=delivery_id, event_time=event_time,
+                            location=location, event_type=event_type)
+    return {"specversion": "1.0", "id": delivery_id, "source": grid["topic"], "subject": resource_id,
+            "type": event_type, "time": event_time, "datacontenttype": "application/json", "data": grid["data"]}
+
+
+def queue_message_text(event: Dict[str, Any], *, base64_encoded: bool = True) -> str:
+    """A Storage queue message's text for one event: base64 of its UTF-8 JSON, as Event Grid writes it
+    to a queue (MicrosoftDocs/azure-docs#102923), or the JSON itself."""
+    text = json.dumps(event, separators=(",", ":"))
+    return base64.b64encode(text.encode("utf-8")).decode("ascii") if base64_encoded else text

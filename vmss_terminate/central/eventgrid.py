@@ -35,8 +35,9 @@ import binascii
 import json
 import re
 from dataclasses import dataclass
-from typing import Any, Dict, List, Mapping, Tuple
+from typing import Any, List, Mapping, Tuple
 
+from vmss_terminate import scheduled_events
 from vmss_terminate.central.source import CentralEvent, ScaleSetRef, event_from_fields
 from vmss_terminate.pipeline.events import same_name
 
@@ -45,10 +46,10 @@ __all__ = [
     "parse_event", "event_grid_schema", "cloud_event", "encode_body", "SCOPE_PATTERN",
 ]
 
-SYSTEM_TOPIC_TYPE = "Microsoft.ResourceNotifications.MaintenanceResources"
-EMITTED = "Microsoft.ResourceNotifications.MaintenanceResources.ScheduledEventEmitted"
-WRITE = "microsoft.maintenance/scheduledevents/write"
-EVENT_TYPES: Tuple[str, ...] = (EMITTED, WRITE)
+SYSTEM_TOPIC_TYPE = scheduled_events.EVENT_GRID_TOPIC_TYPE
+EMITTED = scheduled_events.EVENT_GRID_EMITTED
+WRITE = scheduled_events.EVENT_GRID_WRITE
+EVENT_TYPES: Tuple[str, ...] = scheduled_events.EVENT_GRID_TYPES
 """The two event-type strings Learn gives for a scheduled event on the system topic."""
 
 SCOPE_PATTERN = re.compile(
@@ -148,9 +149,9 @@ def parse_event(item: Any) -> Notification:
     if "specversion" in item:
         if item.get("specversion") != "1.0":
             raise Malformed(f"CloudEvents specversion {item.get('specversion')!r} is not 1.0")
-        schema, type_key, time_key = "CloudEventSchemaV1_0", "type", "time"
+        schema, type_key, time_key = scheduled_events.CLOUD_EVENT_SCHEMA, "type", "time"
     else:
-        schema, type_key, time_key = "EventGridSchema", "eventType", "eventTime"
+        schema, type_key, time_key = scheduled_events.EVENT_GRID_SCHEMA, "eventType", "eventTime"
     delivery_id = _text(item, "id", "event")
     event_type = _text(item, type_key, "event")
     if not any(same_name(event_type, known) for known in EVENT_TYPES):
@@ -172,7 +173,7 @@ def parse_event(item: Any) -> Notification:
     scale_set = ScaleSetRef(match.group("subscription"), match.group("group"), match.group("name"))
     try:
         event = event_from_fields(scale_set, props, source="queue")
-    except ValueError as exc:
+    except (ValueError, TypeError, OverflowError, IndexError) as exc:
         raise Malformed(f"scheduled event unreadable: {str(exc)[:200]}") from None
     if not same_name(match.group("event_id"), event.event_id):
         raise Malformed(f"the id ends in {match.group('event_id')!r} but EventId is {event.event_id!r}")
@@ -187,45 +188,8 @@ def parse_event(item: Any) -> Notification:
         not_before_raw=not_before if isinstance(not_before, str) else "", event=event)
 
 
-# --- writing them: what Event Grid would send (the emulator and tests use the same shapes) -------
+# --- writing them: what Event Grid would send (shared with the ARM emulator: scheduled_events) ---
 
-
-def event_grid_schema(resource_id: str, properties: Mapping[str, Any], *, delivery_id: str, event_time: str,
-                      location: str = "eastus", event_type: str = EMITTED) -> Dict[str, Any]:
-    """One scheduled event in the Event Grid schema, shaped as Learn's example payload."""
-    subscription = resource_id.split("/")[2] if resource_id.startswith("/subscriptions/") else ""
-    return {
-        "id": delivery_id,
-        "topic": f"/subscriptions/{subscription}",
-        "subject": resource_id,
-        "data": {
-            "resourceInfo": {
-                "id": resource_id,
-                "name": str(properties.get("EventId", "")),
-                "type": "microsoft.maintenance/scheduledevents",
-                "location": location,
-                "properties": dict(properties),
-            },
-            "apiVersion": "2024-07-01",
-        },
-        "eventType": event_type,
-        "dataVersion": "3.0",
-        "metadataVersion": "1",
-        "eventTime": event_time,
-    }
-
-
-def cloud_event(resource_id: str, properties: Mapping[str, Any], *, delivery_id: str, event_time: str,
-                location: str = "eastus", event_type: str = EMITTED) -> Dict[str, Any]:
-    """The same event in the CloudEvents 1.0 schema (Event Grid maps topic -> source, eventType -> type)."""
-    grid = event_grid_schema(resource_id, properties, delivery_id=delivery_id, event_time=event_time,
-                             location=location, event_type=event_type)
-    return {"specversion": "1.0", "id": delivery_id, "source": grid["topic"], "subject": resource_id,
-            "type": event_type, "time": event_time, "datacontenttype": "application/json", "data": grid["data"]}
-
-
-def encode_body(event: Mapping[str, Any], *, base64_encoded: bool = True) -> str:
-    """The queue message text for one event: base64 of its UTF-8 JSON (Event Grid's), or the JSON."""
-    text = json.dumps(event, separators=(",", ":"))
-    return base64.b64encode(text.encode("utf-8")).decode("ascii") if base64_encoded else text
-
+event_grid_schema = scheduled_events.event_grid_event
+cloud_event = scheduled_events.cloud_event
+encode_body = scheduled_events.queue_message_text

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Protocol, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence, Tuple
 
 from vmss_terminate.clock import SYSTEM_CLOCK, Clock
 
@@ -91,6 +91,7 @@ class MaintenanceEvents:
         self._gone: Dict[str, Dict[str, _Gone]] = {}
         self._seen: Dict[str, float] = {}  # event key -> when it was first in a group (publish_delay)
         self._acks: List[Acknowledgement] = []
+        self._subscribers: List[Callable[[Any, Dict[str, Any]], None]] = []
 
     def attach(self, scale_set: Any, group: EventGroup) -> None:
         key = scale_set.resource_id.lower()
@@ -111,8 +112,16 @@ class MaintenanceEvents:
     def foreign_acknowledgements(self) -> List[Acknowledgement]:
         return [a for a in self.acknowledgements if a.foreign]
 
+    def subscribe(self, fn: Callable[[Any, Dict[str, Any]], None]) -> None:
+        """`fn(scale_set, fields)` for every change of an event of a set that publishes (added:
+        Scheduled; started; changed; removed: Completed or Canceled) -- what Event Grid pushes
+        (`arm/eventgrid.py`). Approvals change no status and publish nothing."""
+        with self._lock:
+            self._subscribers.append(fn)
+
     def _on_change(self, key: str, kind: str, event: Any) -> None:
         now = self.clock.now()
+        published: Optional[Dict[str, Any]] = None
         with self._lock:
             if kind == "added":
                 self._seen.setdefault(f"{key}/{event.event_id.lower()}", now)
@@ -120,6 +129,15 @@ class MaintenanceEvents:
                 fields = event.to_imds()
                 status = COMPLETED if fields.get("EventStatus") == "Started" else CANCELED
                 self._gone.setdefault(key, {})[event.event_id.lower()] = _Gone(fields, status, now)
+                published = dict(fields, EventStatus=status)
+            if kind in ("added", "started", "changed"):
+                published = event.to_imds()
+            entry = self._groups.get(key)
+            subscribers = list(self._subscribers)
+        if published is None or entry is None or not (self.always_publish or publishes(entry[0])):
+            return
+        for fn in subscribers:
+            fn(entry[0], published)
 
     def rows(self, scale_sets: Sequence[Any]) -> List[Dict[str, Any]]:
         """The maintenanceresources rows of these scale sets (those that publish), id order."""
