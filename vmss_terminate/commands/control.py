@@ -16,6 +16,7 @@ from vmss_terminate.commands.options import TIMEOUT
 from vmss_terminate.commands.output import emit, output_option, work_done
 from vmss_terminate.commands.progress import ProgressBar, terminal_progress
 from vmss_terminate.control.connection import CLOUDS, DEFAULT_CLOUD, Connection, check_subscription
+from vmss_terminate.control.events_policy import FORCE_HELP, PolicyChange
 from vmss_terminate.control.names import check_resource_group, check_scale_set_name
 from vmss_terminate.control.upgrade import Progress, UpgradeIncomplete, UpgradeOptions
 from vmss_terminate.errors import VmssTerminateError
@@ -104,6 +105,18 @@ def change_options(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 _CHANGE_TIMEOUT = click.option("--timeout", type=TIMEOUT, required=True,
                                help="notBeforeTimeout: 5..15 minutes (10, 10m, PT10M, PT600S).")
+_ENABLE_TIMEOUT = click.option("--timeout", type=TIMEOUT,
+                               help="notBeforeTimeout: 5..15 minutes (10, 10m, PT10M, PT600S). Required, unless a "
+                                    "scheduled-events policy option is given alone: then only the policy of a set "
+                                    "with terminate notification enabled changes (no upgrade).")
+
+policy_options = declared_options(PolicyChange, "policy")
+"""The scheduled-events policy options (declared on `PolicyChange`): the command receives `policy`."""
+_FORCE = click.option("--force", is_flag=True, help=FORCE_HELP)
+
+
+def _policy(policy: PolicyChange) -> Optional[PolicyChange]:
+    return None if policy.empty else policy
 
 
 def _reporting_partial(output: str, resource: str, call: Callable[[Optional[Progress]], Any]) -> Any:
@@ -125,7 +138,7 @@ def _reporting_partial(output: str, resource: str, call: Callable[[Optional[Prog
             progress.finish()
 
 
-def _change(library: Callable[..., Any], output: str, resource_group: str, name: str, *timeout: int,
+def _change(library: Callable[..., Any], output: str, resource_group: str, name: str, *timeout: Optional[int],
             **kw: Any) -> None:
     """Call `control.enable|disable|retime` with a progress display and print its result."""
     emit(_reporting_partial(output, f"{resource_group}/{name}", lambda progress: library(
@@ -134,23 +147,30 @@ def _change(library: Callable[..., Any], output: str, resource_group: str, name:
 
 @click.command("enable")
 @scale_set_options
-@_CHANGE_TIMEOUT
+@_ENABLE_TIMEOUT
 @change_options
-def enable_command(resource_group: str, name: str, connection: Connection, output: str, timeout: int,
-                   options: UpgradeOptions, dry_run: bool, no_wait: bool) -> None:
-    """Enable terminate notifications with --timeout, then upgrade instances to the latest model."""
+@policy_options
+@_FORCE
+def enable_command(resource_group: str, name: str, connection: Connection, output: str, timeout: Optional[int],
+                   options: UpgradeOptions, dry_run: bool, no_wait: bool, policy: PolicyChange, force: bool) -> None:
+    """Enable terminate notifications with --timeout, then upgrade instances to the latest model;
+    with --event-grid, --events-api-version or --auto-approve KIND, change the scale set's
+    scheduled-events policy in the same PATCH (alone, without --timeout: the policy only, no upgrade)."""
     _change(control.enable, output, resource_group, name, timeout, connection=connection, options=options,
-            dry_run=dry_run, no_wait=no_wait)
+            dry_run=dry_run, no_wait=no_wait, policy=_policy(policy), force=force)
 
 
 @click.command("disable")
 @scale_set_options
 @change_options
+@policy_options
+@_FORCE
 def disable_command(resource_group: str, name: str, connection: Connection, output: str,
-                    options: UpgradeOptions, dry_run: bool, no_wait: bool) -> None:
-    """Disable terminate notifications, then upgrade instances to the latest model."""
+                    options: UpgradeOptions, dry_run: bool, no_wait: bool, policy: PolicyChange, force: bool) -> None:
+    """Disable terminate notifications, then upgrade instances to the latest model. The
+    scheduled-events policy is left alone unless a policy option asks (same PATCH)."""
     _change(control.disable, output, resource_group, name, connection=connection, options=options,
-            dry_run=dry_run, no_wait=no_wait)
+            dry_run=dry_run, no_wait=no_wait, policy=_policy(policy), force=force)
 
 
 @click.command("retime")
@@ -167,8 +187,8 @@ def retime_command(resource_group: str, name: str, connection: Connection, outpu
 @click.command("status")
 @scale_set_options
 def status_command(resource_group: str, name: str, connection: Connection, output: str) -> None:
-    """Show orchestration mode, upgrade policy, the terminate-notification profile and which
-    instances run the latest model."""
+    """Show orchestration mode, upgrade policy, the terminate-notification profile, the
+    scheduled-events policy and which instances run the latest model."""
     emit(control.status(resource_group, name, connection=connection), output)
 
 
@@ -219,14 +239,18 @@ class DetailedExitCommand(click.Command):
 
 @click.command("plan", cls=DetailedExitCommand)
 @scale_set_options
-@click.option("--timeout", type=TIMEOUT, required=True, help="The timeout `enable` would set (5..15 minutes).")
+@click.option("--timeout", type=TIMEOUT, help="The timeout `enable` would set (5..15 minutes); required unless a "
+                                              "scheduled-events policy option is given alone, as for `enable`.")
 @declared_options(UpgradeOptions, "options", PLAN_OPTIONS)
+@policy_options
 @click.option("--detailed-exitcode", is_flag=True,
               help="Exit 0: no change, 1: error, 2: changes pending or compliance unknown.")
-def plan_command(resource_group: str, name: str, connection: Connection, output: str, timeout: int,
-                 options: UpgradeOptions, detailed_exitcode: bool) -> None:
-    """Show what `enable --timeout` would change (profile and stale instances) without writing."""
-    result = control.plan(resource_group, name, timeout, connection=connection, options=options)
+def plan_command(resource_group: str, name: str, connection: Connection, output: str, timeout: Optional[int],
+                 options: UpgradeOptions, policy: PolicyChange, detailed_exitcode: bool) -> None:
+    """Show what `enable` would change (profile, scheduled-events policy and stale instances)
+    without writing."""
+    result = control.plan(resource_group, name, timeout, connection=connection, options=options,
+                          policy=_policy(policy))
     emit(result, output)
     if detailed_exitcode and (result.changes_pending or result.compliance_unknown):
         click.get_current_context().exit(2)

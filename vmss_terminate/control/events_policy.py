@@ -54,6 +54,11 @@ FEATURES_API_VERSION = "2021-07-01"
 _VERSION = re.compile(r"^\d{4}-\d{2}-\d{2}(-preview)?$")
 
 
+FORCE_HELP = ("Skip the check that the subscription has the preview feature "
+              "Microsoft.Compute/SendScheduledEventsPolicy registered before --event-grid turns publishing on.")
+"""`--force`'s help, for `enable`/`disable` and `fleet rollout` alike."""
+
+
 def register_command(subscription_id: str) -> str:
     """The `az feature register` line that registers the preview feature in this subscription."""
     return (f"az feature register --namespace {FEATURE_NAMESPACE} --name {FEATURE_NAME} "
