@@ -95,7 +95,7 @@ def test_a_failed_set_is_named_and_a_rerun_with_the_journal_finishes(arm: ArmSer
     assert f"resume with: {resume}" in first.stdout
     entries = [json.loads(line) for line in journal.read_text().splitlines()]
     assert entries[0]["event"] == "rollout" and entries[0]["timeout"] == "PT10M"
-    assert {e["status"] for e in entries[1:]} >= {"started", "failed", "done"}
+    assert {e["status"] for e in entries if e["event"] == "set"} >= {"started", "failed", "done"}
     second = run("fleet", "rollout", "--subscription", PROD, "--timeout", "10", "--journal", str(journal), "-o", "json")
     assert second.exit_code == 0, second.output
     summary = json.loads(second.stdout)
