@@ -21,6 +21,7 @@ Guarantees:
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import List, NamedTuple, Optional, Sequence, Tuple, Union
 
 from vmss_terminate.clock import SYSTEM_CLOCK, Clock
@@ -41,12 +42,13 @@ from vmss_terminate.control.profile import (
     InstanceState,
     ProfileState,
     ScaleSetState,
+    etag_of,
     parse_instance,
     parse_profile,
     parse_scale_set,
 )
 from vmss_terminate.control.results import ChangeResult, Plan, StatusResult
-from vmss_terminate.control.scaleset import ComputeClient, PatchUnconfirmed, ScaleSetClient
+from vmss_terminate.control.scaleset import ComputeClient, ConcurrentWrite, PatchUnconfirmed, ScaleSetClient
 from vmss_terminate.control.upgrade import (
     MANUAL,
     NOT_NEEDED,
@@ -322,16 +324,18 @@ def _change(
         after, policy_after = state.profile, state.events_policy
         if no_wait:
             if writes:
-                _patch_interruptible(client, payload, wait=False)
+                _patch_interruptible(client, payload, wait=False, action=action, if_match=state.etag)
             return ChangeResult(action, changed=writes, dry_run=False, plan=the_plan,
                                 no_wait=True, follow_up=_follow_up(client) if writes else
                                 f"`{_command(client, 'upgrade')}` brings instances still on an older model to it")
         if writes:
-            _patch_interruptible(client, payload, wait=True, the_plan=the_plan, action=action,
-                                 operation=OperationWait(options.wait_timeout, clock))
+            written = _patch_interruptible(client, payload, wait=True, the_plan=the_plan, action=action,
+                                           operation=OperationWait(options.wait_timeout, clock), if_match=state.etag)
             read = client.get()
             after, policy_after = parse_profile(read), parse_policy(read)
-            _check_applied(action, the_plan, after, policy_after, client)
+            # another etag than our PATCH's answer: someone wrote after us (not Azure ignoring our write)
+            _check_applied(action, the_plan, after, policy_after, client,
+                           overwritten=written is not None and etag_of(read) not in (None, written))
             if the_plan.profile_change and options.upgrade:  # the new model made instances stale: plan from the
                 found = _inventory(client, state)                   # list read now
                 # instances reporting latestModelApplied show the change; members that do not
@@ -341,6 +345,8 @@ def _change(
         upgraded = _upgrade(
             client, state, the_plan.upgrade, options, progress, clock, profile_changed=writes
         )
+        if writes or upgraded.upgraded or upgraded.waited:
+            after, policy_after = _still_as(client, action, the_plan, upgraded)
         return ChangeResult(
             action, changed=writes, dry_run=False, plan=the_plan, after=after, upgrade=upgraded,
             policy_after=policy_after,
@@ -358,15 +364,21 @@ def _follow_up(client: ScaleSetClient) -> str:
 
 
 def _patch_interruptible(client: ScaleSetClient, payload: bytes, *, wait: bool, the_plan: Optional[Plan] = None,
-                         action: str = "", operation: OperationWait = DEFAULT_WAIT) -> None:
-    """Send the PATCH; say what is known when it cannot be confirmed or a stop signal interrupts it
-    (either way the change may be applied: never report it as simply failed)."""
+                         action: str = "", operation: OperationWait = DEFAULT_WAIT,
+                         if_match: Optional[str] = None) -> Optional[str]:
+    """Send the PATCH (with `If-Match: if_match` when the set reported an etag); say what is known
+    when it cannot be confirmed or a stop signal interrupts it (either way the change may be applied:
+    never report it as simply failed). Returns the etag of ARM's answer, when it carried one."""
     try:
         if not wait:
-            client.patch_no_wait(payload)
-            return
+            client.patch_no_wait(payload, if_match)
+            return None
         try:
-            client.patch(payload, operation)
+            return client.patch(payload, operation, if_match)
+        except ConcurrentWrite as exc:
+            raise ConcurrentWrite(f"{action}: {exc}; nothing was written and no instances were upgraded by this "
+                                  f"command; it now reads: {_reads_now(client)}; check `{_command(client, 'status')}` "
+                                  "and re-run this command if it should still change") from None
         except PatchUnconfirmed as exc:
             applied = _reads_as(client, action, the_plan)
             state = ("applied (the model reads back as changed), but its completion could not be confirmed"
@@ -378,6 +390,34 @@ def _patch_interruptible(client: ScaleSetClient, payload: bytes, *, wait: bool, 
         raise Interrupted(f"interrupted by {interrupt_name(exc)} while the PATCH of {client.resource} was in flight: "
                           f"Azure may still apply the change; no instances were upgraded; "
                           f"{_follow_up(client)}", exc) from None
+
+
+def _reads_now(client: ScaleSetClient) -> str:
+    """Best effort: the profile as it reads now, said in words."""
+    try:
+        return parse_profile(client.get()).describe()
+    except AzureError as exc:
+        return f"(could not be read: {exc})"
+
+
+def _still_as(client: ScaleSetClient, action: str, the_plan: Plan,
+              upgraded: UpgradeResult) -> Tuple[ProfileState, PolicyState]:
+    """Re-read the model once the work is done, before claiming success: another writer (a
+    `disable`, an `enable` with another timeout, a template deployment) may have changed it while
+    this command upgraded instances -- then this is a failure naming what it reads now."""
+    read = client.get()
+    after, policy_after = parse_profile(read), parse_policy(read)
+    # also when no profile PATCH was needed: the profile still has to read as the command's target
+    check = the_plan if the_plan.profile_change else replace(the_plan, profile_change=True)
+    problems = _differences(action, check, after, policy_after)
+    if not problems:
+        return after, policy_after
+    work = (f"{len(upgraded.upgraded)} instance(s) were upgraded to the model of then"
+            if upgraded.upgraded else "its instances were waited for")
+    raise AzureError(f"{action}: {client.resource} was changed by another writer while this command worked on it: "
+                     f"it {'; '.join(problems).replace('still reads', 'now reads')}; "
+                     f"{'the PATCH was applied and ' if the_plan.profile_change or the_plan.policy_change else ''}"
+                     f"{work}; check `{_command(client, 'status')}` and re-run this command if it should still change")
 
 
 def _reads_as(client: ScaleSetClient, action: str, the_plan: Optional[Plan]) -> bool:
@@ -414,11 +454,17 @@ def _policy_as(wanted: PolicyState, after: PolicyState) -> bool:
 
 
 def _check_applied(action: str, the_plan: Plan, after: ProfileState, policy_after: PolicyState,
-                   client: ScaleSetClient) -> None:
-    """Read-back check: Azure has been seen to accept a re-enable after a disable and ignore it."""
+                   client: ScaleSetClient, overwritten: bool = False) -> None:
+    """Read-back check: Azure has been seen to accept a re-enable after a disable and ignore it.
+    `overwritten`: the set's etag moved past our PATCH's, so another writer changed it after us."""
     problems = _differences(action, the_plan, after, policy_after)
     if not problems:
         return
+    if overwritten:
+        raise AzureError(
+            f"{action}: the PATCH was applied, but {client.resource} was changed again by another writer right "
+            f"after it: it {'; '.join(problems).replace('still reads', 'now reads')}; no instances were upgraded; "
+            f"check `{_command(client, 'status')}` and re-run this command if it should still change")
     hint = ""
     if the_plan.profile_change and any(p.startswith("still reads") for p in problems):
         hint = (" This is a known Azure behaviour when re-enabling after a disable (MicrosoftDocs/azure-docs#41434): "

@@ -131,6 +131,9 @@ class ScaleSetState:
     notes: List[str] = field(default_factory=list)
     events_policy: PolicyState = field(default_factory=lambda: PolicyState(False))
     """The top-level scheduledEventsPolicy (control/events_policy.py)."""
+    etag: Optional[str] = None
+    """The model's etag as read (Compute reports it from api-version 2023-09-01): a write sends it
+    as `If-Match`, so a change another writer made since the read is not overwritten."""
 
 
 def parse_scale_set(scale_set: Dict[str, Any]) -> ScaleSetState:
@@ -149,7 +152,14 @@ def parse_scale_set(scale_set: Dict[str, Any]) -> ScaleSetState:
         profile=parse_profile(scale_set),
         notes=notes,
         events_policy=parse_policy(scale_set),
+        etag=etag_of(scale_set),
     )
+
+
+def etag_of(scale_set: Any) -> Optional[str]:
+    """The resource's `etag` when ARM reported one (a non-empty string), else None."""
+    etag = scale_set.get("etag") if isinstance(scale_set, dict) else None
+    return etag if isinstance(etag, str) and etag.strip() else None
 
 
 def _dict(value: Any) -> Dict[str, Any]:

@@ -17,7 +17,7 @@ import threading
 from dataclasses import replace
 from typing import Any, Dict, List, Optional, Sequence, Union
 
-from vmss_terminate.control.arm_errors import arm_errors, describe_json, json_object
+from vmss_terminate.control.arm_errors import ArmRequestError, arm_errors, describe_json, json_object
 from vmss_terminate.control.connection import Connection, ResolvedConnection
 from vmss_terminate.control.events_policy import FEATURES_API_VERSION
 from vmss_terminate.control.names import check_resource_group, check_scale_set_name
@@ -25,6 +25,7 @@ from vmss_terminate.control.operations import DEFAULT_WAIT, OperationWait, await
 from vmss_terminate.control.origin import OriginGuard
 from vmss_terminate.control.paging import PageGuard
 from vmss_terminate.control.pipeline import build_compute_client, build_credential, quiet_sdk_logging, require_sdk
+from vmss_terminate.control.profile import etag_of
 from vmss_terminate.control.subscriptions import lookup_subscription
 from vmss_terminate.errors import AzureError
 
@@ -62,14 +63,14 @@ class ComputeClient:
         return ScaleSetClient(self, resource_group, name)
 
     def send(self, method: str, url: str, body: Optional[bytes] = None,
-             params: Optional[Dict[str, str]] = None) -> Any:
+             params: Optional[Dict[str, str]] = None, headers: Optional[Dict[str, str]] = None) -> Any:
         """One request through the SDK client's pipeline (credential, retries, origin rule), with
         the api-version that goes on the wire; an error answer raises the SDK's exception for it
         (404 ResourceNotFoundError, 401 ClientAuthenticationError, else HttpResponseError), which
         `arm_errors` turns into one line. `url` is a path on the endpoint or a link ARM gave."""
         from azure.core.rest import HttpRequest
 
-        headers = {"Content-Type": "application/json"} if body is not None else {}
+        headers = {**({"Content-Type": "application/json"} if body is not None else {}), **(headers or {})}
         params = dict(params or {})
         if "api-version=" not in url:
             params["api-version"] = self.api_version
@@ -190,22 +191,33 @@ class ScaleSetClient:
             answer = self.compute.send("GET", self._path())
             return json_object(answer.text(), f"{action}: ARM answered {answer.status_code}")
 
-    def patch(self, body: bytes, wait: OperationWait = DEFAULT_WAIT) -> None:
+    def patch(self, body: bytes, wait: OperationWait = DEFAULT_WAIT, if_match: Optional[str] = None) -> Optional[str]:
         """PATCH these exact bytes (a VirtualMachineScaleSetUpdate) and wait for its operation,
-        bounded by `wait`. A failure after ARM accepted the PATCH (the operation failed, ran past
-        the wait, or pointed elsewhere) is `PatchUnconfirmed`: the change may well be applied."""
-        with self._errors(f"updating scale set {self.resource}"):
-            answer = self.compute.send("PATCH", self._path(), body)
+        bounded by `wait`; `if_match`: the etag the change was planned on (ARM answers 412 when the
+        set changed since: `ConcurrentWrite`). Returns the etag ARM's answer carries (None when it
+        has none). A failure after ARM accepted the PATCH (the operation failed, ran past the wait,
+        or pointed elsewhere) is `PatchUnconfirmed`: the change may well be applied."""
+        answer = self._send_patch(body, if_match)
         try:
             with self._errors(f"confirming the update of {self.resource}"):
                 self._await(answer, "PATCH", f"the update of {self.resource}", wait)
         except AzureError as exc:
             raise PatchUnconfirmed(str(exc)) from None
+        return _answer_etag(answer)
 
-    def patch_no_wait(self, body: bytes) -> None:
+    def patch_no_wait(self, body: bytes, if_match: Optional[str] = None) -> None:
         """PATCH these exact bytes and return once ARM accepted them (`--no-wait`): no LRO polling."""
-        with self._errors(f"updating scale set {self.resource}"):
-            self.compute.send("PATCH", self._path(), body)
+        self._send_patch(body, if_match)
+
+    def _send_patch(self, body: bytes, if_match: Optional[str]) -> Any:
+        try:
+            with self._errors(f"updating scale set {self.resource}"):
+                return self.compute.send("PATCH", self._path(), body, headers={"If-Match": if_match} if if_match else None)
+        except ArmRequestError as exc:
+            if exc.status == 412 and if_match:
+                raise ConcurrentWrite(f"{self.resource} was changed by another writer after it was read (ARM refused "
+                                      f"the PATCH: its etag is no longer {if_match}, HTTP 412 PreconditionFailed)") from None
+            raise
 
     def list_instances(self, stale_only: bool = False) -> List[Dict[str, Any]]:
         """Every VM of the scale set (all pages, each page link followed once); `stale_only`: only
@@ -277,6 +289,19 @@ class ScaleSetClient:
 
 class PatchUnconfirmed(AzureError):
     """ARM accepted the PATCH, but following its long-running operation failed."""
+
+
+class ConcurrentWrite(AzureError):
+    """The scale set changed between the read a write was planned on and the write (If-Match
+    refused it): nothing was written."""
+
+
+def _answer_etag(answer: Any) -> Optional[str]:
+    """The etag in a PATCH answer's body (best effort: an answer without a readable one is None)."""
+    try:
+        return etag_of(json.loads(answer.text() or "null"))
+    except (ValueError, RecursionError, AttributeError):
+        return None
 
 
 def raise_for_arm_status(response: Any) -> None:

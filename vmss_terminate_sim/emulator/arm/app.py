@@ -469,6 +469,8 @@ class ArmEmulator:
         top = putrules.top_level(body, properties)
         tags = body.get("tags") if isinstance(body.get("tags"), dict) else None
         with self.state.lock:
+            # again under the lock that bumps the etag: two writers with the same If-Match, one wins
+            putrules.check_preconditions(ss, request.header("If-Match"), request.header("If-None-Match"))
             new_profile = putrules.merge_patch(ss.vm_profile, vm_patch)
             putrules.check_changes(ss, top, new_profile, patch=True)
             putrules.apply_patch(ss, top)
@@ -519,6 +521,7 @@ class ArmEmulator:
             status, op = 201, self.state.begin_operation("create", ss)
         else:
             with self.state.lock:
+                putrules.check_preconditions(ss, request.header("If-Match"), request.header("If-None-Match"))
                 new_profile = _keep_omitted(vm_profile, ss.vm_profile) if vm_profile is not None else ss.vm_profile
                 new_profile = defaults.fill_server_defaults(copy.deepcopy(new_profile))
                 putrules.check_location(ss, body.get("location"))
