@@ -187,7 +187,7 @@ def _describe_run(run: Optional[Dict[str, Any]]) -> str:
 def _try_lock(handle: TextIO) -> bool:
     """An exclusive, non-blocking lock on the open file: False when another holder has it."""
     if sys.platform == "win32":
-        import msvcrt  # noqa: PLC0415
+        import msvcrt
 
         fd = handle.fileno()
         here = os.lseek(fd, 0, os.SEEK_CUR)
@@ -199,7 +199,7 @@ def _try_lock(handle: TextIO) -> bool:
         finally:
             os.lseek(fd, here, os.SEEK_SET)
         return True
-    import fcntl  # noqa: PLC0415
+    import fcntl
 
     try:
         fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
