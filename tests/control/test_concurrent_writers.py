@@ -92,6 +92,6 @@ def test_a_change_made_during_the_upgrade_fails_the_command_naming_what_it_reads
         control.enable(RG, "web", 10, connection=conn, options=UpgradeOptions(batch_size=BatchSize(2, False)), progress=meanwhile)
     message = str(caught.value)
     assert "was changed by another writer while this command worked on it" in message, message
-    assert "it now reads disabled" in message and "(wanted: enabled, notBeforeTimeout PT10M)" in message
+    assert "it now reads: disabled" in message and "(wanted: enabled, notBeforeTimeout PT10M)" in message
     assert "the PATCH was applied and" in message and "instance(s) were upgraded" in message
     assert "vmss-terminate status" in message
