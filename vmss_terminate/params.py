@@ -51,10 +51,11 @@ class Option(NamedTuple):
 def option(default: Any = None, *, help: str, flags: Tuple[str, ...] = (), kind: Optional[str] = None,
            metavar: Optional[str] = None, multiple: bool = False, choices: Tuple[str, ...] = (),
            show_default: bool = False, required: bool = False,
-           parse: Optional[Callable[[Any], Any]] = None, metadata: Optional[Mapping[str, Any]] = None) -> Any:
+           parse: Optional[Callable[[Any], Any]] = None) -> Any:
     """A dataclass field that is also a command-line option (see the module docstring). The kind
     is inferred when not given: a bool default is a flag, `choices` a choice, `parse` parsed, a
-    float default a float, anything else text. `metadata`: more of the field's own (e.g. bounds)."""
+    float default a float, anything else text. More metadata of the field's own (e.g. bounds):
+    `with_metadata(option(...), ...)`."""
     if kind is None:
         kind = ("flag" if isinstance(default, bool) else "choice" if choices else "parsed" if parse
                 else "float" if isinstance(default, float) else "text")
@@ -62,7 +63,12 @@ def option(default: Any = None, *, help: str, flags: Tuple[str, ...] = (), kind:
         raise ValueError(f"unknown option kind {kind!r}")
     spec = {"flags": flags, "kind": kind, "help": help, "metavar": metavar, "multiple": multiple,
             "choices": tuple(choices), "show_default": show_default, "required": required, "parse": parse}
-    return dataclasses.field(default=default, metadata={**(metadata or {}), _KEY: spec})
+    return dataclasses.field(default=default, metadata={_KEY: spec})
+
+
+def with_metadata(field: Any, metadata: Mapping[str, Any]) -> Any:
+    """`field` (a declared option, or any dataclass field with a plain default) with more metadata."""
+    return dataclasses.field(default=field.default, metadata={**field.metadata, **metadata})
 
 
 def options_of(cls: Any) -> Tuple[Option, ...]:

@@ -30,7 +30,7 @@ from typing import Any, Collection, FrozenSet, Optional, Sequence, Tuple
 
 from vmss_terminate.agent.imds import check_imds_api_version, resolve_imds_url
 from vmss_terminate.errors import UsageError
-from vmss_terminate.params import option
+from vmss_terminate.params import option, with_metadata
 from vmss_terminate.pipeline.events import parse_types, same_name
 from vmss_terminate.pipeline.hooks import redact_url
 from vmss_terminate.pipeline.kubernetes.rules import DEFAULT_TAINT, parse_taint
@@ -49,7 +49,7 @@ def seconds(default: float, low: Optional[float], high: float, why: str = "", **
     `why` said after the bound; with `help=` it is also an option (`option()`'s keywords)."""
     bounds = {_SECONDS: (low, high, why)}
     if "help" in declared:
-        return option(default, metadata=bounds, **declared)
+        return with_metadata(option(default, **declared), bounds)
     return dataclasses.field(default=default, metadata=bounds)
 
 

@@ -22,9 +22,10 @@ from vmss_terminate_sim.emulator.arm.inventory import (
     ArmStateError,
     InstanceRecord,
     ScaleSetRecord,
+    ScaleSetSpec,
     SubscriptionRecord,
 )
 from vmss_terminate_sim.emulator.arm.token import TokenEndpoint, credential_env, identity_endpoint
 
 __all__ = ["ArmEmulator", "ArmServers", "ArmState", "ArmStateError", "InstanceRecord", "ScaleSetRecord",
-           "SubscriptionRecord", "TokenEndpoint", "credential_env", "identity_endpoint", "start_arm"]
+           "ScaleSetSpec", "SubscriptionRecord", "TokenEndpoint", "credential_env", "identity_endpoint", "start_arm"]

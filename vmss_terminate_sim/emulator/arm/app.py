@@ -933,8 +933,6 @@ def start_arm(
     token_port: int = 0,
     ssl_context: Optional[ssl.SSLContext] = None,
     clock: Optional[Clock] = None,
-    page_size: Optional[int] = None,
-    lro_polls: Optional[int] = None,
     lro_retry_after: Optional[int] = None,
     quotas: Union[None, Dict[str, Any], List[Any]] = None,
     latency: float = 0.0,
@@ -942,15 +940,12 @@ def start_arm(
     """Start the ARM emulator (HTTPS when `ssl_context` is given) and the token endpoint (always
     http, like App Service's local endpoint) in background threads; returns them running.
     `lro_retry_after`: seconds sent as Retry-After on LRO answers (None: no header). `latency`:
-    seconds added before every answer of both servers (a realistic round trip; `--latency MS`)."""
+    seconds added before every answer of both servers (a realistic round trip; `--latency MS`).
+    The inventory's own settings (`page_size`, `lro_polls`) are `state`'s or the seed's."""
     if state is None:
         state = ArmState(clock=clock) if clock is not None else ArmState()
     if seed is not None:
         state.load_seed(seed)
-    if page_size is not None:
-        state.page_size = page_size
-    if lro_polls is not None:
-        state.lro_polls = lro_polls
     if quotas:
         state.quotas.configure(quota.parse_limits(quotas))
     tokens = TokenEndpoint(tenant_id=state.tenant_id)

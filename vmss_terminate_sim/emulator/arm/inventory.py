@@ -76,6 +76,7 @@ Seed format (JSON file or dict; see examples/seed.json)::
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import random
 import threading
@@ -184,6 +185,35 @@ class InstanceRecord:
     def __repr__(self) -> str:
         return (f"InstanceRecord({self.name!r}, model={self.model_version}, "
                 f"latest={self.latest_model_applied}, state={self.provisioning_state})")
+
+
+@dataclass(frozen=True)
+class ScaleSetSpec:
+    """What `ArmState.add_scale_set` creates besides its subscription, resource group and name
+    (the seed's scale set entry, as Python): its orchestration and upgrade policy, `capacity`
+    instances of which the last `stale_instances` run an older model (`stale_profile`), the model's
+    profile (`vm_profile`, completed with Azure's defaults; `scheduled_events_profile` and
+    `priority` set in it), how long Automatic / Rolling upgrades take to apply (seconds), and the
+    top-level fields, which default as Azure's do (None: Azure's default)."""
+
+    orchestration: str = "Uniform"
+    upgrade_policy: str = "Manual"
+    capacity: int = 4
+    scheduled_events_profile: Optional[Dict[str, Any]] = None
+    location: Optional[str] = None
+    sku: str = "Standard_D2s_v3"
+    tags: Optional[Dict[str, str]] = None
+    automatic_delay: float = 0.0
+    rolling_delay: float = 30.0
+    vm_profile: Optional[Dict[str, Any]] = None
+    stale_instances: int = 0
+    stale_profile: Optional[Dict[str, Any]] = None
+    priority: Optional[str] = None
+    extra_properties: Optional[Dict[str, Any]] = None
+    zones: Optional[List[str]] = None
+    platform_fault_domain_count: Optional[int] = None
+    single_placement_group: Optional[bool] = None
+    overprovision: Optional[bool] = None
 
 
 @dataclass(eq=False)
@@ -380,54 +410,34 @@ class ArmState:
                 record.tags = {str(k): str(v) for k, v in tags.items()}
             return record
 
-    def add_scale_set(
-        self,
-        subscription: str,
-        resource_group: str,
-        name: str,
-        orchestration: str = "Uniform",
-        upgrade_policy: str = "Manual",
-        capacity: int = 4,
-        scheduled_events_profile: Optional[Dict[str, Any]] = None,
-        location: Optional[str] = None,
-        sku: str = "Standard_D2s_v3",
-        tags: Optional[Dict[str, str]] = None,
-        automatic_delay: float = 0.0,
-        rolling_delay: float = 30.0,
-        vm_profile: Optional[Dict[str, Any]] = None,
-        stale_instances: int = 0,
-        stale_profile: Optional[Dict[str, Any]] = None,
-        priority: Optional[str] = None,
-        extra_properties: Optional[Dict[str, Any]] = None,
-        zones: Optional[List[str]] = None,
-        platform_fault_domain_count: Optional[int] = None,
-        single_placement_group: Optional[bool] = None,
-        overprovision: Optional[bool] = None,
-    ) -> ScaleSetRecord:
-        """Create a scale set with `capacity` instances running its model (the last
-        `stale_instances` of them run an older model whose profile is `stale_profile`).
-        A profile missing sections gets the defaults a real scale set has (`defaults.py`);
-        the top-level fields default as Azure's do."""
-        orchestration = _canonical(orchestration, ORCHESTRATIONS, "orchestration")
-        upgrade_policy = _canonical(upgrade_policy, UPGRADE_POLICIES, "upgrade_policy")
-        profile = defaults.complete_vm_profile(vm_profile or {}, subscription, resource_group, name)
-        zones = [str(z) for z in zones or []]
+    def add_scale_set(self, subscription: str, resource_group: str, name: str,
+                      spec: Optional[ScaleSetSpec] = None, **fields: Any) -> ScaleSetRecord:
+        """Create a scale set as `spec` (a `ScaleSetSpec`, or its fields as keywords: `capacity=3`)
+        says: `capacity` instances running its model (the last `stale_instances` of them run an
+        older model whose profile is `stale_profile`). A profile missing sections gets the defaults
+        a real scale set has (`defaults.py`); the top-level fields default as Azure's do."""
+        spec = dataclasses.replace(spec, **fields) if spec is not None else ScaleSetSpec(**fields)
+        orchestration = _canonical(spec.orchestration, ORCHESTRATIONS, "orchestration")
+        upgrade_policy = _canonical(spec.upgrade_policy, UPGRADE_POLICIES, "upgrade_policy")
+        profile = defaults.complete_vm_profile(spec.vm_profile or {}, subscription, resource_group, name)
+        zones = [str(z) for z in spec.zones or []]
+        platform_fault_domain_count = spec.platform_fault_domain_count
         if platform_fault_domain_count is None:
             platform_fault_domain_count = defaults.platform_fault_domain_default(orchestration, zones)
-        if scheduled_events_profile is not None:
-            profile["scheduledEventsProfile"] = copy.deepcopy(scheduled_events_profile)
-        if priority is not None:
-            profile["priority"] = priority
+        if spec.scheduled_events_profile is not None:
+            profile["scheduledEventsProfile"] = copy.deepcopy(spec.scheduled_events_profile)
+        if spec.priority is not None:
+            profile["priority"] = spec.priority
         ss = ScaleSetRecord(
             subscription=subscription, resource_group=resource_group, name=name,
             orchestration=orchestration, upgrade_policy=upgrade_policy,
-            location=location or self.location, sku=sku, capacity=capacity, vm_profile=profile,
-            tags=dict(tags or {}), automatic_delay=automatic_delay, rolling_delay=rolling_delay,
-            extra_properties=copy.deepcopy(extra_properties or {}), zones=zones,
+            location=spec.location or self.location, sku=spec.sku, capacity=spec.capacity, vm_profile=profile,
+            tags=dict(spec.tags or {}), automatic_delay=spec.automatic_delay, rolling_delay=spec.rolling_delay,
+            extra_properties=copy.deepcopy(spec.extra_properties or {}), zones=zones,
             platform_fault_domain_count=int(platform_fault_domain_count),
-            single_placement_group=(orchestration == "Uniform") if single_placement_group is None
-            else bool(single_placement_group),
-            overprovision=(orchestration == "Uniform") if overprovision is None else bool(overprovision),
+            single_placement_group=(orchestration == "Uniform") if spec.single_placement_group is None
+            else bool(spec.single_placement_group),
+            overprovision=(orchestration == "Uniform") if spec.overprovision is None else bool(spec.overprovision),
             time_created=self.clock.now(),
         )
         ss._rng.seed(f"{subscription}/{resource_group}/{name}".lower())
@@ -437,10 +447,10 @@ class ArmState:
                 raise ValueError(f"scale set {name!r} already exists in {resource_group!r}")
             self.add_resource_group(subscription, resource_group, location=ss.location)
             self._scale_sets[ss.key] = ss
-            created = self._create_instances(ss, capacity)
-            for inst in created[len(created) - min(stale_instances, len(created)):] if stale_instances else []:
+            created = self._create_instances(ss, spec.capacity)
+            for inst in created[len(created) - min(spec.stale_instances, len(created)):] if spec.stale_instances else []:
                 inst.model_version = ss.model_version - 1
-                inst.applied_profile = copy.deepcopy(stale_profile)
+                inst.applied_profile = copy.deepcopy(spec.stale_profile)
         return ss
 
     def load_seed(self, seed: Union[str, Path, Dict[str, Any]]) -> List[ScaleSetRecord]:

@@ -62,12 +62,10 @@ from __future__ import annotations
 import re
 from typing import Any, Dict, List, Optional
 
-from vmss_terminate.scheduled_events import DEFAULT_SUBSCRIPTION, EVENT_TYPES, MINIMUM_NOTICE, format_not_before
+from vmss_terminate.scheduled_events import EVENT_TYPES, MINIMUM_NOTICE, format_not_before
 from vmss_terminate_sim.emulator.imds.admin import handle_admin
 from vmss_terminate_sim.emulator.imds.events import Approval, EmulatedEvent, PlacementGroup
 from vmss_terminate_sim.emulator.imds.instance import (
-    DEFAULT_LOCATION,
-    DEFAULT_RESOURCE_GROUP,
     NotFound,
     as_text,
     is_leaf,
@@ -114,7 +112,9 @@ class ImdsEmulator:
     `vmss_name` defaults to the VM name before its last `_`; `resource_id` to the Uniform
     instance id (`.../virtualMachineScaleSets/{vmss}/virtualMachines/{n}`) or a plain VM id.
     `rate_limit` requests per `rate_window` seconds (None/0: unlimited); `first_call_delay` real
-    seconds for the first Scheduled Events request. `compute` overrides/extends compute fields.
+    seconds for the first Scheduled Events request. `compute` overrides/extends compute fields;
+    `identity`: the rest of the VM's identity as `make_identity` takes it (`subscription_id`,
+    `resource_group`, `location`, `private_ip`).
     """
 
     def __init__(
@@ -127,19 +127,15 @@ class ImdsEmulator:
         first_call_delay: float = 0.0,
         *,
         rate_window: float = 1.0,
-        subscription_id: str = DEFAULT_SUBSCRIPTION,
-        resource_group: str = DEFAULT_RESOURCE_GROUP,
-        location: str = DEFAULT_LOCATION,
-        private_ip: str = "10.0.0.4",
-        compute: Optional[Dict[str, Any]] = None,
         admin: bool = True,
+        compute: Optional[Dict[str, Any]] = None,
+        **identity: Any,
     ) -> None:
         if not vm_name:
             raise ValueError("vm_name is required")
         self.group = group
         self.vm_name = vm_name
-        self.identity = make_identity(vm_name, vmss_name, resource_id, group.id, subscription_id,
-                                      resource_group, location, private_ip, compute)
+        self.identity = make_identity(vm_name, vmss_name, resource_id, group.id, extra_compute=compute, **identity)
         self.limiter = SlidingWindowLimiter(rate_limit, rate_window)
         self.first_call = FirstCallGate(first_call_delay)
         self.admin_enabled = admin

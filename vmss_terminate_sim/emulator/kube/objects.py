@@ -5,6 +5,7 @@ and the scheduling rule the emulator's controllers place replacement pods by."""
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Any, Dict, Optional, Sequence
 
 Obj = Dict[str, Any]
@@ -44,10 +45,26 @@ def node(name: str, now: float, provider_id: Optional[str] = None, labels: Optio
     return {"metadata": {"name": name, "labels": node_labels}, "spec": spec, "status": status}
 
 
-def pod(name: str, node_name: Optional[str], now: float, labels: Optional[Dict[str, str]] = None,
-        owner: Optional[Obj] = None, grace: Optional[int] = None, ready: bool = True, phase: str = "Running",
-        mirror: bool = False, empty_dir: bool = False, tolerations: Sequence[Obj] = ()) -> Obj:
+@dataclass(frozen=True)
+class PodShape:
+    """What a test pod looks like besides its name, node and owner: its labels, grace period,
+    readiness and phase, whether it is a static pod's mirror (the kubelet's annotation), whether
+    it has an emptyDir volume, and its tolerations (`KubeState.add_pod`'s keywords)."""
+
+    labels: Optional[Dict[str, str]] = None
+    grace: Optional[int] = None
+    ready: bool = True
+    phase: str = "Running"
+    mirror: bool = False
+    empty_dir: bool = False
+    tolerations: Sequence[Obj] = ()
+
+
+def pod(name: str, node_name: Optional[str], now: float, owner: Optional[Obj] = None,
+        shape: PodShape = PodShape()) -> Obj:
     """`owner` is an ownerReference (`owner_reference`); a `mirror` pod carries the kubelet's annotation."""
+    labels, grace, ready, phase = shape.labels, shape.grace, shape.ready, shape.phase
+    mirror, empty_dir, tolerations = shape.mirror, shape.empty_dir, shape.tolerations
     metadata: Obj = {"name": name, "labels": dict(labels or {})}
     if owner is not None:
         metadata["ownerReferences"] = [owner]

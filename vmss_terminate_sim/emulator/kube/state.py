@@ -571,23 +571,22 @@ class KubeState:
         return self.create(NODES, "", objects.node(name, self.clock.now(), provider_id, labels, unschedulable,
                                                    taints, ready))
 
-    def add_pod(self, name: str, node: Optional[str], *, namespace: str = "default",
-                labels: Optional[Dict[str, str]] = None, owner: Optional[str] = None, grace: Optional[int] = None,
-                ready: bool = True, phase: str = "Running", mirror: bool = False, empty_dir: bool = False,
-                tolerations: Sequence[Obj] = ()) -> Obj:
-        """`owner` is `KIND/NAME` (`ReplicaSet/web-7d9f`, `DaemonSet/agent`); `mirror` makes a static
-        pod's mirror (the kubelet's annotation, owned by the Node); `empty_dir` adds an emptyDir volume."""
+    def add_pod(self, name: str, node: Optional[str], *, namespace: str = "default", owner: Optional[str] = None,
+                **shape: Any) -> Obj:
+        """`owner` is `KIND/NAME` (`ReplicaSet/web-7d9f`, `DaemonSet/agent`); `shape`: the fields of
+        `objects.PodShape` (`labels`, `grace`, `ready`, `phase`, `tolerations`; `mirror` makes a
+        static pod's mirror, owned by the Node; `empty_dir` adds an emptyDir volume)."""
+        spec = objects.PodShape(**shape)
         with self._lock:
             self.ensure_namespace(namespace)
             reference = None
             if owner:
                 kind_name, _, owner_name = owner.partition("/")
                 reference = self._owner_ref(namespace, kind_name, owner_name)
-            if mirror and ("", node or "") in self._objects[NODES.key]:
+            if spec.mirror and ("", node or "") in self._objects[NODES.key]:
                 reference = objects.owner_reference("Node", str(node),
                                                     self._objects[NODES.key][("", str(node))]["metadata"]["uid"])
-            body = objects.pod(name, node, self.clock.now(), labels, reference, grace, ready, phase, mirror,
-                               empty_dir, tolerations)
+            body = objects.pod(name, node, self.clock.now(), reference, spec)
             return self.create(PODS, namespace, body)
 
     def add_pdb(self, name: str, *, namespace: str = "default", selector: Optional[Dict[str, str]] = None,
