@@ -54,6 +54,9 @@ COMMANDS = {
     "fleet": Lazy("vmss_terminate.commands.fleet", "fleet_group", "Audit and roll out terminate notification "
                   "across many scale sets and subscriptions (Azure Resource Graph; writes through the same code as "
                   "`enable`).", CONTROL),
+    "events": Lazy("vmss_terminate.commands.central", "events_group", "List and acknowledge scheduled events of "
+                   "scale sets across a scope, from outside the VMs (Resource Graph, Maintenance RP; preview).",
+                   CONTROL),
     "demo": Lazy(_SANDBOX, "demo", "Run the whole story on local emulators, no Azure: enable terminate notifications "
                  "and upgrade (real control plane and Azure SDK), one real agent per instance with a drain hook, "
                  "scale in, drain, approve, delete.", CONTROL),
