@@ -85,7 +85,7 @@ class MaintenanceClient:
 
     def _post(self, scale_set: ScaleSetRef, suffix: str, body: Optional[bytes]) -> Tuple[int, Dict[str, Any], Any]:
         """(status, error object, parsed body) of one POST; raises AzureError for call failures."""
-        from azure.core.exceptions import HttpResponseError  # noqa: PLC0415
+        from azure.core.exceptions import HttpResponseError
 
         compute = self.session.compute(scale_set.subscription)
         action = f"acknowledging scheduled events of scale set {scale_set}"
