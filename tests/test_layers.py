@@ -70,7 +70,7 @@ LAYERS: Dict[str, Tuple[str, ...]] = {
     "commands/": ("central/", "fleet/", "iac/", "control/", "agent/", SHARED, "click"),
     "central/": ("fleet/", "control/", "pipeline/", SHARED, "azure"),
     "fleet/": ("control/", SHARED, "azure"),
-    "iac/": ("control/body.py", SHARED),
+    "iac/": ("control/body.py", "control/events_policy.py", SHARED),
     "control/": (SHARED, "azure"),
     "agent/": ("pipeline/", SHARED, "requests", "urllib3"),
     "pipeline/": (SHARED, "requests", "urllib3"),
@@ -93,7 +93,7 @@ row's (the Kubernetes drain is the pipeline's, on every VM, under the pipeline's
 
 WHY: Dict[str, str] = {
     "entry.py": "`agent run` starts without click, its stop handlers installed first",
-    "iac/": "reads only the PATCH body",
+    "iac/": "reads only the PATCH body and the scheduled-events policy's model",
     "central/": "the central handler: Resource Graph and the Maintenance RP through fleet's and control's ARM code",
     "control/": "the Azure SDK lazily, inside the functions that talk to ARM",
     "vmss_terminate_sim/commands/": "`emulator`, `sandbox`, `demo`: registered by name in `cli.py`, never imported",

@@ -7,7 +7,9 @@ from typing import Optional, Tuple
 
 import click
 
+from vmss_terminate.commands.fields import declared_options
 from vmss_terminate.commands.options import TIMEOUT, int_range
+from vmss_terminate.control.events_policy import PolicyChange
 from vmss_terminate.errors import UsageError
 from vmss_terminate.iac import kubernetes
 from vmss_terminate.iac.render import FORMATS, render
@@ -15,13 +17,14 @@ from vmss_terminate.iac.render import FORMATS, render
 
 @click.command("render")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default=None,
-              help="arm/bicep: the scheduledEventsProfile fragment; terraform: the termination_notification "
-                   "block; rest: the exact PATCH body `enable` sends; cli: the az and vmss-terminate commands; policy: an Azure "
+              help="arm/bicep: the scheduledEventsProfile fragment (with policy options: the properties fragment "
+                   "with scheduledEventsPolicy too); terraform: the termination_notification block (and an "
+                   "azapi_update_resource for the policy); rest: the exact PATCH body `enable` sends; cli: the az and vmss-terminate commands; policy: an Azure "
                    "Policy definition auditing scale sets for this timeout; kubernetes: the agent's DaemonSet, "
                    "ServiceAccount and least RBAC (no --timeout). Required.")
 @click.option("--timeout", type=TIMEOUT, default=None,
               help="Delay Azure waits before deleting an instance: 5..15 minutes (10, 10m, PT10M). "
-                   "Required unless --disable.")
+                   "Required unless --disable or (as for `enable`) a scheduled-events policy option alone.")
 @click.option("--disable", is_flag=True, help="Render the setting that turns terminate notifications off.")
 @click.option("-g", "--resource-group", default=None, help="Resource group for --format cli (default: $RESOURCE_GROUP).")
 @click.option("-n", "--name", default=None, help="Scale set name for --format cli (default: $VMSS_NAME).")
@@ -39,14 +42,17 @@ from vmss_terminate.iac.render import FORMATS, render
                    "e.g. --agent-arg=--taint --agent-arg=example.com/draining=true:NoSchedule. Checked "
                    "here as the agent on every node would check them (exit 2); --listen, --state-file "
                    "and --once are the DaemonSet's.")
+@declared_options(PolicyChange, "policy")
 def render_command(fmt: str, timeout: Optional[int], disable: bool,
                    resource_group: Optional[str], name: Optional[str], image: Optional[str],
-                   namespace: Optional[str], metrics_port: Optional[int], agent_args: Tuple[str, ...]) -> None:
+                   namespace: Optional[str], metrics_port: Optional[int], agent_args: Tuple[str, ...],
+                   policy: PolicyChange) -> None:
     """Print a snippet to paste into your own template or pipeline.
 
     \b
     vmss-terminate render --format terraform --timeout 10m
     vmss-terminate render --format rest --timeout PT10M > body.json
+    vmss-terminate render --format rest --timeout 10 --event-grid --auto-approve user-reboot
     vmss-terminate render --format kubernetes --image myregistry.azurecr.io/vmss-terminate:0.1.0 | kubectl apply -f -
     """
     if fmt is None:  # checked here, not by click, whose message spans several lines
@@ -54,6 +60,9 @@ def render_command(fmt: str, timeout: Optional[int], disable: bool,
     kube_options = {"--image": image, "--namespace": namespace, "--metrics-port": metrics_port,
                     "--agent-arg": agent_args or None}
     if fmt == "kubernetes":
+        if not policy.empty:
+            raise UsageError("--format kubernetes takes no scheduled-events policy option: the policy is the scale "
+                             "set's (render it with --format arm|bicep|terraform|rest|cli|policy)")
         if timeout is not None or disable:
             raise UsageError("--format kubernetes takes no --timeout or --disable: the timeout is the scale set's "
                              "(render it with --format arm|bicep|terraform|rest|cli)")
@@ -66,11 +75,13 @@ def render_command(fmt: str, timeout: Optional[int], disable: bool,
     given = [option for option, value in kube_options.items() if value is not None]
     if given:
         raise UsageError(f"{', '.join(given)}: only with --format kubernetes")
-    if timeout is None and not disable:
-        raise UsageError("--timeout is required (5..15 minutes, e.g. 10m) unless --disable")
+    if timeout is None and not disable and (policy.empty or fmt == "policy"):
+        raise UsageError("--timeout is required (5..15 minutes, e.g. 10m) unless --disable"
+                         + ("" if fmt == "policy" else " or a scheduled-events policy option is given alone"))
     if timeout is not None and disable:
         raise UsageError("--disable takes no --timeout")
-    text = render(fmt, timeout, enable=not disable, resource_group=resource_group, name=name)
+    text = render(fmt, timeout, enable=not disable, resource_group=resource_group, name=name,
+                  policy=None if policy.empty else policy)
     # Bytes, not text: `rest` must reach stdout exactly as the control plane sends it (no newline translation).
     click.echo(text.encode("utf-8"), nl=False)
 

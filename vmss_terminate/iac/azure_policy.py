@@ -16,8 +16,9 @@ The comparison is textual: write the parameter as `enable`/`rollout` do (PT10M, 
 from __future__ import annotations
 
 import json
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
+from vmss_terminate.control.events_policy import APPROVE, EVENT_GRID, KINDS, POLICY, TARGETS, PolicyChange
 from vmss_terminate.timeout import MAX_MINUTES, MIN_MINUTES, to_iso
 
 VMSS = "Microsoft.Compute/virtualMachineScaleSets"
@@ -29,10 +30,64 @@ AKS_TAG = "aks-managed-poolName"
 DEFAULT_TIMEOUT = to_iso(MIN_MINUTES)  # Azure's default when enabled without notBeforeTimeout
 TIMEOUT_PARAMETER = "[parameters('notBeforeTimeout')]"
 
+# The scheduled-events policy's aliases, spelled by the same rule (`<type>/<property path without
+# "properties.">`). NOT CONFIRMED: no alias list we could read names them (docs/fleet.md says how to
+# check: the `az provider show ... aliases` query above). Azure Policy refuses a definition naming an
+# alias that does not exist, so they appear only when `render --format policy` is given a policy
+# option, and the definition's metadata says they are unconfirmed. Audit only: whether Azure marks
+# them modifiable (for the Modify effect) could not be confirmed either.
+EVENT_GRID_ALIAS = f"{VMSS}/{POLICY}.{TARGETS}.{EVENT_GRID}.enable"
+APPROVE_ALIASES = {kind: f"{VMSS}/{POLICY}.{member}.{APPROVE}" for kind, member in KINDS.items()}
+_APPROVE_PARAMETERS = {"user-reboot": "autoApproveUserReboot", "user-redeploy": "autoApproveUserRedeploy",
+                       "all-instances-down": "autoApproveAllInstancesDown"}
 
-def definition(minutes: int) -> Dict[str, Any]:
+
+def definition(minutes: int, policy: Optional[PolicyChange] = None) -> Dict[str, Any]:
     """The policy definition (the `properties` ARM's policyDefinitions resource takes, wrapped as
-    `az policy definition create --rules/--params` and the REST API accept it)."""
+    `az policy definition create --rules/--params` and the REST API accept it). With `policy`
+    (render's --event-grid / --auto-approve KIND), it also audits the scheduled-events policy:
+    parameters `requireEventGrid` and `autoApprove<Kind>` (Boolean, defaults from the options)."""
+    base = _terminate_definition(minutes)
+    if policy is not None and (policy.event_grid or policy.auto_approve):
+        _add_events_policy(base["properties"], policy)
+    return base
+
+
+def _add_events_policy(properties: Dict[str, Any], policy: PolicyChange) -> None:
+    parameters = properties["parameters"]
+    rules: List[Dict[str, Any]] = properties["policyRule"]["if"]["allOf"][-1]["anyOf"]
+    unconfirmed = []
+    if policy.event_grid:
+        parameters["requireEventGrid"] = {
+            "type": "Boolean", "defaultValue": True,
+            "metadata": {"displayName": "Require Event Grid and Resource Graph publishing",
+                         "description": "Non-compliant unless scheduledEventsPolicy publishes the set's scheduled "
+                                        "events to Event Grid and Resource Graph (preview)."}}
+        rules.append(_required("requireEventGrid", EVENT_GRID_ALIAS))
+        unconfirmed.append(EVENT_GRID_ALIAS)
+    for kind in policy.auto_approve:
+        name = _APPROVE_PARAMETERS[kind]
+        parameters[name] = {
+            "type": "Boolean", "defaultValue": True,
+            "metadata": {"displayName": f"Require auto-approval: {kind}",
+                         "description": f"Non-compliant unless scheduledEventsPolicy approves {kind} events by "
+                                        "itself (automaticallyApprove)."}}
+        rules.append(_required(name, APPROVE_ALIASES[kind]))
+        unconfirmed.append(APPROVE_ALIASES[kind])
+    properties["description"] += (" With the scheduled-events policy parameters it also audits "
+                                  "properties.scheduledEventsPolicy; its aliases are not confirmed (check them with "
+                                  "`az provider show --namespace Microsoft.Compute --expand resourceTypes/aliases`)"
+                                  " and the definition is audit-only.")
+    properties["metadata"]["unconfirmedAliases"] = unconfirmed
+
+
+def _required(parameter: str, alias: str) -> Dict[str, Any]:
+    """Non-compliant when the Boolean `parameter` is true and `alias` is not literally true."""
+    return {"allOf": [{"value": f"[parameters('{parameter}')]", "equals": True},
+                      {"anyOf": [{"field": alias, "exists": "false"}, {"field": alias, "notEquals": "true"}]}]}
+
+
+def _terminate_definition(minutes: int) -> Dict[str, Any]:
     return {
         "properties": {
             "displayName": "VM scale sets should have terminate notification enabled with the required delay",
@@ -100,5 +155,5 @@ def assignment(minutes: int, scope: str = "/subscriptions/00000000-0000-0000-000
     }
 
 
-def render_definition(minutes: int) -> str:
-    return json.dumps(definition(minutes), indent=2) + "\n"
+def render_definition(minutes: int, policy: Optional[PolicyChange] = None) -> str:
+    return json.dumps(definition(minutes, policy), indent=2) + "\n"

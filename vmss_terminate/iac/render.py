@@ -13,6 +13,7 @@ import shlex
 from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
 from vmss_terminate.control import body
+from vmss_terminate.control.events_policy import NEWER_MIN_API, POLICY_MIN_API, PolicyChange
 from vmss_terminate.errors import UsageError
 from vmss_terminate.iac import azure_policy, kubernetes
 from vmss_terminate.timeout import parse_timeout
@@ -38,6 +39,7 @@ def render(
     image: str = kubernetes.DEFAULT_IMAGE,
     metrics_port: int = kubernetes.DEFAULT_PORT,
     agent_args: Sequence[str] = (),
+    policy: Optional[PolicyChange] = None,
 ) -> str:
     """Return the snippet for `fmt` (one of FORMATS), ending with a newline.
 
@@ -46,9 +48,17 @@ def render(
     `name` only fill in the `cli` format (shell variables are printed when they are None).
     `kubernetes` is the agent's DaemonSet with its RBAC (`iac/kubernetes.py`: `namespace`, `image`,
     `metrics_port`, `agent_args`); it takes no timeout, which is the scale set's setting.
+    `policy` (the `enable` options --event-grid, --events-api-version, --auto-approve KIND): the
+    top-level scheduledEventsPolicy too (every format but kubernetes); with a policy the timeout
+    may be left out, as for `enable` (then only the policy is rendered).
     Raises UsageError (exit 2) for an unknown format or a bad timeout.
     """
+    if policy is not None and policy.empty:
+        policy = None
     if fmt == "kubernetes":
+        if policy is not None:
+            raise UsageError("--format kubernetes renders the agent's DaemonSet: the scheduled-events policy is the "
+                             "scale set's (render it with --format arm|bicep|terraform|rest|cli|policy)")
         if minutes is not None or not enable:
             raise UsageError("--format kubernetes renders the agent's DaemonSet: the timeout is the scale set's "
                              "(render it with --format arm|bicep|terraform|rest|cli); give no --timeout or --disable")
@@ -56,14 +66,16 @@ def render(
     renderer = _RENDERERS.get(fmt)
     if renderer is None:
         raise UsageError(f"unknown format {fmt!r}: choose one of {', '.join(FORMATS)}")
-    if enable and minutes is None:
+    if enable and minutes is None and policy is None:
         raise UsageError("a timeout is required to enable terminate notifications (5..15 minutes, e.g. 10m)")
     if not enable and minutes is not None:
         raise UsageError("a timeout makes no sense when disabling terminate notifications")
-    if fmt == "policy" and not enable:
+    if fmt == "policy" and (not enable or minutes is None):
         raise UsageError("--format policy audits for enabled terminate notification: give --timeout, not --disable")
     parsed = parse_timeout(minutes) if minutes is not None else None
-    return renderer(enable, parsed, resource_group, name)
+    if policy is None:
+        return renderer(enable, parsed, resource_group, name)
+    return _POLICY_RENDERERS[fmt](None if enable and parsed is None else enable, parsed, policy, resource_group, name)
 
 
 def scheduled_events_profile(enable: bool, minutes: Optional[int]) -> Dict[str, Any]:
@@ -161,4 +173,135 @@ _RENDERERS: Dict[str, Callable[[bool, Optional[int], Optional[str], Optional[str
     "rest": _rest,
     "cli": _cli,
     "policy": _policy,
+}
+
+
+# --- with the scheduled-events policy ---------------------------------------------------------------
+# The policy is a top-level property (properties.scheduledEventsPolicy), beside virtualMachineProfile:
+# each format shows where both go. `enable` None: the policy alone (as `enable` without --timeout).
+
+PolicyRenderer = Callable[[Optional[bool], Optional[int], PolicyChange, Optional[str], Optional[str]], str]
+
+
+def _properties(enable: Optional[bool], minutes: Optional[int], policy: PolicyChange) -> Dict[str, Any]:
+    properties: Dict[str, Any] = body.patch_body(enable, minutes, policy.fragment())["properties"]
+    return properties
+
+
+def _min_api(policy: PolicyChange) -> str:
+    needed = policy.needs()
+    return needed[0] if needed is not None else POLICY_MIN_API
+
+
+def _rest_policy(enable: Optional[bool], minutes: Optional[int], policy: PolicyChange, _rg: Optional[str],
+                 _name: Optional[str]) -> str:
+    return body.patch_bytes(enable, minutes, policy.fragment()).decode("utf-8")
+
+
+def _arm_policy(enable: Optional[bool], minutes: Optional[int], policy: PolicyChange, _rg: Optional[str],
+                _name: Optional[str]) -> str:
+    # Valid JSON on its own: merge into the scale set resource's `properties` (apiVersion _min_api or later).
+    return json.dumps({"properties": _properties(enable, minutes, policy)}, indent=2) + "\n"
+
+
+def _bicep_policy(enable: Optional[bool], minutes: Optional[int], policy: PolicyChange, _rg: Optional[str],
+                  _name: Optional[str]) -> str:
+    lines = [f"// inside properties of Microsoft.Compute/virtualMachineScaleSets@{_min_api(policy)} or later "
+             f"(scheduledEventsPolicy: {POLICY_MIN_API}; allInstancesDown and scheduledEventsApiVersion: "
+             f"{NEWER_MIN_API}); Event Grid publishing is a preview that needs the subscription feature "
+             "Microsoft.Compute/SendScheduledEventsPolicy registered"]
+    lines += _bicep_entries(_properties(enable, minutes, policy), 0)
+    return "\n".join(lines) + "\n"
+
+
+def _terraform_policy(enable: Optional[bool], minutes: Optional[int], policy: PolicyChange, rg: Optional[str],
+                      name: Optional[str]) -> str:
+    lines: List[str] = []
+    if enable is not None:
+        lines += _terraform(enable, minutes, rg, name).rstrip("\n").splitlines()
+        lines.append("")
+    lines += [
+        "# azurerm_*_virtual_machine_scale_set has no argument for scheduledEventsPolicy (not in the azurerm",
+        "# provider's documented arguments; docs/iac.md): set it with the azapi provider (Azure/azapi >= 2.0),",
+        "# which changes only the properties in `body` of the existing scale set.",
+        'resource "azapi_update_resource" "scheduled_events_policy" {',
+        f'  type        = "Microsoft.Compute/virtualMachineScaleSets@{_min_api(policy)}"',
+        "  resource_id = azurerm_linux_virtual_machine_scale_set.this.id  # or the windows resource's id",
+        "  body = {",
+        "    properties = {",
+    ]
+    lines += _hcl_entries({"scheduledEventsPolicy": policy.fragment()}, 3)
+    lines += ["    }", "  }", "}"]
+    return "\n".join(lines) + "\n"
+
+
+def _hcl_entries(mapping: Dict[str, Any], depth: int) -> List[str]:
+    pad = "  " * depth
+    lines = []
+    for key, value in mapping.items():
+        if isinstance(value, dict):
+            lines.append(f"{pad}{key} = {{")
+            lines += _hcl_entries(value, depth + 1)
+            lines.append(f"{pad}}}")
+        else:
+            lines.append(f"{pad}{key} = {json.dumps(value)}")
+    return lines
+
+
+# az vmss update's switches (azure-cli 2.91 `vmss update`, min api 2024-03-01); az sends scale sets at
+# api-version 2024-11-01 ("latest" profile), which has no allInstancesDown / scheduledEventsApiVersion.
+_AZ_SWITCHES = {"user-reboot": "--enable-user-reboot-scheduled-events",
+                "user-redeploy": "--enable-user-redeploy-scheduled-events"}
+
+
+def _cli_policy(enable: Optional[bool], minutes: Optional[int], policy: PolicyChange, rg: Optional[str],
+                name: Optional[str]) -> str:
+    group = shlex.quote(rg) if rg else _RG_PLACEHOLDER
+    vmss = shlex.quote(name) if name else _NAME_PLACEHOLDER
+    flags: List[str] = []
+    if enable is not None:
+        flags.append(f"--enable-terminate-notification {'true' if enable else 'false'}")
+        if enable:
+            flags.append(f"--terminate-notification-time {minutes}")
+    if policy.event_grid is not None:
+        flags.append(f"--additional-scheduled-events {'true' if policy.event_grid else 'false'}")
+    unsupported = []
+    for kind in policy.auto_approve + policy.no_auto_approve:
+        if kind in _AZ_SWITCHES:
+            flags.append(f"{_AZ_SWITCHES[kind]} {'true' if kind in policy.auto_approve else 'false'}")
+        else:
+            unsupported.append(f"--{'auto-approve' if kind in policy.auto_approve else 'no-auto-approve'} {kind}")
+    if policy.events_api_version is not None:
+        unsupported.append(f"--events-api-version {policy.events_api_version}")
+    ours = ["vmss-terminate", "enable", "-g", group, "-n", vmss]
+    if enable is False:
+        ours[1] = "disable"
+    elif minutes is not None:
+        ours += ["--timeout", body.profile(True, minutes)["notBeforeTimeout"]]
+    out = ["# Azure CLI: change the scale set (the scheduled-events policy needs no instance upgrade)"]
+    if flags:
+        out.append(f"az vmss update --resource-group {group} --name {vmss} {' '.join(flags)}")
+    if unsupported:
+        out.append(f"# not said by az vmss update here (it sends api-version 2024-11-01): {', '.join(unsupported)}")
+    if enable is not None:
+        out.append(f"az vmss update-instances --resource-group {group} --name {vmss} --instance-ids '*'")
+    out.append("# vmss-terminate: one PATCH (only what differs), then upgrades stale instances when the profile "
+               "changed")
+    out.append(" ".join(ours + policy.args()))
+    return "\n".join(out) + "\n"
+
+
+def _policy_definition(enable: Optional[bool], minutes: Optional[int], policy: PolicyChange, _rg: Optional[str],
+                       _name: Optional[str]) -> str:
+    assert minutes is not None
+    return azure_policy.render_definition(minutes, policy)
+
+
+_POLICY_RENDERERS: Dict[str, PolicyRenderer] = {
+    "arm": _arm_policy,
+    "bicep": _bicep_policy,
+    "terraform": _terraform_policy,
+    "rest": _rest_policy,
+    "cli": _cli_policy,
+    "policy": _policy_definition,
 }
