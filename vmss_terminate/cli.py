@@ -40,7 +40,7 @@ COMMANDS = {
     "render": Lazy("vmss_terminate.commands.iac", "render_command",
                    "Print a snippet to paste into your own template or pipeline."),
     "status": Lazy(_CONTROL, "status_command", "Show orchestration mode, upgrade policy, the terminate-notification "
-                   "profile and which instances run the latest model.", CONTROL),
+                   "profile, the scheduled-events policy and which instances run the latest model.", CONTROL),
     "enable": Lazy(_CONTROL, "enable_command", "Enable terminate notifications with --timeout, then upgrade "
                    "instances to the latest model.", CONTROL),
     "disable": Lazy(_CONTROL, "disable_command", "Disable terminate notifications, then upgrade instances to the "
@@ -49,8 +49,8 @@ COMMANDS = {
                    CONTROL),
     "upgrade": Lazy(_CONTROL, "upgrade_command", "Bring stale instances to the latest model (Manual: manualupgrade "
                     "in batches; Automatic / Rolling: report, or --wait).", CONTROL),
-    "plan": Lazy(_CONTROL, "plan_command", "Show what `enable --timeout` would change (profile and stale instances) "
-                 "without writing.", CONTROL),
+    "plan": Lazy(_CONTROL, "plan_command", "Show what `enable` would change (profile, scheduled-events policy and "
+                 "stale instances) without writing.", CONTROL),
     "fleet": Lazy("vmss_terminate.commands.fleet", "fleet_group", "Audit and roll out terminate notification "
                   "across many scale sets and subscriptions (Azure Resource Graph; writes through the same code as "
                   "`enable`).", CONTROL),

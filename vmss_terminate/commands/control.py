@@ -153,8 +153,8 @@ def _change(library: Callable[..., Any], output: str, resource_group: str, name:
 @_FORCE
 def enable_command(resource_group: str, name: str, connection: Connection, output: str, timeout: Optional[int],
                    options: UpgradeOptions, dry_run: bool, no_wait: bool, policy: PolicyChange, force: bool) -> None:
-    """Enable terminate notifications with --timeout, then upgrade instances to the latest model;
-    with --event-grid, --events-api-version or --auto-approve KIND, change the scale set's
+    """Enable terminate notifications with --timeout, then upgrade instances to the latest model.
+    With --event-grid, --events-api-version or --auto-approve KIND, change the scale set's
     scheduled-events policy in the same PATCH (alone, without --timeout: the policy only, no upgrade)."""
     _change(control.enable, output, resource_group, name, timeout, connection=connection, options=options,
             dry_run=dry_run, no_wait=no_wait, policy=_policy(policy), force=force)
