@@ -15,7 +15,7 @@ import re
 from contextlib import contextmanager
 from typing import Any, Dict, Iterator, Optional, Tuple
 
-from vmss_terminate.control.token_answers import CREDENTIAL_HELP, TokenRequestRefused
+from vmss_terminate.control.token_answers import CREDENTIAL_HELP, TokenEndpointUnreachable, TokenRequestRefused
 from vmss_terminate.errors import AzureError, VmssTerminateError
 
 
@@ -117,7 +117,7 @@ def arm_errors(action: str, resource: str, subscription: Optional[str] = None) -
 
     try:
         yield
-    except TokenRequestRefused as exc:
+    except (TokenRequestRefused, TokenEndpointUnreachable) as exc:
         if exc.action:  # said already, by an inner arm_errors
             raise
         raise exc.during(action) from None

@@ -64,7 +64,15 @@ def quiet_sdk_logging() -> None:
         logger.addHandler(logging.NullHandler())
 
 
-def build_credential(cloud: str = DEFAULT_CLOUD, clock: Clock = SYSTEM_CLOCK) -> Any:
+TOKEN_ENDPOINT_TIMEOUT = 10.0
+"""Seconds a local (managed-identity) token endpoint has to accept a connection and to answer each
+read: one that accepted the connection and never answered held every command for 20 minutes
+(azure-core's 300 s read timeout per attempt, four attempts), past --wait-timeout, then said only
+"no usable Azure credential". A local token endpoint answers in milliseconds; IMDS within seconds."""
+
+
+def build_credential(cloud: str = DEFAULT_CLOUD, clock: Clock = SYSTEM_CLOCK,
+                     token_timeout: float = TOKEN_ENDPOINT_TIMEOUT) -> Any:
     """DefaultAzureCredential for the cloud's Entra authority (env, workload/managed identity, az CLI, ...),
     over a transport that never sends a request for a local endpoint through a proxy, wrapped so that
     a token the managed identity refuses is named with the endpoint's answer (`ExplainedCredential`).
@@ -75,29 +83,44 @@ def build_credential(cloud: str = DEFAULT_CLOUD, clock: Clock = SYSTEM_CLOCK) ->
     backoff (7 requests, ~25 s) before "no credential". Direct, the probe fails in a second off Azure.
     Entra (login.microsoftonline.com) still goes through the configured proxy. azure-identity's own
     retries are kept (App Service: 3 retries after 0, 1.6 and 3.2 s; IMDS: its longer policy); their
-    backoff waits on `clock`.
+    backoff waits on `clock`. Each request to a local token endpoint is bounded by `token_timeout`
+    seconds (connect, and each read); when the chain then fails, the error names the endpoint.
     """
     from azure.identity import DefaultAzureCredential
 
     name = cloud if cloud in CLOUDS else DEFAULT_CLOUD
     _, audience, authority = CLOUDS[name]
     answers = TokenAnswers()
-    credential = DefaultAzureCredential(authority=authority, transport=local_endpoints_bypass_proxies(clock),
+    credential = DefaultAzureCredential(authority=authority,
+                                        transport=local_endpoints_bypass_proxies(clock, answers, token_timeout),
                                         raw_response_hook=answers)
     return ExplainedCredential(credential, answers, name, audience.rstrip("/") + "/.default")
 
 
-def local_endpoints_bypass_proxies(clock: Clock = SYSTEM_CLOCK) -> Any:
+def local_endpoints_bypass_proxies(clock: Clock = SYSTEM_CLOCK, answers: Optional[TokenAnswers] = None,
+                                   timeout: float = TOKEN_ENDPOINT_TIMEOUT) -> Any:
     """An azure-core requests transport that sends loopback and link-local requests without a proxy
-    (`proxies={"http": None, "https": None}` is what stops requests from reading HTTP_PROXY), and
-    whose retry backoff (`sleep`, which azure-core's RetryPolicy calls) waits on `clock`."""
+    (`proxies={"http": None, "https": None}` is what stops requests from reading HTTP_PROXY) and
+    within `timeout` seconds (connect, and each read; a shorter one the caller asks for stands, as
+    the IMDS probe's), and whose retry backoff (`sleep`, which azure-core's RetryPolicy calls) waits
+    on `clock`. A local endpoint that cannot be reached or does not answer is told to `answers`,
+    so the chain's failure can name it."""
     from azure.core.pipeline.transport import RequestsTransport
 
     class LocalEndpointsBypassProxies(RequestsTransport):  # type: ignore[misc]
         def send(self, request: Any, **kwargs: Any) -> Any:
-            if is_local_host(urlsplit(request.url).hostname):
-                kwargs["proxies"] = {"http": None, "https": None}
-            return super().send(request, **kwargs)
+            if not is_local_host(urlsplit(request.url).hostname):
+                return super().send(request, **kwargs)
+            kwargs["proxies"] = {"http": None, "https": None}
+            for name in ("connection_timeout", "read_timeout"):
+                given = kwargs.get(name)
+                kwargs[name] = min(given, timeout) if isinstance(given, (int, float)) else timeout
+            try:
+                return super().send(request, **kwargs)
+            except Exception as exc:
+                if answers is not None:
+                    answers.unreachable(request.url, exc, timeout)
+                raise
 
         def sleep(self, duration: float) -> None:
             clock.sleep(duration)

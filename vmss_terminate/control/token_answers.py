@@ -20,12 +20,13 @@ from __future__ import annotations
 import json
 import threading
 from dataclasses import dataclass
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Tuple
 from urllib.parse import parse_qs, urlsplit
 
 from vmss_terminate.errors import AzureError
 
 DEFAULT_SUFFIX = "/.default"
+IMDS_HOST = "169.254.169.254"
 UNKNOWN_RESOURCE_STATUSES = (400, 500)
 """How managed identities answer a resource Entra ID does not know: App Service a vague 500, IMDS
 400 invalid_resource (AADSTS500011). Other refusals are about the identity, not the scope."""
@@ -66,11 +67,36 @@ def endpoint_message(body: Any) -> str:
 
 
 class TokenAnswers:
-    """Per resource, the last error answer to a managed-identity token request (thread-safe)."""
+    """Per resource, the last error answer to a managed-identity token request (thread-safe); and
+    the last local token endpoint that could not be reached or did not answer."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._failed: Dict[str, TokenAnswer] = {}
+        self._unreachable: Optional[Tuple[str, str, int]] = None  # (endpoint, what happened, attempts)
+
+    def unreachable(self, url: str, exc: BaseException, timeout: float) -> None:
+        """A request to a local token endpoint failed before any answer (the transport's report)."""
+        parts = urlsplit(url)
+        if not parse_qs(parts.query).get("resource") and "/token" not in parts.path.lower():
+            return  # not a token request (the chain's other local calls)
+        if parts.hostname == IMDS_HOST and type(exc).__name__ != "ServiceResponseError":
+            return  # off Azure the IMDS probe cannot connect: that is "no managed identity here", not a failure
+        endpoint = f"{parts.scheme}://{parts.netloc}{parts.path}"  # never the query
+        text = f"{type(exc).__name__} {exc}".lower()
+        if "timed out" in text or "timeout" in text:
+            what = f"accepted the connection but did not answer within {timeout:g} s"
+        elif "refused" in text:
+            what = "refused the connection (nothing listens there)"
+        else:
+            what = f"could not be reached ({type(exc).__name__})"
+        with self._lock:
+            attempts = self._unreachable[2] + 1 if self._unreachable and self._unreachable[0] == endpoint else 1
+            self._unreachable = (endpoint, what, attempts)
+
+    def unreachable_endpoint(self) -> Optional[Tuple[str, str, int]]:
+        with self._lock:
+            return self._unreachable
 
     def __call__(self, response: Any) -> None:
         """azure-core `raw_response_hook`: `response` is a PipelineResponse."""
@@ -82,6 +108,7 @@ class TokenAnswers:
         if answer.status_code < 400:
             with self._lock:
                 self._failed.pop(key, None)
+                self._unreachable = None
             return
         try:
             message = endpoint_message(json.loads(answer.text()))
@@ -129,6 +156,21 @@ class TokenRequestRefused(AzureError):
                 "token_endpoint_message": self.answer.message, "attempts": self.attempts}
 
 
+class TokenEndpointUnreachable(AzureError):
+    """The managed identity's token endpoint could not be reached or never answered (exit 1),
+    named (without its query), with what to check."""
+
+    def __init__(self, endpoint: str, what: str, attempts: int, action: str = "") -> None:
+        self.endpoint, self.what, self.attempts, self.action = endpoint, what, attempts, action
+        tries = f" ({attempts} attempts)" if attempts > 1 else ""
+        super().__init__(f"{action + ': ' if action else ''}the managed identity token endpoint {endpoint} {what}"
+                         f"{tries}; check the identity endpoint of this host (IDENTITY_ENDPOINT / MSI_ENDPOINT), "
+                         f"or {CREDENTIAL_HELP}")
+
+    def during(self, action: str) -> "TokenEndpointUnreachable":
+        return TokenEndpointUnreachable(self.endpoint, self.what, self.attempts, action)
+
+
 class ExplainedCredential:
     """A TokenCredential around DefaultAzureCredential that raises `TokenRequestRefused` when the
     chain fails for a scope the managed identity's endpoint answered with an error."""
@@ -153,6 +195,9 @@ class ExplainedCredential:
         except ClientAuthenticationError:
             answer = self.answers.refused(scope) if scope else None
             if scope is None or answer is None:
+                gone = self.answers.unreachable_endpoint()
+                if gone is not None:
+                    raise TokenEndpointUnreachable(*gone) from None
                 raise
             attempts = answer.attempts - (before.attempts if before else 0)
             raise TokenRequestRefused(scope, answer, attempts, self._cloud, self._cloud_scope) from None
