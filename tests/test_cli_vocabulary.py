@@ -113,7 +113,7 @@ def test_repeated_single_value_option_is_refused(probe) -> None:  # type: ignore
 def test_option_values_are_named_once_not_garbled(probe) -> None:  # type: ignore[no-untyped-def]
     """The value and the option appear once: no "Invalid value for '--batch-size': invalid --batch-size"."""
     batch = probe("--batch-size", "-1")
-    assert batch.stderr.strip() == ("error: vmss-terminate probe-vocabulary: invalid --batch-size '-1': use a count "
+    assert batch.stderr.strip() == ("error: vmss-terminate probe-vocabulary: invalid --batch-size '-1': use auto, a count "
                                     "(5) or a percentage (20%)")
     timeout = probe("--timeout", "20m")
     assert timeout.stderr.strip().startswith("error: vmss-terminate probe-vocabulary: invalid --timeout '20m': must be")

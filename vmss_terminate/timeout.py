@@ -11,6 +11,7 @@ request is sent.
 
 from __future__ import annotations
 
+import functools
 import re
 from fractions import Fraction
 from typing import Optional, Union
@@ -65,8 +66,12 @@ def normalize_timeout(value: Union[str, int]) -> str:
     return to_iso(parse_timeout(value))
 
 
+@functools.lru_cache(maxsize=256)
 def iso_to_minutes_lenient(value: str) -> Union[int, None]:
-    """Minutes of an ISO duration read back from Azure, without range checks (None if unreadable)."""
+    """Minutes of an ISO duration read back from Azure, without range checks (None if unreadable).
+
+    Cached: an estate repeats a handful of values (PT5M, PT10M) over thousands of rows, and every
+    record, finding and output column reads it; each distinct value is parsed once."""
     seconds = _to_seconds(str(value).strip()) if value else None
     if seconds is None or seconds.denominator != 1 or seconds % 60:
         return None

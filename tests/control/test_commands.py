@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+from typing import Any, Dict, List
 
 import pytest
 
@@ -128,7 +129,24 @@ def test_enable_without_model_change_still_upgrades_stale_instances(arm: ArmServ
     assert data["changed"] is False
     assert sorted(data["upgrade"]["upgraded"]) == ["3", "4"]
     assert arm.arm_server.log.count("PATCH") == 0
-    assert arm.arm_server.log.count("POST", "/manualupgrade") == 2  # 20 % of 5 -> batches of 1
+    assert arm.arm_server.log.count("POST", "/manualupgrade") == 1  # auto, no rolling policy: one call
+    assert all(i.latest_model_applied for i in ss.instances.values())
+
+
+@pytest.mark.parametrize("policy, batch, calls", [
+    ({}, [], 1),  # Manual, no bound declared: every instance in one call, as az's update-instances '*'
+    ({"rollingUpgradePolicy": {"maxBatchInstancePercent": 40}}, [], 3),  # 40 % of 5 = 2 a call
+    ({"rollingUpgradePolicy": {"maxBatchInstancePercent": 40}}, ["--batch-size", "1"], 5),  # asked: as asked
+    ({"rollingUpgradePolicy": {"maxBatchInstancePercent": "40"}}, [], 1),  # not a number: not a bound
+])
+def test_auto_batches_follow_the_sets_upgrade_policy(arm: ArmServers, state: ArmState, policy: Dict[str, Any],
+                                                     batch: List[str], calls: int) -> None:
+    ss = _ss(state, capacity=5)
+    ss.upgrade_policy_extra = dict(policy)
+    result = run("enable", "-g", RG, "-n", "web", "--timeout", "10", "-o", "json", *batch)
+    assert result.exit_code == 0, result.output
+    assert arm.arm_server.log.count("POST", "/manualupgrade") == calls
+    assert json.loads(result.stdout)["upgrade"]["batch_size"] == -(-5 // calls)
     assert all(i.latest_model_applied for i in ss.instances.values())
 
 

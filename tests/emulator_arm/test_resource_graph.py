@@ -12,7 +12,7 @@ import requests
 
 from vmss_terminate.clock import ManualClock
 from vmss_terminate.control.pipeline import allow_loopback_http_policy
-from vmss_terminate.fleet.scope import Scope
+from vmss_terminate.fleet.scope import PROJECTION, Scope
 from vmss_terminate_sim.emulator.arm import fleetgen
 from vmss_terminate_sim.emulator.arm.app import ArmServers, ArmState
 from vmss_terminate_sim.emulator.arm.resourcegraph import QueryError, parse_query
@@ -69,12 +69,23 @@ def test_the_product_query_returns_every_scale_set_as_arm_rows(graph: Any, state
     rows, pages = _all_rows(graph, Scope().query())
     assert pages == 1 and len(rows) == 30
     row = rows[0]
-    assert set(row) == {"id", "name", "type", "subscriptionId", "resourceGroup", "location", "tags", "sku",
-                        "properties"}
-    assert row["type"] == "microsoft.compute/virtualmachinescalesets"
+    assert list(row) == [name for name, _ in PROJECTION]  # only the columns the audit reads
     assert row["resourceGroup"] == row["resourceGroup"].lower()
-    assert row["properties"]["orchestrationMode"] == "Uniform"
+    assert row["orchestrationMode"] == "Uniform" and row["upgradeMode"] == "Manual"
+    assert isinstance(row["capacity"], int)
+    assert any(r["maxBatchInstancePercent"] is None for r in rows)  # a path not there projects null
     assert [r["id"].lower() for r in rows] == sorted(r["id"].lower() for r in rows)
+    # each column is its path in the whole ARM row (the grammar's other project form)
+    whole = _all_rows(graph, "resources | where type =~ 'microsoft.compute/virtualmachinescalesets' "
+                             "| project id, name, type, subscriptionId, resourceGroup, location, tags, sku, properties")[0]
+    assert set(whole[0]) == {"id", "name", "type", "subscriptionId", "resourceGroup", "location", "tags", "sku",
+                             "properties"}
+    for projected, full in zip(rows, whole):
+        for name, path in PROJECTION:
+            value: Any = full
+            for key in path.split("."):
+                value = value.get(key) if isinstance(value, dict) else None
+            assert projected[name] == value, (name, path)
 
 
 def test_skip_token_pages_until_complete(graph: Any, state: ArmState) -> None:
@@ -114,7 +125,8 @@ def test_management_group_scope(graph: Any) -> None:
     "resources | where type =~ 'microsoft.compute/virtualmachines' | project id",
     "resources | where type =~ 'microsoft.compute/virtualmachinescalesets' | where location == 'westus' "
     "| project id, name, type, subscriptionId, resourceGroup, location, tags, sku, properties",
-    "resources | where type =~ 'microsoft.compute/virtualmachinescalesets' | project id, name",
+    "resources | where type =~ 'microsoft.compute/virtualmachinescalesets' | project name, location",
+    "resources | where type =~ 'microsoft.compute/virtualmachinescalesets' | project id, mode = props.mode",
     "resources | where type =~ 'microsoft.compute/virtualmachinescalesets' "
     "| project id, name, type, subscriptionId, resourceGroup, location, tags, sku, properties | limit 3",
 ])

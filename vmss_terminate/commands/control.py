@@ -83,7 +83,8 @@ UPGRADE_OPTIONS = chosen_options(UpgradeOptions, skip=("upgrade",))
 
 PLAN_OPTIONS = chosen_options(UpgradeOptions, only=("batch_size",), help={
     "batch_size": "Manual policy: instances per manualupgrade call, as `enable` would send them (count or % of "
-                  "all instances); the plan counts the batches."})
+                  "all instances; auto: the set's rollingUpgradePolicy.maxBatchInstancePercent, else all in one "
+                  "call); the plan counts the batches."})
 """`plan`'s --batch-size: `UpgradeOptions.batch_size` (its default and type), told as the plan uses it."""
 
 upgrade_options = declared_options(UpgradeOptions, "options", UPGRADE_OPTIONS)

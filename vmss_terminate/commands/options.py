@@ -31,6 +31,6 @@ def decimal_range(name: str, low: Optional[float] = None, high: Optional[float] 
 # `--timeout`: minutes (10, 10m) or ISO 8601 (PT10M) -> whole minutes.
 TIMEOUT = ParsedType("timeout", parse_timeout)
 
-# `--batch-size`: a count (5) or a percentage of all instances (20%).
+# `--batch-size`: auto, a count (5) or a percentage of all instances (20%).
 BATCH_SIZE = ParsedType("batch-size", BatchSize.parse)
 

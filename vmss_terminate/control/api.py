@@ -160,7 +160,8 @@ def upgrade(
         found = _inventory(client, state)
         # an explicit upgrade of members whose model is unknown (Flexible) upgrades them all
         the_plan = make_plan(state.upgrade_mode, found.instances, options, unavailable_note=found.note,
-                             members=found.members, model_changes=found.instances is None)
+                             members=found.members, model_changes=found.instances is None,
+                             policy_batch_percent=state.max_batch_percent)
         return _upgrade(client, state, the_plan, options, progress, clock, profile_changed=False)
 
 
@@ -240,7 +241,8 @@ def _prepare(
     else:
         found = _inventory(client, state)
         upgrade_plan = make_plan(state.upgrade_mode, found.instances, options, model_changes=change,
-                                 unavailable_note=found.note, members=found.members)
+                                 unavailable_note=found.note, members=found.members,
+                                 policy_batch_percent=state.max_batch_percent)
     resolved = client.resolved
     request = (
         f"PATCH {resolved.base_url}{client.resource_path}?api-version={resolved.effective_api_version()}"
@@ -341,7 +343,8 @@ def _change(
                 # instances reporting latestModelApplied show the change; members that do not
                 # (Flexible) are all stale now, since the model just changed
                 the_plan.upgrade = make_plan(state.upgrade_mode, found.instances, options, unavailable_note=found.note,
-                                             members=found.members, model_changes=found.instances is None)
+                                             members=found.members, model_changes=found.instances is None,
+                                             policy_batch_percent=state.max_batch_percent)
         upgraded = _upgrade(
             client, state, the_plan.upgrade, options, progress, clock, profile_changed=writes
         )

@@ -13,7 +13,7 @@ import json
 import os
 import re
 from contextlib import contextmanager
-from typing import Any, Dict, Iterator, Optional, Tuple
+from typing import Any, Dict, Iterator, Optional, Tuple, Union
 
 from vmss_terminate.control.token_answers import CREDENTIAL_HELP, TokenEndpointUnreachable, TokenRequestRefused
 from vmss_terminate.errors import AzureError, VmssTerminateError
@@ -229,13 +229,15 @@ def describe_json(value: Any = _MISSING, text: Optional[str] = None) -> str:
     return "a JSON value"
 
 
-def json_object(text: str, what: str) -> Dict[str, Any]:
+def json_object(text: Union[str, bytes], what: str) -> Dict[str, Any]:
     """A JSON object body, or AzureError naming what it was instead: ARM bodies that are empty, not
-    JSON or not an object (a string, a list, a number) are one-line failures, never a traceback."""
+    JSON or not an object (a string, a list, a number) are one-line failures, never a traceback.
+    `text` may be the body's bytes (parsed as they are: no decoded copy of a large page)."""
     try:
         data = json.loads(text) if text and text.strip() else None
     except (ValueError, RecursionError):
         data = None
     if not isinstance(data, dict):
-        raise AzureError(f"{what} with {describe_json(text=text)} where a JSON object was expected")
+        shown = text.decode("utf-8", "replace") if isinstance(text, bytes) else text
+        raise AzureError(f"{what} with {describe_json(text=shown)} where a JSON object was expected")
     return data

@@ -134,6 +134,15 @@ class ScaleSetState:
     etag: Optional[str] = None
     """The model's etag as read (Compute reports it from api-version 2023-09-01): a write sends it
     as `If-Match`, so a change another writer made since the read is not overwritten."""
+    max_batch_percent: Optional[int] = None
+    """upgradePolicy.rollingUpgradePolicy.maxBatchInstancePercent (5..100) when the set declares it:
+    how many instances its owner lets be upgraded at once (sizes `--batch-size auto`)."""
+
+
+def max_batch_percent(upgrade_policy: Any) -> Optional[int]:
+    """The policy's maxBatchInstancePercent when it is a whole number 1..100, else None."""
+    value = _dict(_dict(upgrade_policy).get("rollingUpgradePolicy")).get("maxBatchInstancePercent")
+    return value if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 100 else None
 
 
 def parse_scale_set(scale_set: Dict[str, Any]) -> ScaleSetState:
@@ -153,6 +162,7 @@ def parse_scale_set(scale_set: Dict[str, Any]) -> ScaleSetState:
         notes=notes,
         events_policy=parse_policy(scale_set),
         etag=etag_of(scale_set),
+        max_batch_percent=max_batch_percent(props.get("upgradePolicy")),
     )
 
 

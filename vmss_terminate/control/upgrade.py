@@ -37,33 +37,55 @@ NOT_NEEDED_NOTE = ("the scheduled-events policy is a scale-set property, not par
 _BATCH = re.compile(r"^([0-9]{1,9})(%?)\Z", re.ASCII)  # ASCII digits, bounded; no spaces
 
 
+AUTO = "auto"
+
+
 @dataclass(frozen=True)
 class BatchSize:
-    """`--batch-size`: a count (`5`) or a share of all instances (`20%`), never below 1."""
+    """`--batch-size`: a count (`5`), a share of all instances (`20%`), never below 1, or `auto`
+    (value 0): what the set's upgrade policy allows -- its
+    `rollingUpgradePolicy.maxBatchInstancePercent` when it declares one, else every instance in one
+    manualupgrade call, as `az vmss update-instances --instance-ids '*'` sends it (a Manual policy
+    sets no bound of its own)."""
 
     value: int
     percent: bool = True
 
     @classmethod
     def parse(cls, text: Any) -> "BatchSize":
+        if str(text).strip().lower() == AUTO:
+            return AUTO_BATCH
         match = _BATCH.match(str(text))
         if not match:
-            raise InvalidValue("batch_size", str(text), "use a count (5) or a percentage (20%)")
+            raise InvalidValue("batch_size", str(text), "use auto, a count (5) or a percentage (20%)")
         value, percent = int(match.group(1)), bool(match.group(2))
         if value < 1 or (percent and value > 100):
-            raise InvalidValue("batch_size", str(text), "must be 1..100% or a count >= 1")
+            raise InvalidValue("batch_size", str(text), "must be 1..100%, a count >= 1 or auto")
         return cls(value, percent)
 
-    def for_total(self, total_instances: int) -> int:
+    @property
+    def auto(self) -> bool:
+        return self.value == 0
+
+    def for_total(self, total_instances: int, policy_percent: Optional[int] = None) -> int:
+        """Instances per call for a set of `total_instances`; `policy_percent` is the set's
+        maxBatchInstancePercent (None: not declared), read only by `auto`."""
+        if self.auto:
+            if policy_percent is None:
+                return max(1, total_instances)
+            return max(1, math.floor(total_instances * policy_percent / 100))
         if not self.percent:
             return self.value
         return max(1, math.floor(total_instances * self.value / 100))
 
     def __str__(self) -> str:
+        if self.auto:
+            return AUTO
         return f"{self.value}%" if self.percent else str(self.value)
 
 
-DEFAULT_BATCH = BatchSize(20, True)
+AUTO_BATCH = BatchSize(0, True)
+DEFAULT_BATCH = AUTO_BATCH
 
 
 @dataclass(frozen=True)
@@ -79,7 +101,8 @@ class UpgradeOptions:
     upgrade: bool = option(True, flags=("--no-upgrade",), help="Change the model only.")
     batch_size: BatchSize = option(
         DEFAULT_BATCH, parse=BatchSize.parse, show_default=True,
-        help="Manual policy: instances per manualupgrade call (count or % of all instances).")
+        help="Manual policy: instances per manualupgrade call (count or % of all instances); auto: the set's "
+             "rollingUpgradePolicy.maxBatchInstancePercent, else all in one call.")
     wait: bool = option(False, help="Automatic/Rolling policy: wait until every instance is current.")
     wait_timeout: float = option(
         DEFAULT_TIMEOUT, parse=number_range("wait-timeout", 0), metavar="S", show_default=True,
@@ -151,6 +174,7 @@ def make_plan(
     model_changes: bool = False,
     unavailable_note: Optional[str] = None,
     members: Sequence[str] = (),
+    policy_batch_percent: Optional[int] = None,
 ) -> UpgradePlan:
     """Plan from the current inventory. `model_changes`: a PATCH is about to make (or has just made)
     every instance stale.
@@ -159,15 +183,17 @@ def make_plan(
     Their model is unknown, so only a change we make (or an explicit `upgrade`, which passes
     `model_changes`) is known to leave them all stale; then a Manual policy upgrades them all.
     Otherwise "unavailable" with a note that says so, never a silent "nothing to do".
+    `policy_batch_percent`: the set's maxBatchInstancePercent, which sizes an `auto` batch.
     """
     if instances is None:
-        return _plan_without_model_info(upgrade_policy, list(members), options, model_changes, unavailable_note)
+        return _plan_without_model_info(upgrade_policy, list(members), options, model_changes, unavailable_note,
+                                        policy_batch_percent)
     total = len(instances)
     if model_changes:
         stale = [i.instance_id for i in instances]
     else:
         stale = [i.instance_id for i in instances if i.latest_model_applied is False]
-    size = options.batch_size.for_total(total)
+    size = options.batch_size.for_total(total, policy_batch_percent)
     if not options.upgrade:
         mode = SKIPPED
     elif upgrade_policy.lower() == "manual":
@@ -180,8 +206,8 @@ def make_plan(
 
 
 def _plan_without_model_info(upgrade_policy: str, members: List[str], options: UpgradeOptions, all_stale: bool,
-                             note: Optional[str]) -> UpgradePlan:
-    total, size = len(members), options.batch_size.for_total(len(members))
+                             note: Optional[str], policy_batch_percent: Optional[int]) -> UpgradePlan:
+    total, size = len(members), options.batch_size.for_total(len(members), policy_batch_percent)
     note = note or "per-instance model information not available"
     if not members:
         return UpgradePlan(UNAVAILABLE, upgrade_policy, 0, [], 0, note)

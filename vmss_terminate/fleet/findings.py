@@ -74,20 +74,17 @@ def fails_gate(found: Iterable[str], compliant: bool, ignored: Set[str]) -> bool
     return bool((found & set(NON_COMPLIANT)) - ignored)
 
 
-def _dict(value: Any) -> Dict[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
-def properties_findings(properties: Mapping[str, Any], tags: Mapping[str, Any]) -> List[str]:
-    """Findings that follow from the set's configuration alone (not its terminate profile)."""
+def row_findings(row: Mapping[str, Any], tags: Mapping[str, Any]) -> List[str]:
+    """Findings that follow from the set's configuration alone (not its terminate profile), read
+    from its Resource Graph row (the columns of `scope.PROJECTION`)."""
     found = []
-    if str(_dict(properties.get("virtualMachineProfile")).get("priority") or "").lower() == "spot":
+    if str(row.get("priority") or "").lower() == "spot":
         found.append(SPOT)
     if any(str(key).lower().startswith("aks-managed-") for key in tags):
         found.append(AKS_MANAGED)
-    if _dict(properties.get("scaleInPolicy")).get("forceDeletion") is True:
+    if row.get("forceDeletion") is True:
         found.append(FORCE_DELETION)
-    if _dict(properties.get("automaticRepairsPolicy")).get("enabled") is True:
+    if row.get("automaticRepairs") is True:
         found.append(AUTOMATIC_REPAIRS)
     return found
 

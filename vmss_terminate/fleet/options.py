@@ -81,7 +81,8 @@ class RolloutOptions:
         parse=parse_timeout, required=True, help="notBeforeTimeout to set: 5..15 minutes (10, 10m, PT10M).")
     batch_size: Union[BatchSize, str, int] = option(
         DEFAULT_BATCH, parse=BatchSize.parse, show_default=True,
-        help="Manual policy: instances per manualupgrade call (count or % of a set's instances).")
+        help="Manual policy: instances per manualupgrade call (count or % of a set's instances); auto: each "
+             "set's rollingUpgradePolicy.maxBatchInstancePercent, else all in one call.")
     dry_run: bool = option(False, help="Print the plan; write nothing.")
     journal: Union[str, Path, None] = option(
         kind="file", metavar="FILE", help="Record per-set progress here; re-run with the same file to resume.")

@@ -134,7 +134,8 @@ def make_plan(records: Iterable[ScaleSetAudit], timeout_minutes: int, batch_size
             stale = record.instances if record.stale_unknown else (record.stale_instances or 0)
             instances = record.instances if profile_change else stale
             manual = record.upgrade_mode.lower() == "manual"
-            batches = math.ceil(instances / batch_size.for_total(record.instances)) if manual and instances else 0
+            size = batch_size.for_total(record.instances, record.max_batch_percent)
+            batches = math.ceil(instances / size) if manual and instances else 0
             patch = profile_change or policy_change
             planned.append(PlannedSet(record, ENABLE if patch else UPGRADE, timeout_minutes, [], instances,
                                       int(patch) + batches, policy_change=policy_change))

@@ -7,8 +7,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence
 
-from vmss_terminate.control.events_policy import PolicyState
-from vmss_terminate.control.profile import ProfileState, parse_scale_set
+from vmss_terminate.control.events_policy import PolicyState, parse_policy_value
+from vmss_terminate.control.profile import ProfileState, max_batch_percent, parse_scheduled_events_profile
 from vmss_terminate.errors import AzureError
 from vmss_terminate.fleet import findings as codes
 from vmss_terminate.params import shown
@@ -43,6 +43,7 @@ class ScaleSetAudit:
     compliant: bool = False
     events_policy: PolicyState = field(default_factory=lambda: PolicyState(False))
     """The set's scheduledEventsPolicy, read from the same Resource Graph row."""
+    max_batch_percent: Optional[int] = None  # rollingUpgradePolicy.maxBatchInstancePercent (sizes `auto` batches)
 
     @property
     def enabled(self) -> bool:
@@ -124,32 +125,32 @@ _SCALE_SET_ID = re.compile(r"^/subscriptions/[^/]+/resourceGroups/[^/]+/provider
 
 
 def parse_row(row: Dict[str, Any], subscription_names: Optional[Dict[str, str]] = None) -> ScaleSetAudit:
-    """A Resource Graph row (the projected ARM fields) -> record. The resource group and name are
-    taken from the id, which keeps ARM's casing (Resource Graph lower-cases `resourceGroup`)."""
+    """A Resource Graph row (the columns of `scope.PROJECTION`) -> record. The resource group and
+    name are taken from the id, which keeps ARM's casing (Resource Graph lower-cases `resourceGroup`)."""
     resource_id = str(row.get("id") or "")
     if not _SCALE_SET_ID.match(resource_id):
         # Azure's answer, not the user's input: an incomplete answer (exit 1), never a usage error
         raise AzureError(f"Azure Resource Graph answered a scale set row without a usable id "
                          f"({shown(row.get('id'))}, name {shown(row.get('name'))}): refusing an incomplete audit")
     parts = resource_id.split("/")
-    subscription = str(row.get("subscriptionId") or (parts[2] if len(parts) > 2 else ""))
-    group = parts[4] if len(parts) > 4 else str(row.get("resourceGroup") or "")
-    state = parse_scale_set({"id": resource_id, "properties": row.get("properties") or {}})
+    subscription = str(row.get("subscriptionId") or parts[2])
     tags: Dict[str, Any] = row["tags"] if isinstance(row.get("tags"), dict) else {}
-    sku: Dict[str, Any] = row["sku"] if isinstance(row.get("sku"), dict) else {}
-    capacity = sku.get("capacity")
+    capacity = row.get("capacity")
+    orchestration, upgrade = row.get("orchestrationMode"), row.get("upgradeMode")
     return ScaleSetAudit(
         id=resource_id,
         subscription_id=subscription,
         subscription_name=(subscription_names or {}).get(subscription.lower()),
-        resource_group=group,
-        name=str(row.get("name") or (parts[-1] if parts else "")),
+        resource_group=parts[4],
+        name=str(row.get("name") or parts[-1]),
         location=str(row.get("location") or ""),
-        profile=state.profile,
-        orchestration_mode=state.orchestration_mode,
-        upgrade_mode=state.upgrade_mode,
-        instances=int(capacity) if isinstance(capacity, int) else 0,
+        profile=parse_scheduled_events_profile(row.get("scheduledEventsProfile")),
+        orchestration_mode=str(orchestration or "Uniform"),  # ARM's defaults, as parse_scale_set
+        upgrade_mode=str(upgrade or "Manual"),
+        max_batch_percent=max_batch_percent({"rollingUpgradePolicy": {
+            "maxBatchInstancePercent": row.get("maxBatchInstancePercent")}}),
+        instances=capacity if isinstance(capacity, int) and not isinstance(capacity, bool) else 0,
         tags={str(k): str(v) for k, v in tags.items()},
-        config_findings=codes.properties_findings(row.get("properties") or {}, tags),
-        events_policy=state.events_policy,
+        config_findings=codes.row_findings(row, tags),
+        events_policy=parse_policy_value(row.get("scheduledEventsPolicy")),
     )

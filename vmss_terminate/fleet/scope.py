@@ -15,7 +15,25 @@ from vmss_terminate.errors import UsageError
 
 SCALE_SET_TYPE = "microsoft.compute/virtualmachinescalesets"
 VM_TYPE = "microsoft.compute/virtualmachinescalesets/virtualmachines"
-PROJECTED = ("id", "name", "type", "subscriptionId", "resourceGroup", "location", "tags", "sku", "properties")
+PROJECTION: Tuple[Tuple[str, str], ...] = (
+    ("id", "id"),
+    ("name", "name"),
+    ("subscriptionId", "subscriptionId"),
+    ("resourceGroup", "resourceGroup"),
+    ("location", "location"),
+    ("tags", "tags"),
+    ("capacity", "sku.capacity"),
+    ("orchestrationMode", "properties.orchestrationMode"),
+    ("upgradeMode", "properties.upgradePolicy.mode"),
+    ("maxBatchInstancePercent", "properties.upgradePolicy.rollingUpgradePolicy.maxBatchInstancePercent"),
+    ("scheduledEventsProfile", "properties.virtualMachineProfile.scheduledEventsProfile"),
+    ("priority", "properties.virtualMachineProfile.priority"),
+    ("forceDeletion", "properties.scaleInPolicy.forceDeletion"),
+    ("automaticRepairs", "properties.automaticRepairsPolicy.enabled"),
+)
+"""The one list of what an audit reads of a scale set: (column, its path in the resource). The
+query projects exactly these (a row is ~0.3 KB instead of the whole model's ~1.9 KB) and
+`records.parse_row` reads these columns; a new field is one line here plus its reader."""
 _GUID = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
 _NAME_GLOB = re.compile(r"^[A-Za-z0-9_.\-*?\[\]!]+$")
 
@@ -67,7 +85,7 @@ class Scope:
         # values case-sensitive, and KQL's `tags['KEY']` looks names up case-sensitively
         if self.name:
             lines.append(f"| where name matches regex {kql_string(glob_to_regex(self.name))}")
-        lines.append(f"| project {', '.join(PROJECTED)}")
+        lines.append("| project " + ", ".join(name if name == path else f"{name} = {path}" for name, path in PROJECTION))
         lines.append("| order by id asc")
         return "\n".join(lines)
 

@@ -20,6 +20,9 @@ Understood (whitespace free, keywords and operators case-sensitive as in KQL, st
     case-insensitively and `==` exactly.
     | where name matches regex '(?i)^...$'   (a Python-compatible RE2 subset)
     | project id, name, type, subscriptionId, resourceGroup, location, tags, sku, properties
+      or any list of row fields and `column = field.path.to.value` (KQL's dynamic property access:
+      `capacity = sku.capacity, upgradeMode = properties.upgradePolicy.mode`); a path that is not
+      there projects null, as in Resource Graph; `id` must be projected (paging needs it)
     | order by id asc                        (optional; rows are always returned in id order)
 
 And one summary over `computeresources` (the scale-set VMs of Uniform sets: their model view),
@@ -71,7 +74,7 @@ import time
 import uuid
 import zlib
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from vmss_terminate_sim.emulator.arm import maintenance, shapes
 from vmss_terminate_sim.emulator.arm.inventory import ArmState, ScaleSetRecord
@@ -93,7 +96,7 @@ MAX_SUBSCRIPTIONS = 1000
 MAX_TOP = 1000
 ROW_API_VERSION = "2025-04-01"  # the shape Resource Graph serves: the latest properties (scheduledEventsPolicy whole)
 
-_TOKEN = re.compile(r"""\s*(?:(?P<str>'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")|(?P<op>=~|==|in~|\||\(|\)|\[|\]|,)|(?P<word>[A-Za-z_][A-Za-z0-9_]*))""")
+_TOKEN = re.compile(r"""\s*(?:(?P<str>'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")|(?P<op>=~|==|in~|=|\.|\||\(|\)|\[|\]|,)|(?P<word>[A-Za-z_][A-Za-z0-9_]*))""")
 
 
 class QueryError(Exception):
@@ -115,6 +118,7 @@ class Query:
     summary: bool = False  # the computeresources summary (stale instances per scale set)
     maintenance: bool = False  # maintenanceresources: the scheduled events of the sets selected
     ids: Optional[List[str]] = None  # `where id in~ (...)`: scale sets by resource id
+    columns: Optional[List[Tuple[str, Tuple[str, ...]]]] = None  # (name, path in the row); None: PROJECTED
 
     def matches(self, ss: ScaleSetRecord) -> bool:
         if self.ids is not None and ss.resource_id.lower() not in {i.lower() for i in self.ids}:
@@ -255,12 +259,16 @@ def parse_query(text: str) -> Query:
         if verb == "where":
             _where(p, query)
         elif verb == "project" and not projected:
-            columns = [p.take(kind="word")]
+            columns = [_column(p)]
             while p.peek() is not None and p.peek()[1] == ",":  # type: ignore[index]
                 p.take(",")
-                columns.append(p.take(kind="word"))
-            if tuple(columns) != PROJECTED:
-                raise QueryError(f"project must list exactly: {', '.join(PROJECTED)}", 0, "project")
+                columns.append(_column(p))
+            if tuple(name for name, _ in columns) == PROJECTED and all(len(path) == 1 for _, path in columns):
+                query.columns = None  # the whole ARM fields, as before
+            elif ("id", ("id",)) not in columns:
+                raise QueryError("project must include id (paging sorts by it)", 0, "project")
+            else:
+                query.columns = columns
             projected = True
         elif verb == "order":
             p.take("by")
@@ -275,6 +283,33 @@ def parse_query(text: str) -> Query:
     if not projected:
         raise QueryError("the query must project the ARM resource fields", p.end, "<EOF>")
     return query
+
+
+def _column(p: _Parser) -> Tuple[str, Tuple[str, ...]]:
+    """`field` or `name = field.path.to.value` (the field one of PROJECTED)."""
+    name = p.take(kind="word")
+    path = [name]
+    if p.peek() is not None and p.peek()[1] == "=":  # type: ignore[index]
+        p.take("=")
+        path = [p.take(kind="word")]
+        while p.peek() is not None and p.peek()[1] == ".":  # type: ignore[index]
+            p.take(".")
+            path.append(p.take(kind="word"))
+    if path[0] not in PROJECTED:
+        raise QueryError(f"project: '{path[0]}' is not a column of resources (served: {', '.join(PROJECTED)})",
+                         p.items[p.index - 1][2], path[0])
+    return name, tuple(path)
+
+
+def projected(full: Dict[str, Any], columns: List[Tuple[str, Tuple[str, ...]]]) -> Dict[str, Any]:
+    """The row with only `columns`, each its path's value or null (KQL: a missing property is null)."""
+    out: Dict[str, Any] = {}
+    for name, path in columns:
+        value: Any = full
+        for key in path:
+            value = value.get(key) if isinstance(value, dict) else None
+        out[name] = value
+    return out
 
 
 def _where(p: _Parser, query: Query) -> None:
@@ -334,6 +369,16 @@ def row(ss: ScaleSetRecord) -> Dict[str, Any]:
         "sku": arm["sku"],
         "properties": arm["properties"],
     }
+
+
+def _shape(query: Query, reported: bool) -> Callable[[ScaleSetRecord], Dict[str, Any]]:
+    """How the query renders one scale set: a summary row, the projected columns, or the ARM fields."""
+    columns = query.columns
+    if query.summary:
+        return lambda ss: summary_row(ss, reported)
+    if columns is not None:
+        return lambda ss: projected(row(ss), columns)
+    return row
 
 
 def _has_vms(ss: ScaleSetRecord) -> bool:
@@ -423,7 +468,7 @@ def answer(state: ArmState, body: Any) -> Response:
                            if (not subscriptions and not groups or ss.subscription.lower() in scope)
                            and query.matches(ss) and (not query.summary or _has_vms(ss))),
                           key=lambda ss: ss.resource_id.lower())
-        shape = (lambda ss: summary_row(ss, state.rg_model_reported)) if query.summary else row
+        shape = _shape(query, state.rg_model_reported)
     records: List[Any] = selected
     if query.maintenance:  # one row per event of the selected sets, not one per set
         records = state.maintenance.rows(selected)
