@@ -148,7 +148,7 @@ def test_plan_retells_only_the_help_of_its_batch_size() -> None:
 @pytest.mark.parametrize("pattern, where", [
     (r"1800\.0", "control/operations.py"),  # UpgradeOptions.wait_timeout = OperationWait.wait_timeout's default
     (r"\b10\.0,\s*parse=number_range\(.poll-interval|poll.interval[^\n]*= 10\.0", "control/upgrade.py"),
-    (r"default=.20%|BatchSize\(20\b", "control/upgrade.py"),
+    (r"default=.(20%|auto)|BatchSize\((20|0)\b", "control/upgrade.py"),  # auto since issue 29
 ], ids=["wait-timeout", "poll-interval", "batch-size"])
 def test_the_upgrade_defaults_are_written_once(pattern: str, where: str) -> None:
     """The issue's measure: `commands/control.py` restated `UpgradeOptions`' 1800.0, 10.0 and "20%"."""

@@ -168,7 +168,7 @@ def test_resource_graph_rows_carry_the_whole_policy(arm: ArmServers, http: reque
     answer = http.post(f"{arm.arm_url}/providers/Microsoft.ResourceGraph/resources",
                        params={"api-version": "2021-03-01"}, json={"query": Scope().query()}, timeout=5)
     assert answer.status_code == 200, answer.text
-    assert answer.json()["data"][0]["properties"]["scheduledEventsPolicy"] == POLICY
+    assert answer.json()["data"][0]["scheduledEventsPolicy"] == POLICY  # a column of fleet.scope.PROJECTION
 
 
 def test_emulator_arm_unregistered_feature_option() -> None:

@@ -30,6 +30,7 @@ PROJECTION: Tuple[Tuple[str, str], ...] = (
     ("priority", "properties.virtualMachineProfile.priority"),
     ("forceDeletion", "properties.scaleInPolicy.forceDeletion"),
     ("automaticRepairs", "properties.automaticRepairsPolicy.enabled"),
+    ("scheduledEventsPolicy", "properties.scheduledEventsPolicy"),  # the policy audit's (issue 24)
 )
 """The one list of what an audit reads of a scale set: (column, its path in the resource). The
 query projects exactly these (a row is ~0.3 KB instead of the whole model's ~1.9 KB) and
