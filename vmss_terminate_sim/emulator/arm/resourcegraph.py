@@ -468,7 +468,7 @@ def answer(state: ArmState, body: Any) -> Response:
                            if (not subscriptions and not groups or ss.subscription.lower() in scope)
                            and query.matches(ss) and (not query.summary or _has_vms(ss))),
                           key=lambda ss: ss.resource_id.lower())
-        shape = _shape(query, state.rg_model_reported)
+        shape: Callable[[Any], Dict[str, Any]] = _shape(query, state.rg_model_reported)
     records: List[Any] = selected
     if query.maintenance:  # one row per event of the selected sets, not one per set
         records = state.maintenance.rows(selected)
