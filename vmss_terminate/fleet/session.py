@@ -175,7 +175,7 @@ class FleetSession:
         through the Resource Graph client's own pipeline (credential, origin rule, retries, the
         throttle's headers), but its answer is not turned into SDK models (a generic object per
         value of every row, which the audit then read again: ~60 % of an audit's CPU)."""
-        from azure.core.rest import HttpRequest  # noqa: PLC0415
+        from azure.core.rest import HttpRequest
 
         client = self.graph()
         version = getattr(getattr(client, "_config", None), "api_version", None) or GRAPH_API_VERSION
