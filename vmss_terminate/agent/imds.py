@@ -46,26 +46,24 @@ import math
 import os
 import random
 import re
-import socket
 import threading
 import time
 from collections import deque
-from contextlib import contextmanager, nullcontext
+from contextlib import nullcontext
 from datetime import datetime
 from email.utils import parsedate_to_datetime
-from typing import Any, Callable, ContextManager, Deque, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, ContextManager, Deque, Dict, List, Optional, Sequence, Tuple
 from urllib.parse import urlsplit
 
 import requests
 import requests.adapters
-import urllib3
-import urllib3.connection
 
 from vmss_terminate import __version__
 from vmss_terminate.clock import SYSTEM_CLOCK, Clock
 from vmss_terminate.errors import UsageError, VmssTerminateError
 from vmss_terminate.pipeline.backoff import Backoff
 from vmss_terminate.pipeline.events import UNREADABLE, EventsDocument, MalformedDocument, owns, same_name
+from vmss_terminate.pipeline.watched import Watch, WatchedAdapter
 from vmss_terminate.scheduled_events import DEFAULT_API_VERSION, SCHEDULED_EVENTS_VERSIONS, TERMINATE_SINCE
 
 log = logging.getLogger(__name__)
@@ -496,7 +494,7 @@ class ImdsClient:
                 del self._session.headers[name]
         self.limiter.acquire()
         total = self.connect_timeout + read_timeout
-        with _Watch(total, stop) as watch, self._watching(watch):
+        with _Watch(total, stop, name="imds-watch") as watch, self._watching(watch):
             try:
                 response = self._session.request(
                     method, self.base_url + path, params=params, data=body, headers=headers,
@@ -622,49 +620,8 @@ def _causes(exc: BaseException, depth: int = 0) -> List[BaseException]:
     return found
 
 
-class _Watch:
-    """Aborts the request in flight on this thread when its total deadline passes or `stop` is set.
-
-    A per-read timeout cannot stop a body sent a byte at a time, and a signal handler cannot
-    interrupt a blocking read (Python retries it). So a watcher thread shuts the connection's socket
-    down, which ends any read at once; the request then fails and `raise_if_fired` says why.
-    Real time on purpose: sockets wait in real time, also under a sandbox's fast clock.
-    """
-
-    _POLL = 0.05  # seconds between looks at `stop` (bounded polling: a threading.Event has no select)
-
-    def __init__(self, total: float, stop: Optional[threading.Event]) -> None:
-        self.total = total
-        self.stop = stop
-        self.connection: Any = None  # set by _WatchedConnection when the request goes out
-        self.fired: Optional[str] = None
-        self._done = threading.Event()
-        self._deadline = time.monotonic() + total
-
-    def __enter__(self) -> "_Watch":
-        threading.Thread(target=self._run, name="imds-watch", daemon=True).start()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self._done.set()
-
-    def _run(self) -> None:
-        while not self._done.wait(min(self._POLL, max(0.0, self._deadline - time.monotonic()))):
-            if self.stop is not None and self.stop.is_set():
-                self._fire("stopped")
-                return
-            if time.monotonic() >= self._deadline:
-                self._fire("deadline")
-                return
-
-    def _fire(self, why: str) -> None:
-        self.fired = why
-        sock = getattr(self.connection, "sock", None)
-        if sock is not None:
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
+class _Watch(Watch):
+    """A `Watch` whose firing is said as the IMDS client's errors."""
 
     def raise_if_fired(self, cause: Optional[BaseException]) -> None:
         if self.fired == "stopped":
@@ -674,47 +631,7 @@ class _Watch:
                             f"--request-timeout, first byte to last)", outcome="timeout") from cause
 
 
-class _WatchedConnection(urllib3.connection.HTTPConnection):
-    """Tells the _Watch of the request its thread is sending which connection carries it."""
-
-    watches: threading.local  # set per adapter (_WatchedAdapter.init_poolmanager)
-
-    def request(self, *args: Any, **kwargs: Any) -> Any:
-        watch = getattr(self.watches, "watch", None)
-        if watch is not None:
-            watch.connection = self
-        return super().request(*args, **kwargs)
-
-
-class _WatchedHTTPSConnection(urllib3.connection.HTTPSConnection):
-    watches: threading.local
-    request = _WatchedConnection.request
-
-
-class _WatchedAdapter(requests.adapters.HTTPAdapter):
-    """The default transport: real sockets, whose pools use the watched connection classes.
-    The request each thread is sending is this adapter's own state (no module-level state)."""
-
-    def __init__(self) -> None:
-        self._watches = threading.local()  # .watch: the _Watch of this thread's request in flight
-        super().__init__()  # calls init_poolmanager
-
-    @contextmanager
-    def watching(self, watch: _Watch) -> Iterator[None]:
-        self._watches.watch = watch
-        try:
-            yield
-        finally:
-            self._watches.watch = None
-
-    def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
-        super().init_poolmanager(*args, **kwargs)
-        attrs = {"watches": self._watches}
-        http_conn = type("WatchedConnection", (_WatchedConnection,), attrs)
-        https_conn = type("WatchedHTTPSConnection", (_WatchedHTTPSConnection,), attrs)
-        http_pool = type("WatchedHTTPPool", (urllib3.HTTPConnectionPool,), {"ConnectionCls": http_conn})
-        https_pool = type("WatchedHTTPSPool", (urllib3.HTTPSConnectionPool,), {"ConnectionCls": https_conn})
-        self.poolmanager.pool_classes_by_scheme = {"http": http_pool, "https": https_pool}
+_WatchedAdapter = WatchedAdapter
 
 
 def _snippet(text: str, limit: int = 160) -> str:

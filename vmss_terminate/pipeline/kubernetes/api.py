@@ -9,7 +9,11 @@ Like `ImdsClient` for IMDS, every Kubernetes request goes through this one class
   environment for an https server that is not loopback; never a proxy for a loopback host (a proxy
   cannot reach our loopback anyway) nor for a plain-http server (it would carry the bearer token in
   clear to the proxy); never .netrc;
-- every request has a connect and a read timeout, and an answer is capped in size;
+- every request is bounded in total, connect to last byte (connect + read timeout), and inside
+  `bounded(left, stop)` also by the time its caller has left (the drain: NotBefore minus the
+  safety margin) and ended at once when `stop` is set (the agent stopping): a `Watch` shuts the
+  socket, so an answer dripping a byte every few seconds can hold neither the drain past its
+  deadline nor a worker thread past SIGTERM. An answer is capped in size;
 - no retry here: the drain decides what to retry and until when (its deadline is NotBefore minus
   the safety margin), so one answer -> `Answer`, one failure on the wire -> `KubeError`.
 """
@@ -18,8 +22,10 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Dict, Optional
+from typing import Any, Callable, Dict, Iterator, Optional, Tuple
 from urllib.parse import quote, urlsplit
 
 import requests
@@ -29,6 +35,7 @@ from vmss_terminate import __version__
 from vmss_terminate.errors import VmssTerminateError
 from vmss_terminate.net import is_loopback_url
 from vmss_terminate.pipeline.kubernetes.credentials import Access
+from vmss_terminate.pipeline.watched import Watch, WatchedAdapter
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +80,10 @@ class KubeApi:
         self.connect_timeout = connect_timeout
         self.read_timeout = read_timeout
         self._session = session or requests.Session()
+        self._adapter = WatchedAdapter()
+        for prefix in ("http://", "https://"):
+            self._session.mount(prefix, self._adapter)
+        self._bounds = threading.local()  # .bound: (real seconds left or None, stop) of this thread's caller
         self._session.trust_env = False  # no .netrc: it could replace our Authorization header
         self._session.headers.update({"User-Agent": f"vmss-terminate/{__version__}", "Accept": JSON})
         self._proxies: Any = _proxies_for(access.server)
@@ -81,9 +92,50 @@ class KubeApi:
     def server(self) -> str:
         return self.access.server
 
+    @contextmanager
+    def bounded(self, left: Callable[[], Optional[float]], stop: Optional[threading.Event]) -> Iterator[None]:
+        """This thread's requests end by `left()` real seconds from when each is sent (None: no
+        limit but their own) and at once when `stop` is set. Nests: the inner bound holds inside."""
+        previous = getattr(self._bounds, "bound", None)
+        self._bounds.bound = (left, stop)
+        try:
+            yield
+        finally:
+            self._bounds.bound = previous
+
+    def bound(self) -> Optional[Tuple[Callable[[], Optional[float]], Optional[threading.Event]]]:
+        """This thread's bound (see `bounded`), to hand on to worker threads."""
+        return getattr(self._bounds, "bound", None)
+
     def request(self, method: str, api_path: str, params: Optional[Dict[str, str]] = None,
                 body: Any = None, content_type: str = JSON) -> Answer:
-        """One request; `Answer` for any HTTP status, `KubeError` when none came."""
+        """One request; `Answer` for any HTTP status, `KubeError` when none came (in time)."""
+        total = self.connect_timeout + self.read_timeout
+        stop: Optional[threading.Event] = None
+        bound = self.bound()
+        if bound is not None:
+            left, stop = bound[0](), bound[1]
+            if stop is not None and stop.is_set():
+                raise KubeError(f"{method} {api_path}: not sent, stopping")
+            if left is not None:
+                if left <= 0:
+                    raise KubeError(f"{method} {api_path}: not sent, the deadline has passed")
+                total = min(total, left)
+        with Watch(total, stop, name="kube-watch") as watch, self._adapter.watching(watch):
+            try:
+                answer = self._request(method, api_path, params, body, content_type)
+            except KubeError:
+                if watch.fired is None:
+                    raise
+        fired = watch.fired
+        if fired is None:  # a cut answer may read as a complete one: only an unfired watch counts
+            return answer
+        if fired == "stopped":
+            raise KubeError(f"{method} {api_path}: abandoned, stopping")
+        raise KubeError(f"{method} {api_path}: no complete answer from {self.server} within {total:.1f} s")
+
+    def _request(self, method: str, api_path: str, params: Optional[Dict[str, str]], body: Any,
+                 content_type: str) -> Answer:
         headers = {}
         token = self.access.token()
         if token:

@@ -43,6 +43,7 @@ DRAIN_STEP = "kubernetes:drain"
 POLL_GONE_EVERY = 1.0  # clock seconds between pod lists while waiting for evicted pods (kubectl: 1 s)
 WARN_EVERY = 60.0  # clock seconds between repeats of the same warning while waiting for pods
 CORDON_TRIES = 10  # PATCHes of the node refused with 409 (changed meanwhile) before the cordon fails
+EVENT_POST_SECONDS = 2.0  # real seconds a Kubernetes Event's POST may take, also at the deadline
 UNDO_FOR = 60.0  # clock seconds an uncordon is retried (the API may be briefly unavailable)
 EVICT_RETRY_CAP = 5.0  # a refused eviction is retried after 1, 2, 4, then every 5 s (jittered): kubectl
 # drain's callers use 5 s; a longer cap left budget-serialised drains idle (benchmarks/drain.py)
@@ -87,7 +88,8 @@ class NodeDrain:
     def run(self, run: Run) -> StepResult:
         eid = run.event.event_id
         try:
-            return self._drain(run, eid)
+            with self.api.bounded(lambda: self._left(run), run.cancelled):  # no request outlives the step
+                return self._drain(run, eid)
         except KubeError as exc:  # refused for good (403: RBAC, ...): said, and the step failed
             self.report(D.KUBE_ERROR, eid, f"drain stopped: {exc}")
             return StepResult(FAILED, str(exc))
@@ -273,8 +275,18 @@ class NodeDrain:
                     raise _Stop(outcome)
         return waiting, failed, refused[0]
 
+    def _left(self, run: Run) -> Optional[float]:
+        """Real seconds until the step's deadline (None: no deadline known): what a request may take."""
+        deadline = run.deadline()
+        return None if deadline is None else (deadline - self.clock.now()) / self.clock.speed
+
     def _evict_one(self, run: Run, eid: str, pod: Mapping[str, Any], refused: List[int]) -> Tuple[str, str]:
-        """("evicted" | "gone" | "failed" | "stop", detail) for one pod."""
+        """("evicted" | "gone" | "failed" | "stop", detail) for one pod (in a worker thread: its
+        requests are bounded as the step's are)."""
+        with self.api.bounded(lambda: self._left(run), run.cancelled):
+            return self._evict_pod(run, eid, pod, refused)
+
+    def _evict_pod(self, run: Run, eid: str, pod: Mapping[str, Any], refused: List[int]) -> Tuple[str, str]:
         meta = pod.get("metadata") or {}
         key = rules.pod_key(pod)
         url = path("api", "v1", "namespaces", str(meta.get("namespace")), "pods", str(meta.get("name")), "eviction")
@@ -419,9 +431,11 @@ class NodeDrain:
     def _event(self, node: Mapping[str, Any], reason: str, note: str, eid: str, warning: bool = False) -> None:
         """Post a Kubernetes Event about the node; a failure is logged, never stops the drain."""
         body = rules.node_event(node, reason, note, self.clock.now(), self.vm_name(), warning=warning)
+        bound = self.api.bound()  # an Event may be posted at the deadline (TerminateDrainIncomplete): a moment more
         try:
-            answer = self.api.request("POST", path("apis", "events.k8s.io", "v1", "namespaces", "default", "events"),
-                                      body=body)
+            with self.api.bounded(lambda: EVENT_POST_SECONDS, bound[1] if bound is not None else None):
+                answer = self.api.request("POST", path("apis", "events.k8s.io", "v1", "namespaces", "default",
+                                                       "events"), body=body)
             problem = "" if answer.ok else answer.message()
         except KubeError as exc:
             problem = str(exc)
