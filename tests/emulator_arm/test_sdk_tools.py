@@ -6,6 +6,7 @@ real managed-identity credential against the emulator's token endpoint."""
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any, Dict, Iterator, Tuple
 
 import pytest
@@ -218,6 +219,12 @@ def _rich(arm: ArmServers) -> None:
         "scaleInPolicy": {"rules": ["OldestVM"], "forceDeletion": False},
         "automaticRepairsPolicy": {"enabled": True, "gracePeriod": "PT30M"},
         "scheduledEventsProfile": {"terminateNotificationProfile": {"enable": True, "notBeforeTimeout": "PT5M"}},
+        "scheduledEventsPolicy": {  # issue 24: the top-level policy survives the SDK's GET -> PUT
+            "scheduledEventsAdditionalPublishingTargets": {
+                "eventGridAndResourceGraph": {"enable": True, "scheduledEventsApiVersion": "2020-07-01"}},
+            "userInitiatedReboot": {"automaticallyApprove": True},
+            "userInitiatedRedeploy": {"automaticallyApprove": False},
+            "allInstancesDown": {"automaticallyApprove": True}},
     }]})
 
 
@@ -239,10 +246,19 @@ def test_get_modify_put_changes_only_the_terminate_notification(arm: ArmServers,
     assert (before["etag"], after["etag"]) == ('"1"', '"2"')  # Azure's etag moves with every write
     assert after["properties"]["virtualMachineProfile"]["scheduledEventsProfile"] == {
         "terminateNotificationProfile": {"enable": True, "notBeforeTimeout": "PT10M"}}
+    policy = _raw(arm, "rich", "2025-04-01")["properties"]["scheduledEventsPolicy"]  # the whole policy
+    assert policy["allInstancesDown"] == {"automaticallyApprove": True}
+    assert policy["scheduledEventsAdditionalPublishingTargets"]["eventGridAndResourceGraph"][
+        "scheduledEventsApiVersion"] == "2020-07-01"
+    assert json.loads(sent_body(arm))["properties"]["scheduledEventsPolicy"] == policy  # the SDK sent it back whole
     sent = [r for r in arm.arm_server.log.all() if r.method == "PUT"]
     assert len(sent) == 1 and sent[0].query["api-version"] == ["2026-04-01"]
     with _compute(arm, identity) as client:  # the instances now run an older model
         assert not any(vm.latest_model_applied for vm in client.virtual_machine_scale_set_vms.list("rg", "rich"))
+
+
+def sent_body(arm: ArmServers) -> bytes:
+    return [r for r in arm.arm_server.log.all() if r.method == "PUT"][-1].body
 
 
 def _without(body: Dict[str, Any], path: Tuple[str, ...]) -> Dict[str, Any]:
