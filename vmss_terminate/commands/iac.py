@@ -11,7 +11,7 @@ from vmss_terminate.commands.fields import declared_options
 from vmss_terminate.commands.options import TIMEOUT, int_range
 from vmss_terminate.control.events_policy import PolicyChange
 from vmss_terminate.errors import UsageError
-from vmss_terminate.iac import kubernetes
+from vmss_terminate.iac import eventgrid, kubernetes
 from vmss_terminate.iac.render import FORMATS, render
 
 
@@ -21,12 +21,14 @@ from vmss_terminate.iac.render import FORMATS, render
                    "with scheduledEventsPolicy too); terraform: the termination_notification block (and an "
                    "azapi_update_resource for the policy); rest: the exact PATCH body `enable` sends; cli: the az and vmss-terminate commands; policy: an Azure "
                    "Policy definition auditing scale sets for this timeout; kubernetes: the agent's DaemonSet, "
-                   "ServiceAccount and least RBAC (no --timeout). Required.")
+                   "ServiceAccount and least RBAC (no --timeout); eventgrid: the Event Grid -> Storage queue setup of "
+                   "one subscription for `central run --source queue`, as Azure CLI commands (no --timeout). Required.")
 @click.option("--timeout", type=TIMEOUT, default=None,
               help="Delay Azure waits before deleting an instance: 5..15 minutes (10, 10m, PT10M). "
                    "Required unless --disable or (as for `enable`) a scheduled-events policy option alone.")
 @click.option("--disable", is_flag=True, help="Render the setting that turns terminate notifications off.")
-@click.option("-g", "--resource-group", default=None, help="Resource group for --format cli (default: $RESOURCE_GROUP).")
+@click.option("-g", "--resource-group", default=None,
+              help="Resource group for --format cli (default: $RESOURCE_GROUP) and --format eventgrid (required).")
 @click.option("-n", "--name", default=None, help="Scale set name for --format cli (default: $VMSS_NAME).")
 @click.option("--image", default=None,
               help=f"Agent image for --format kubernetes (default: {kubernetes.DEFAULT_IMAGE}; build it from "
@@ -43,10 +45,20 @@ from vmss_terminate.iac.render import FORMATS, render
                    "here as the agent on every node would check them (exit 2); --listen, --state-file "
                    "and --once are the DaemonSet's.")
 @declared_options(PolicyChange, "policy")
+@click.option("--subscription", default=None,
+              help="--format eventgrid: the subscription whose scale sets' scheduled events are delivered (required).")
+@click.option("--storage-account", default=None,
+              help="--format eventgrid: the storage account to create for the queue and lease blobs (required).")
+@click.option("--queue", default=None,
+              help=f"--format eventgrid: the queue's name (default: {eventgrid.DEFAULT_QUEUE}; poison: QUEUE-poison).")
+@click.option("--location", default=None, help="--format eventgrid: the storage account's region (default: eastus).")
+@click.option("--principal-id", default=None,
+              help="--format eventgrid: object id of the handler's identity; prints its role assignments.")
 def render_command(fmt: str, timeout: Optional[int], disable: bool,
                    resource_group: Optional[str], name: Optional[str], image: Optional[str],
                    namespace: Optional[str], metrics_port: Optional[int], agent_args: Tuple[str, ...],
-                   policy: PolicyChange) -> None:
+                   policy: PolicyChange, subscription: Optional[str], storage_account: Optional[str],
+                   queue: Optional[str], location: Optional[str], principal_id: Optional[str]) -> None:
     """Print a snippet to paste into your own template or pipeline.
 
     \b
@@ -54,11 +66,28 @@ def render_command(fmt: str, timeout: Optional[int], disable: bool,
     vmss-terminate render --format rest --timeout PT10M > body.json
     vmss-terminate render --format rest --timeout 10 --event-grid --auto-approve user-reboot
     vmss-terminate render --format kubernetes --image myregistry.azurecr.io/vmss-terminate:0.1.0 | kubectl apply -f -
+    vmss-terminate render --format eventgrid --subscription SUB -g RG --storage-account NAME > setup.sh
     """
     if fmt is None:  # checked here, not by click, whose message spans several lines
         raise UsageError(f"--format is required: one of {', '.join(FORMATS)}")
     kube_options = {"--image": image, "--namespace": namespace, "--metrics-port": metrics_port,
                     "--agent-arg": agent_args or None}
+    grid_options = {"--subscription": subscription, "--storage-account": storage_account, "--queue": queue,
+                    "--location": location, "--principal-id": principal_id}
+    if fmt == "eventgrid":
+        given = [option for option, value in {**kube_options, "-n": name}.items() if value is not None]
+        if given:
+            raise UsageError(f"{', '.join(given)}: not with --format eventgrid")
+        if timeout is not None or disable or not policy.empty:
+            raise UsageError("--format eventgrid takes no --timeout, --disable or scheduled-events policy option")
+        text = render(fmt, None, resource_group=resource_group, subscription=subscription,
+                      storage_account=storage_account, queue=queue or eventgrid.DEFAULT_QUEUE,
+                      location=location or "eastus", principal_id=principal_id)
+        click.echo(text, nl=False)
+        return
+    grid_given = [option for option, value in grid_options.items() if value is not None]
+    if grid_given:
+        raise UsageError(f"{', '.join(grid_given)}: only with --format eventgrid")
     if fmt == "kubernetes":
         if not policy.empty:
             raise UsageError("--format kubernetes takes no scheduled-events policy option: the policy is the scale "

@@ -15,10 +15,10 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 from vmss_terminate.control import body
 from vmss_terminate.control.events_policy import NEWER_MIN_API, POLICY_MIN_API, PolicyChange
 from vmss_terminate.errors import UsageError
-from vmss_terminate.iac import azure_policy, kubernetes
+from vmss_terminate.iac import azure_policy, eventgrid, kubernetes
 from vmss_terminate.timeout import parse_timeout
 
-FORMATS = ("arm", "bicep", "terraform", "rest", "cli", "policy", "kubernetes")
+FORMATS = ("arm", "bicep", "terraform", "rest", "cli", "policy", "kubernetes", "eventgrid")
 
 # azurerm spells the two ARM fields differently inside `termination_notification { }`.
 TERRAFORM_FIELDS = {"enable": "enabled", "notBeforeTimeout": "timeout"}
@@ -40,6 +40,11 @@ def render(
     metrics_port: int = kubernetes.DEFAULT_PORT,
     agent_args: Sequence[str] = (),
     policy: Optional[PolicyChange] = None,
+    subscription: Optional[str] = None,
+    storage_account: Optional[str] = None,
+    queue: str = eventgrid.DEFAULT_QUEUE,
+    location: str = "eastus",
+    principal_id: Optional[str] = None,
 ) -> str:
     """Return the snippet for `fmt` (one of FORMATS), ending with a newline.
 
@@ -51,10 +56,21 @@ def render(
     `policy` (the `enable` options --event-grid, --events-api-version, --auto-approve KIND): the
     top-level scheduledEventsPolicy too (every format but kubernetes); with a policy the timeout
     may be left out, as for `enable` (then only the policy is rendered).
+    `eventgrid` is the Event Grid -> Storage queue setup of one subscription as Azure CLI commands
+    (`iac/eventgrid.py`: `subscription`, `resource_group`, `storage_account`, `queue`, `location`,
+    `principal_id`), the resources of templates/*/eventgrid-queue*.
     Raises UsageError (exit 2) for an unknown format or a bad timeout.
     """
     if policy is not None and policy.empty:
         policy = None
+    if fmt == "eventgrid":
+        if minutes is not None or not enable or policy is not None:
+            raise UsageError("--format eventgrid renders the Event Grid -> Storage queue setup of a subscription: "
+                             "give no --timeout, --disable or scheduled-events policy options")
+        if not subscription or not resource_group or not storage_account:
+            raise UsageError("--format eventgrid needs --subscription, --resource-group and --storage-account")
+        return eventgrid.render_cli(subscription, resource_group, storage_account, queue=queue, location=location,
+                                    principal_id=principal_id)
     if fmt == "kubernetes":
         if policy is not None:
             raise UsageError("--format kubernetes renders the agent's DaemonSet: the scheduled-events policy is the "
