@@ -301,6 +301,8 @@ class Agent:
                          f" NotBefore={event.not_before_raw or '-'}", event=event)
         if not ours:
             return
+        if event.started and not self.state.get(event.event_id).get("started"):
+            self.state.update(event.event_id, started=True)  # the VM is going away: never uncordoned
         if not event.scheduled:
             return  # Started: too late to prepare or approve; running hooks go on until their deadline
         self._advance(event)

@@ -250,6 +250,7 @@ def _is_names(value: Any) -> bool:
 # never written) rather than crash a hook worker or the loop.
 _FIELD_CHECKS: Dict[str, Callable[[Any], bool]] = {
     "hooks_started": _is_time, "hooks_finished": _is_time, "approval_started": _is_time, "approved": _is_time,
+    "started": lambda v: v is True,  # seen Started: the VM is going away (policy.departing)
     "hooks_result": lambda v: v in ("ok", "failed"),
     "current_step": lambda v: isinstance(v, str), "event_type": lambda v: isinstance(v, str),
     "hook_token": lambda v: isinstance(v, str),

@@ -244,10 +244,12 @@ def gone_for_good(polls: int, since: float, now: float) -> bool:
 
 def departing(record: Mapping[str, Any], last: Optional[Event], now: float) -> bool:
     """The VM may be going away for this event: it was approved, or its approval was being sent (an
-    agent killed mid-POST cannot know whether Azure got it), or it started, or its NotBefore passed
+    agent killed mid-POST cannot know whether Azure got it), or it started (seen Started once, as the
+    journal's `started` keeps: someone approved it, Azure began), or its NotBefore passed
     (Azure starts it then). Its node is never uncordoned."""
     not_before = last.not_before if last is not None else None
-    return bool(record.get("approved") or record.get("approval_started") or (last is not None and last.started)
+    return bool(record.get("approved") or record.get("approval_started") or record.get("started")
+                or (last is not None and last.started)
                 or (not_before is not None and now >= not_before))
 
 

@@ -393,3 +393,25 @@ def test_an_agent_without_the_journal_knows_its_cordon_from_the_node(cluster: Cl
         assert running.decisions.wait_kind(D.KUBE_UNCORDONED, eid, timeout=30)
     node = cluster.node()
     assert not node["spec"].get("unschedulable") and CORDONED_BY not in (node["metadata"].get("annotations") or {})
+
+
+def test_a_terminate_that_started_and_left_the_document_never_gets_its_node_uncordoned(cluster: Cluster) -> None:
+    """Issue 27 item 5: someone approved it, Azure began the deletion, the event left the document:
+    the VM is going away, so its node stays cordoned (docs/kubernetes.md)."""
+    one_pod_held(cluster)
+    agent = cluster.agent()
+    eid = cluster.group.add_event("Terminate", [VM], not_before=cluster.clock.now() + 600)
+    with Running(agent) as running:
+        assert running.decisions.wait_kind(D.KUBE_EVICTION_REFUSED, eid, timeout=30)
+        cluster.group.start_event(eid)  # approved elsewhere: Azure begins
+        assert running.decisions.wait_kind(D.EVENT_STARTED, eid, timeout=30)
+        cluster.group.remove_event(eid)  # and the event leaves the document
+        assert running.decisions.wait_for(lambda items: any(
+            d.kind == D.HOOK_FAILED and d.data.get("outcome") == "gone" for d in items), timeout=30)
+        polls = cluster.imds_server.log.count("GET")
+        assert cluster.imds_server.log.wait_for(lambda r: sum(x.method == "GET" for x in r) >= polls + 15, 30)
+    assert D.KUBE_UNCORDONED not in running.decisions.kinds(eid)
+    node = cluster.node()
+    assert node["spec"].get("unschedulable") is True
+    assert TAINT_KEY in [t["key"] for t in node["spec"].get("taints") or []]
+    assert "TerminateCancelled" not in [e["reason"] for e in cluster.state.events()]

@@ -31,6 +31,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Set, Tuple
 
 from vmss_terminate.clock import Clock
 from vmss_terminate.pipeline import decisions as D
+from vmss_terminate.pipeline import policy
 from vmss_terminate.pipeline.backoff import Backoff
 from vmss_terminate.pipeline.hooks import CANCELLED, DEADLINE, FAILED, GONE, OK, Run, StepResult
 from vmss_terminate.pipeline.journal import StateStore
@@ -95,8 +96,11 @@ class NodeDrain:
             return StepResult(FAILED, str(exc))
         except _Stop as stop:
             if stop.outcome == GONE:
-                self.undo(eid, self.journal.get(eid), f"{run.event.event_type} {eid} left the document "
-                                                      f"(scale-in cancelled) during the drain")
+                record = self.journal.get(eid)
+                if policy.departing(record, run.event, self.clock.now()):  # Started (or approved): never undone
+                    return StepResult(GONE, "the event left the document after it started: the node stays cordoned")
+                self.undo(eid, record, f"{run.event.event_type} {eid} left the document "
+                                       f"(scale-in cancelled) during the drain")
                 self.journal.forget(eid, "kube_drain_started", "kube_event_started")  # back: a new drain
                 return StepResult(GONE, "the event left the document: drain stopped")
             if stop.outcome == CANCELLED:
