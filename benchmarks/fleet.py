@@ -151,11 +151,21 @@ def bench_audit(args: argparse.Namespace) -> bool:
         emulator.ask("reset")
         report, wall, cpu = _timed(lambda: audit(timeout=10, connection=connection))
         log = emulator.log()
+        emulator.ask("reset")
+        required, policy_wall, policy_cpu = _timed(lambda: audit(
+            timeout=10, require_event_grid=True, require_auto_approve=("user-reboot",), connection=connection))
+        policy_log = emulator.log()
     print(f"audit: {args.sets} sets in {args.subscriptions} subscriptions, {args.latency * 1000:.0f} ms per request")
     print(f"  {wall:.2f} s wall, client CPU {cpu:.2f} s = {cpu / args.sets * 1000:.2f} ms per set; "
           f"{len(log)} ARM requests ({_kinds(log)}); {len(report.non_compliant)} of {len(report.scale_sets)} "
           f"non-compliant; calls {report.calls}")
+    grid_off = sum(1 for r in required.scale_sets if "event-grid-off" in r.findings)
+    print(f"  with --require-event-grid --require-auto-approve user-reboot (issue 24): {policy_wall:.2f} s wall, "
+          f"client CPU {policy_cpu:.2f} s; {len(policy_log)} ARM requests ({_kinds(policy_log)}); "
+          f"{grid_off} sets event-grid-off, {len(required.non_compliant)} non-compliant")
     ok = _check(wall <= target, f"{args.sets} sets <= {target:.0f} s ({wall:.2f} s)")
+    ok = _check(len(policy_log) <= len(log),
+                f"the policy findings cost no request ({len(policy_log)} <= {len(log)})") and ok
     return _check(cpu / args.sets <= 0.001, f"client CPU <= 1 ms per set ({cpu / args.sets * 1000:.2f} ms)") and ok
 
 

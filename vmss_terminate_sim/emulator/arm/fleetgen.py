@@ -12,7 +12,8 @@ names "Fleet subscription NN"), resource group `rg-fleet-{i // M % resourceGroup
 older model (cycling within each subscription). With `special` (default), every 20th set of a
 subscription is Spot, every 20th (offset 5) carries an
 `aks-managed-poolName` tag, every 20th (offset 10) has scaleInPolicy.forceDeletion and every 20th
-(offset 15) automaticRepairsPolicy.enabled.
+(offset 15) automaticRepairsPolicy.enabled; every 3rd (offset 2) has a scheduledEventsPolicy that
+publishes to Event Grid and Resource Graph and auto-approves user reboots.
 
 Bounded: at most MAX_SCALE_SETS sets, MAX_SUBSCRIPTIONS subscriptions and MAX_INSTANCES instances
 in all (ValueError past them; the CLI exits 2), since the estate lives in memory.
@@ -25,6 +26,8 @@ from typing import Any, Dict, List, Mapping
 ENABLED_10 = {"terminateNotificationProfile": {"enable": True, "notBeforeTimeout": "PT10M"}}
 ENABLED_5 = {"terminateNotificationProfile": {"enable": True, "notBeforeTimeout": "PT5M"}}
 STATES = ("absent", "disabled", "enabled-current", "enabled-5m", "enabled-stale")
+PUBLISHING = {"scheduledEventsAdditionalPublishingTargets": {"eventGridAndResourceGraph": {"enable": True}},
+              "userInitiatedReboot": {"automaticallyApprove": True}}
 # Upper bounds: a generated estate lives in the emulator's memory (~2 KB per instance); the fleet
 # benchmark's largest estate is 10,000 sets x 4 instances.
 MAX_SCALE_SETS = 20000
@@ -81,5 +84,7 @@ def generate(config: Mapping[str, Any]) -> Dict[str, Any]:
                 entry["scaleInPolicy"] = {"rules": ["Default"], "forceDeletion": True}
             if j % 20 == 15:
                 entry["automaticRepairsPolicy"] = {"enabled": True, "gracePeriod": "PT10M"}
+            if j % 3 == 2:
+                entry["scheduledEventsPolicy"] = PUBLISHING
         scale_sets.append(entry)
     return {"subscriptions": subscriptions, "scaleSets": scale_sets}
