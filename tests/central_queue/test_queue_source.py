@@ -15,6 +15,7 @@ from queue_events import event_id, properties, resource_id
 from vmss_terminate.central import eventgrid
 from vmss_terminate.central.source import CentralEvent
 from vmss_terminate.central.storage_queue import QueueSettings, QueueSource, poison_queue_name
+from vmss_terminate_sim import azurite
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -188,3 +189,37 @@ def test_metrics_report_depth_and_the_oldest_messages_age(world: World) -> None:
     text = source.metrics.render()
     assert "vmss_terminate_queue_depth " in text and "vmss_terminate_queue_oldest_message_age_seconds " in text
     assert world.name not in text  # no queue name, EventId or VM name as a label
+
+
+def test_open_queue_source_reads_the_connection_string_from_the_named_variable_only(world: World) -> None:
+    from vmss_terminate.central.storage_queue import open_queue_source
+    from vmss_terminate.errors import UsageError
+
+    url = f"{world.queue.url}"
+    settings = QueueSettings(lease_container=world.container, lease_duration=15, metrics_interval=0)
+    source = open_queue_source(url, "MY_QUEUE_CS", settings, environ={"MY_QUEUE_CS": world.cs})
+    world.sources.append(source)
+    eid = event_id()
+    world.send(eid)
+    assert [e.event_id for e in drain(source, 1)] == [eid]
+    for env, name, message in [({}, "MY_QUEUE_CS", "is not set"), ({"X": "nope"}, "X", "not a Storage connection"),
+                               ({}, "1BAD", "an environment variable's name")]:
+        with pytest.raises(UsageError, match=message) as caught:
+            open_queue_source(url, name, settings, environ=env)
+        assert world.cs not in str(caught.value) and azurite.ACCOUNT_KEY not in str(caught.value)
+
+
+@pytest.mark.parametrize("url, message", [
+    ("https://acct.queue.core.windows.net/", "invalid --queue-url"),
+    ("ftp://acct.queue.core.windows.net/q1q", "invalid --queue-url"),
+    ("http://acct.queue.core.windows.net/q1q", "plain http only to loopback"),
+    ("https://acct.queue.core.windows.net/Bad_Queue", "not a queue name"),
+    ("http://127.0.0.1:10001/devstoreaccount1/q1q", "token goes over https only"),
+    ("https://example.com/q1q", "is not https://ACCOUNT.queue"),
+])
+def test_bad_queue_urls_are_usage_errors_before_any_request(url: str, message: str) -> None:
+    from vmss_terminate.central.storage_queue import open_queue_source
+    from vmss_terminate.errors import UsageError
+
+    with pytest.raises(UsageError, match=message):
+        open_queue_source(url, None, credential=object())

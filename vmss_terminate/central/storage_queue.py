@@ -29,19 +29,24 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import re
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 from urllib.parse import urlsplit, urlunsplit
 
 from vmss_terminate.central.eventgrid import Malformed, Notification, parse_message
 from vmss_terminate.central.leases import DEFAULT_CONTAINER, LEASE_MAX, EventLeases, Lease
 from vmss_terminate.central.source import CentralEvent, SourceBatch
 from vmss_terminate.clock import Clock, SystemClock
+from vmss_terminate.errors import UsageError
+from vmss_terminate.net import is_loopback_host
 
-__all__ = ["QueueSettings", "QueueSource", "QueueMetrics", "POISON_SUFFIX", "poison_queue_name", "blob_account_url"]
+__all__ = ["QueueSettings", "QueueSource", "QueueMetrics", "POISON_SUFFIX", "poison_queue_name", "blob_account_url",
+           "open_queue_source", "queue_name_of"]
 
 log = logging.getLogger(__name__)
 
@@ -425,6 +430,63 @@ class QueueSource:
         inserted = getattr(oldest[0], "inserted_on", None) if oldest else None
         self.metrics.oldest_age = (max(0.0, self._clock.now() - inserted.timestamp()) if inserted is not None
                                    else 0.0)
+
+
+_QUEUE_NAME = re.compile(r"^[a-z0-9](?:[a-z0-9]|-(?=[a-z0-9])){2,62}$")
+
+
+def queue_name_of(queue_url: str) -> str:
+    """The queue's name from `--queue-url` (`https://ACCOUNT.queue.core.windows.net/QUEUE`, or Azurite's
+    path-style `http://127.0.0.1:PORT/ACCOUNT/QUEUE`); UsageError (exit 2) for anything else."""
+    parts = urlsplit(queue_url or "")
+    segments = [s for s in parts.path.split("/") if s]
+    if parts.scheme not in ("https", "http") or not parts.hostname or not segments or parts.query:
+        raise UsageError(f"invalid --queue-url {queue_url!r}: https://ACCOUNT.queue.core.windows.net/QUEUE")
+    if parts.scheme == "http" and not is_loopback_host(parts.hostname):
+        raise UsageError(f"invalid --queue-url {queue_url!r}: plain http only to loopback (Azurite); use https")
+    name = segments[-1]
+    if not _QUEUE_NAME.match(name):
+        raise UsageError(f"invalid --queue-url {queue_url!r}: {name!r} is not a queue name "
+                         "(3-63 lower-case letters, digits and single hyphens)")
+    return name
+
+
+def open_queue_source(queue_url: str, connection_string_env: Optional[str] = None,
+                      settings: QueueSettings = QueueSettings(), *, environ: Optional[Mapping[str, str]] = None,
+                      credential: Any = None, **kwargs: Any) -> "QueueSource":
+    """The source `central run --source queue --queue-url URL [--queue-connection-string-env NAME]` reads.
+
+    With `connection_string_env`, the Storage connection string is read from that environment
+    variable (never from the command line, never printed: only the variable's name appears in
+    messages); the queue's name comes from the URL. Without it, the handler's azure-identity
+    credential (`control.pipeline.build_credential`, or `credential`) is used against the URL, which
+    must then be https. Bad input: UsageError (exit 2) before any request."""
+    name = queue_name_of(queue_url)
+    if connection_string_env is not None:
+        env = os.environ if environ is None else environ
+        if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", connection_string_env):
+            raise UsageError(f"invalid --queue-connection-string-env {connection_string_env!r}: an environment "
+                             "variable's name")
+        value = env.get(connection_string_env, "")
+        if not value.strip():
+            raise UsageError(f"--queue-connection-string-env {connection_string_env}: that environment variable "
+                             "is not set (or empty)")
+        if "AccountName=" not in value or "AccountKey=" not in value and "SharedAccessSignature=" not in value:
+            raise UsageError(f"--queue-connection-string-env {connection_string_env}: its value is not a Storage "
+                             "connection string (AccountName=...;AccountKey=... or SharedAccessSignature=...)")
+        return QueueSource.from_connection_string(value, name, settings, **kwargs)
+    if urlsplit(queue_url).scheme != "https":
+        raise UsageError(f"invalid --queue-url {queue_url!r}: a credential's token goes over https only "
+                         "(Azurite: give --queue-connection-string-env)")
+    try:
+        blob_account_url(queue_url)
+    except ValueError as exc:
+        raise UsageError(f"invalid --queue-url: {exc}") from None
+    if credential is None:
+        from vmss_terminate.control.pipeline import build_credential
+
+        credential = build_credential()
+    return QueueSource.from_url(queue_url, credential, settings, **kwargs)
 
 
 def _raw_event(content: str, note: Notification) -> Dict[str, Any]:
