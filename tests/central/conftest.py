@@ -10,7 +10,7 @@ from typing import Dict
 import pytest
 from helpers import serve_arm_state
 
-from vmss_terminate.clock import ManualClock
+from vmss_terminate.clock import Clock, ManualClock
 from vmss_terminate.control import Connection
 from vmss_terminate_sim.emulator.arm.app import ArmServers, ArmState
 from vmss_terminate_sim.emulator.imds.events import PlacementGroup
@@ -28,7 +28,7 @@ WINDOWS = {"storageProfile": {"osDisk": {"osType": "Windows", "createOption": "F
 @dataclass
 class Estate:
     state: ArmState
-    clock: ManualClock
+    clock: Clock
     groups: Dict[str, PlacementGroup]  # scale set name -> its placement group
 
     def set_id(self, name: str, rg: str = "rg", sub: str = SUB) -> str:
@@ -36,9 +36,7 @@ class Estate:
                 f"virtualMachineScaleSets/{name}")
 
 
-@pytest.fixture
-def estate() -> Estate:
-    clock = ManualClock()
+def make_estate(clock: Clock) -> Estate:
     state = ArmState(clock=clock)
     groups: Dict[str, PlacementGroup] = {}
     for sub, rg, name, extra in ((SUB, "rg", "win", {"vm_profile": WINDOWS, "tags": {"team": "web"}}),
@@ -51,6 +49,11 @@ def estate() -> Estate:
         state.maintenance.attach(ss, group)
         groups[f"{rg}/{name}" if rg != "rg" or sub != SUB else name] = group
     return Estate(state, clock, groups)
+
+
+@pytest.fixture
+def estate() -> Estate:
+    return make_estate(ManualClock())
 
 
 @pytest.fixture

@@ -49,11 +49,22 @@ def events_query(scope: Scope) -> str:
     return "\n".join(lines)
 
 
+SET_COLUMNS = (
+    ("id", "id"), ("name", "name"), ("tags", "tags"), ("orchestrationMode", "properties.orchestrationMode"),
+    ("osType", "properties.virtualMachineProfile.storageProfile.osDisk.osType"),
+    ("windowsConfiguration", "properties.virtualMachineProfile.osProfile.windowsConfiguration"),
+    ("linuxConfiguration", "properties.virtualMachineProfile.osProfile.linuxConfiguration"),
+)
+"""What the handler reads of a scale set's row: tags (the scope), OS type (Run Command), orchestration (VM ids)."""
+
+
 def sets_query(scope: Scope, ids: Sequence[str]) -> str:
-    """The scope's scale-set query narrowed to these resource ids."""
+    """The scope's scale-set filters (fleet's query up to its projection), narrowed to these ids."""
     lines = scope.query().split("\n")
     at = next(i for i, line in enumerate(lines) if line.startswith("| project"))
-    lines.insert(at, f"| where id in~ ({', '.join(kql_string(i) for i in ids)})")
+    lines = lines[:at] + [f"| where id in~ ({', '.join(kql_string(i) for i in ids)})",
+                          "| project " + ", ".join(n if n == p else f"{n} = {p}" for n, p in SET_COLUMNS),
+                          "| order by id asc"]
     return "\n".join(lines)
 
 
@@ -83,24 +94,15 @@ class ScaleSetInfo:
         return f"{self.ref.id}/virtualMachines/{vm_name.rsplit('_', 1)[-1]}"
 
 
-def _obj(value: Any, key: str) -> Dict[str, Any]:
-    inner = value.get(key) if isinstance(value, dict) else None
-    return inner if isinstance(inner, dict) else {}
-
-
 def info_from_row(row: Mapping[str, Any]) -> ScaleSetInfo:
-    """A set's row (fleet's projection) -> ScaleSetInfo; ValueError when its id is no scale set's."""
+    """A set's row (`SET_COLUMNS`) -> ScaleSetInfo; ValueError when its id is no scale set's."""
     ref = ScaleSetRef.parse(str(row.get("id") or ""))
-    tags = _obj(row, "tags")
-    props = _obj(row, "properties")
-    profile = _obj(props, "virtualMachineProfile")
-    os_profile = _obj(profile, "osProfile")
-    os_type = str(_obj(_obj(profile, "storageProfile"), "osDisk").get("osType") or "")
+    tags = row.get("tags") if isinstance(row.get("tags"), dict) else {}
+    os_type = str(row.get("osType") or "")
     if not os_type:
-        os_type = "Windows" if "windowsConfiguration" in os_profile else "Linux" if "linuxConfiguration" in os_profile \
-            else ""
-    orchestration = str(props.get("orchestrationMode") or "Uniform")
-    return ScaleSetInfo(ref, {str(k): str(v) for k, v in tags.items()}, os_type.capitalize(), orchestration)
+        os_type = "Windows" if row.get("windowsConfiguration") else "Linux" if row.get("linuxConfiguration") else ""
+    orchestration = str(row.get("orchestrationMode") or "Uniform")
+    return ScaleSetInfo(ref, {str(k): str(v) for k, v in (tags or {}).items()}, os_type.capitalize(), orchestration)
 
 
 class ScaleSetDirectory:

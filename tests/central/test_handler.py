@@ -1,0 +1,114 @@
+"""The central handler against the ARM emulator (real azure-identity chain): hooks and Run Command
+for every listed VM, then one acknowledgement; scope; duplicates; restarts from the journal."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Iterator, List
+
+import pytest
+from helpers import serve_arm_state
+
+from vmss_terminate.central.handler import HandlerConfig
+from vmss_terminate.central.run import Central, build
+from vmss_terminate.clock import SYSTEM_CLOCK
+from vmss_terminate.control import Connection
+from vmss_terminate.fleet.scope import Scope
+from vmss_terminate_sim.emulator.arm.app import ArmServers
+
+from .conftest import SUB, Estate, make_estate
+
+HOOK = ("import json, os, sys; e = json.load(sys.stdin); "
+        "open(os.path.join(sys.argv[1], e['VmName'] + '-' + e['EventId']), 'w').write(json.dumps(e))")
+
+
+@pytest.fixture
+def live() -> Estate:
+    return make_estate(SYSTEM_CLOCK)
+
+
+@pytest.fixture
+def live_arm(shared_arm: ArmServers, live: Estate, monkeypatch: pytest.MonkeyPatch) -> ArmServers:
+    return serve_arm_state(shared_arm, live.state, monkeypatch)
+
+
+def _central(arm: ArmServers, tmp_path: Path, scope: Scope, **config: object) -> Iterator[Central]:
+    hook = f"{sys.executable} -c \"{HOOK}\" {tmp_path}"
+    options = dict(hooks=(hook,), run_command="Write-Host draining", poll_interval=0.05)
+    options.update(config)
+    central = build(scope, HandlerConfig(**options),  # type: ignore[arg-type]
+                    connection=Connection(arm_endpoint=arm.arm_url, retry_total=2, retry_backoff_factor=0.0),
+                    state_file=str(tmp_path / "state.json"))
+    try:
+        yield central
+    finally:
+        central.close()
+
+
+def _hooked(tmp_path: Path) -> List[str]:
+    return sorted(p.name.split("-")[0] for p in tmp_path.iterdir() if "-" in p.name)
+
+
+def test_windows_event_listing_three_vms_runs_everything_then_acknowledges_once(
+        live_arm: ArmServers, live: Estate, tmp_path: Path) -> None:
+    group = live.groups["win"]
+    eid = group.add_event("Terminate", ["win_0", "win_1", "win_2"], not_before=SYSTEM_CLOCK.now() + 600)
+    for central in _central(live_arm, tmp_path, Scope.build(subscriptions=[SUB])):
+        started = central.handler.poll_once(wait=True)
+        assert [e.event_id for e in started] == [eid]
+        central.handler.poll_once(wait=True)  # the event is Started now: nothing runs again
+    assert _hooked(tmp_path) == ["win_0", "win_1", "win_2"]
+    stdin = json.loads((tmp_path / f"win_1-{eid}").read_text())
+    assert stdin["VmId"].endswith("/virtualMachineScaleSets/win/virtualMachines/1")
+    assert stdin["ScaleSetId"].endswith("/virtualMachineScaleSets/win") and len(stdin["VmIds"]) == 3
+    commands = live.state.run_commands.records
+    assert sorted(r.vm_name for r in commands) == ["win_0", "win_1", "win_2"]
+    assert {r.command_id for r in commands} == {"RunPowerShellScript"}
+    acks = live.state.maintenance.acknowledgements
+    assert [(a.event_id, a.accepted) for a in acks] == [(eid, True)]
+    assert max(r.at for r in commands) <= acks[0].at  # acknowledged after every VM's Run Command
+    event = group.get(eid)
+    assert event is not None and event.status == "Started"
+
+
+def test_events_outside_the_scope_are_never_acknowledged(live_arm: ArmServers, live: Estate, tmp_path: Path) -> None:
+    now = SYSTEM_CLOCK.now()
+    inside = live.groups["lin"].add_event("Terminate", ["lin_1"], not_before=now + 600)
+    live.groups["other-rg/lin"].add_event("Terminate", ["lin_0"], not_before=now + 600)  # team=db
+    reboot = live.groups["win"].add_event("Reboot", ["win_0"], not_before=now + 900)  # not a handled type
+    for central in _central(live_arm, tmp_path, Scope.build(tags=["team=web"]), run_command=None):
+        central.handler.poll_once(wait=True)
+        central.handler.poll_once(wait=True)
+    assert [a.event_id for a in live.state.maintenance.acknowledgements] == [inside]
+    assert _hooked(tmp_path) == ["lin_1"]
+    assert reboot not in {a.event_id for a in live.groups["win"].approvals}
+    assert live.state.maintenance.foreign_acknowledgements() == []
+
+
+def test_a_restart_reruns_no_finished_step_and_acknowledges_once(live_arm: ArmServers, live: Estate,
+                                                                 tmp_path: Path) -> None:
+    group = live.groups["lin"]
+    eid = group.add_event("Terminate", ["lin_0", "lin_1"], not_before=SYSTEM_CLOCK.now() + 600)
+    live.state.maintenance.always_publish = False
+    refuse = {"on": True}
+    original = live.state.maintenance.acknowledge
+
+    def flaky(scale_set, ids, by, batch=False):  # type: ignore[no-untyped-def]
+        if refuse["on"]:
+            raise RuntimeError("ARM down")  # the emulator answers 500: the handler's ack fails
+        return original(scale_set, ids, by, batch)
+
+    live.state.maintenance.acknowledge = flaky  # type: ignore[method-assign]
+    for central in _central(live_arm, tmp_path, Scope.build(), run_command=None):
+        central.handler.poll_once(wait=True)
+    assert _hooked(tmp_path) == ["lin_0", "lin_1"]
+    for path in tmp_path.iterdir():
+        if "-" in path.name:
+            path.unlink()
+    refuse["on"] = False
+    for central in _central(live_arm, tmp_path, Scope.build(), run_command=None):  # a new process, same journal
+        central.handler.poll_once(wait=True)
+    assert _hooked(tmp_path) == []  # the steps were recorded finished: not run again
+    assert [a.event_id for a in live.state.maintenance.acknowledgements if a.accepted] == [eid]
