@@ -102,7 +102,7 @@ def test_duplicate_rows_repeat_rows_with_upper_case_ids(http: requests.Session, 
     _fault(arm, "duplicate-rows=1,path=ResourceGraph")
     page = _graph(http, arm)
     assert [row["id"] for row in page["data"]] == [page["data"][0]["id"], page["data"][0]["id"].upper()]
-    assert page["count"] == 2 and page["totalRecords"] == 2
+    assert page["count"] == 2 and page["totalRecords"] == 3  # the repeat counted in totalRecords, as Azure does
 
 
 def test_repeat_skiptoken_answers_the_token_it_was_sent(http: requests.Session, arm: ArmServers) -> None:

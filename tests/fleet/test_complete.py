@@ -115,3 +115,33 @@ def test_ignore_finding_stale_unknown_and_bad_codes(arm: ArmServers, state: ArmS
         report.failing(["unreadable"])
     bad = run("fleet", "audit", "--ignore-finding", "unreadable")
     assert bad.exit_code == 2
+
+
+def test_repeated_rows_counted_in_total_records_are_not_a_shortfall(arm: ArmServers) -> None:
+    """Resource Graph counts its repeats in totalRecords (issue 28 item 5): 30 distinct rows + 4
+    repeats of 34 is complete, not 'answered 30 of 34 rows'; and the output says repeats were seen."""
+    _fault(arm, f"duplicate-rows=4,path={GRAPH}")
+    result = run("fleet", "audit")
+    assert result.exit_code == 0, result.output
+    assert "answered 4 row(s) twice with the same contents, each counted once" in result.stdout
+
+
+def test_repeated_rows_that_disagree_fail_the_answer(arm: ArmServers, conn: Connection) -> None:
+    """A stale first copy (terminate notification off) and the current one (issue 28 item 3): which
+    is current cannot be told, so the answer fails -- the rollout then writes nothing."""
+    _fault(arm, f"stale-rows=3,path={GRAPH}")
+    with pytest.raises(AzureError, match="twice with different contents .*refusing the answer"):
+        audit(connection=conn)
+    _fault(arm, f"stale-rows=3,path={GRAPH}")
+    result = run("fleet", "rollout", "--timeout", "10")
+    assert result.exit_code == 1 and "twice with different contents" in result.stderr
+    assert arm_writes(arm) == []
+
+
+def test_a_verdict_says_where_its_facts_came_from(arm: ArmServers, conn: Connection) -> None:
+    result = run("fleet", "audit", "-o", "json")
+    records = json.loads(result.stdout)
+    assert {r["source"] for r in records} == {"resource-graph"}
+    assert all(r["source_read_at"].endswith("Z") for r in records)
+    table = run("fleet", "audit")
+    assert "source: facts from Azure Resource Graph as read at " in table.stdout

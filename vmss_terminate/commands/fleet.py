@@ -130,6 +130,7 @@ def _audit_table(report: Any) -> List[str]:
                  f"({report.calls.get('graph_pages', 0)} Resource Graph page(s), "
                  f"{report.calls.get('instance_lists', 0)} instance list(s), {report.seconds:.1f}s)")
     lines += [f"  {code}: {EXPLANATIONS[code]}" for code in found]
+    lines.append(f"  source: {report.source}")
     return lines
 
 

@@ -43,6 +43,18 @@ class AuditReport:
     calls: Dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
     ignore_findings: Tuple[str, ...] = ()  # accepted by the gate (`failing`), from AuditOptions
+    graph_read_at: Optional[float] = None
+    """When Resource Graph's answer was read (epoch seconds, on the audit's clock): the verdicts rest
+    on it, and Resource Graph can lag ARM by minutes."""
+
+    @property
+    def source(self) -> str:
+        """Where the verdicts' facts came from, said in words."""
+        at = (time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(self.graph_read_at))
+              if self.graph_read_at is not None else "an unknown time")
+        repeats = self.calls.get("duplicate_rows", 0)
+        said = f"; it answered {repeats} row(s) twice with the same contents, each counted once" if repeats else ""
+        return f"facts from Azure Resource Graph as read at {at} (it can lag ARM by minutes){said}"
 
     @property
     def non_compliant(self) -> List[ScaleSetAudit]:
@@ -97,16 +109,19 @@ def audit(
                   for i in range(0, len(subscriptions), MAX_SUBSCRIPTIONS_PER_QUERY)]
         if scope.management_groups and not scope.subscriptions:
             chunks = [[]]
+        read_at = clock.now()
         for chunk in chunks:
             result = session.query_rows(scope.query(), chunk, list(scope.management_groups))
             calls["graph_pages"] += result.pages
             calls["duplicate_rows"] = calls.get("duplicate_rows", 0) + result.duplicates
             records.extend(r for r in (parse_row(row, names) for row in result.rows) if scope.selects_tags(r.tags))
         count_stale(session, scope, chunks, [r for r in records if r.enabled], concurrency, calls)
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(read_at))
         for record in records:
+            record.source_read_at = stamp
             record.evaluate(wanted, checked.require_event_grid, tuple(checked.require_auto_approve))
         return AuditReport(scope, wanted, records, subscriptions, calls, time.monotonic() - started,
-                           tuple(checked.ignore_findings))
+                           tuple(checked.ignore_findings), graph_read_at=read_at)
     finally:
         if owned:
             session.close()

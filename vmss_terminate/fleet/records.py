@@ -42,6 +42,7 @@ class ScaleSetAudit:
     findings: List[str] = field(default_factory=list)
     compliant: bool = False
     events_policy: PolicyState = field(default_factory=lambda: PolicyState(False))
+    source_read_at: Optional[str] = None  # when Resource Graph's answer (these facts) was read, ISO 8601 UTC
     """The set's scheduledEventsPolicy, read from the same Resource Graph row."""
     max_batch_percent: Optional[int] = None  # rollingUpgradePolicy.maxBatchInstancePercent (sizes `auto` batches)
 
@@ -102,6 +103,8 @@ class ScaleSetAudit:
             "event_grid": self.events_policy.publishes,
             "auto_approve": self.events_policy.approved_kinds,
             "tags": dict(self.tags),
+            "source": "resource-graph",  # a verdict says where its facts came from (and as of when)
+            "source_read_at": self.source_read_at,
         }
 
     def row(self) -> Dict[str, str]:

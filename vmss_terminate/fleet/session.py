@@ -39,6 +39,11 @@ class GraphResult:
     duplicates: int = 0  # rows answered again (same id, any case), dropped
 
 
+def _same_row(first: Dict[str, Any], again: Dict[str, Any]) -> bool:
+    """Two rows of one resource say the same (ids compared as ARM compares them, case-insensitively)."""
+    return dict(first, id=str(first.get("id") or "").lower()) == dict(again, id=str(again.get("id") or "").lower())
+
+
 def _short(token: str) -> str:
     return repr(token if len(token) <= 24 else token[:20] + "...")
 
@@ -105,9 +110,11 @@ class FleetSession:
         page with no `$skipToken`) or pages in a loop (a `$skipToken` answered twice, more than
         MAX_GRAPH_PAGES pages) never passes for the estate. Rows are de-duplicated by resource id,
         case-insensitively as ARM compares ids (Resource Graph repeats rows when the estate
-        changes between pages)."""
+        changes between pages): a repeat with the same contents is counted (`duplicates`; it is one
+        of `totalRecords`, so completeness counts every row answered), a repeat that disagrees with
+        the first copy fails the answer (which one is current cannot be told)."""
         result = GraphResult()
-        seen_ids: Set[str] = set()
+        seen_ids: Dict[str, Dict[str, Any]] = {}
         seen_tokens: Set[str] = set()
         skip_token: Optional[str] = None
         total: Optional[int] = None
@@ -137,9 +144,13 @@ class FleetSession:
                                      f"({type(row).__name__}) on page {result.pages}: refusing an incomplete audit")
                 key = str(row.get("id") or "").lower()
                 if key and key in seen_ids:
+                    if not _same_row(seen_ids[key], row):
+                        raise AzureError(f"Azure Resource Graph answered {row.get('id')} twice with different contents "
+                                         "(the estate changed while it was read): which copy is current cannot be "
+                                         "told; refusing the answer -- re-run")
                     result.duplicates += 1
                     continue
-                seen_ids.add(key)
+                seen_ids[key] = row
                 result.rows.append(row)
             records = response.get("totalRecords")
             if isinstance(records, bool) or not isinstance(records, int):
@@ -157,7 +168,8 @@ class FleetSession:
                 break
             seen_tokens.add(skip_token)
         truncated = str(response.get("resultTruncated") or "").lower() == "true"
-        missing = total - len(result.rows) if total is not None and len(result.rows) < total else 0
+        answered = len(result.rows) + result.duplicates  # totalRecords counts the repeats too
+        missing = total - answered if total is not None and answered < total else 0
         if truncated:
             raise AzureError(
                 f"Azure Resource Graph truncated the result ({len(result.rows)} of {total if total is not None else '?'} "
@@ -165,7 +177,7 @@ class FleetSession:
                 "(--subscription, -g, --name) and re-run")
         if missing:
             raise AzureError(
-                f"Azure Resource Graph answered {len(result.rows)} of {total} rows (totalRecords {total}) with no "
+                f"Azure Resource Graph answered {answered} of {total} rows (totalRecords {total}) with no "
                 f"$skipToken to read the other {missing}: refusing an incomplete audit; re-run (Resource Graph may "
                 "have been updating), or narrow the scope (--subscription, -g, --name)")
         return result

@@ -63,7 +63,11 @@ FAULT_REGISTRY: Tuple[FaultField, ...] = (
                "short-rows=N (a Resource Graph page keeps N rows, drops $skipToken, keeps totalRecords)", 0, 1000,
                breaks=True, only=ARM),
     FaultField("duplicate-rows", "duplicate_rows", "int",
-               "duplicate-rows=N (N rows of the page again, ids in upper case)", 1, 1000, breaks=True, only=ARM),
+               "duplicate-rows=N (N rows of the page again, ids in upper case, counted in totalRecords)", 1, 1000,
+               breaks=True, only=ARM),
+    FaultField("stale-rows", "stale_rows", "int",
+               "stale-rows=N (N rows of the page answered twice, the first copy stale: terminate notification off)",
+               1, 1000, breaks=True, only=ARM),
     FaultField("repeat-skiptoken", "repeat_skip_token", "flag",
                "repeat-skiptoken (the next-page $skipToken is the one the request sent)", breaks=True, only=ARM),
 )
@@ -112,6 +116,7 @@ class Fault:
     stuck: bool = False
     short_rows: Optional[int] = None
     duplicate_rows: int = 0
+    stale_rows: int = 0
     repeat_skip_token: bool = False
 
     @property

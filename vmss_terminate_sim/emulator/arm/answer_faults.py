@@ -58,13 +58,28 @@ def _graph_page(fault: Any, request: Request, body: Dict[str, Any], rows: list) 
         rows = rows[:fault.short_rows]
         body.pop("$skipToken", None)
         body["resultTruncated"] = "false"
-    if fault.duplicate_rows:
-        rows = rows + [dict(row, id=str(row.get("id", "")).upper()) for row in rows[:fault.duplicate_rows]]
+    if fault.duplicate_rows:  # Resource Graph counts the repeats in totalRecords (issue 28)
+        again = [dict(row, id=str(row.get("id", "")).upper()) for row in rows[:fault.duplicate_rows]]
+        rows = rows + again
+        body["totalRecords"] = int(body["totalRecords"]) + len(again)
+    if fault.stale_rows:
+        stale = [_notification_off(row) for row in rows[:fault.stale_rows]]
+        body["totalRecords"] = int(body["totalRecords"]) + len(stale)
+        rows = stale + rows
     body["data"], body["count"] = rows, len(rows)
     if fault.repeat_skip_token:
         sent = _sent_skip_token(request)
         if sent:
             body["$skipToken"] = sent
+
+
+def _notification_off(row: Dict[str, Any]) -> Dict[str, Any]:
+    """A stale copy of a scale set row: the model as it was before terminate notification was on."""
+    copy = json.loads(json.dumps(row))
+    profile = ((copy.get("properties") or {}).get("virtualMachineProfile") or {})
+    if isinstance(profile, dict):
+        profile["scheduledEventsProfile"] = {"terminateNotificationProfile": {"enable": False}}
+    return dict(copy)
 
 
 def _sent_skip_token(request: Request) -> Optional[str]:
