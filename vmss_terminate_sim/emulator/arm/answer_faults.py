@@ -75,11 +75,14 @@ def _graph_page(fault: Any, request: Request, body: Dict[str, Any], rows: list) 
 
 def _notification_off(row: Dict[str, Any]) -> Dict[str, Any]:
     """A stale copy of a scale set row: the model as it was before terminate notification was on."""
-    copy = json.loads(json.dumps(row))
-    profile = ((copy.get("properties") or {}).get("virtualMachineProfile") or {})
-    if isinstance(profile, dict):
-        profile["scheduledEventsProfile"] = {"terminateNotificationProfile": {"enable": False}}
-    return dict(copy)
+    copy: Dict[str, Any] = json.loads(json.dumps(row))
+    off = {"terminateNotificationProfile": {"enable": False}}
+    if "scheduledEventsProfile" in copy:  # a projected row (the audit's columns)
+        copy["scheduledEventsProfile"] = off
+    profile = (copy.get("properties") or {}).get("virtualMachineProfile")
+    if isinstance(profile, dict):  # the resource's own fields
+        profile["scheduledEventsProfile"] = off
+    return copy
 
 
 def _sent_skip_token(request: Request) -> Optional[str]:
