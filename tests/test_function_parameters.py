@@ -15,10 +15,6 @@ PENDING: Dict[str, str] = {
     # issue 23 item 6, the pipeline side: NodeDrain takes the node(s) to drain as input. Remove the
     # line when it is fixed (the test then says so).
     "vmss_terminate/pipeline/kubernetes/drain.py:NodeDrain.__init__": "11 parameters",
-    # issue 24 (scheduledEventsPolicy) added policy= and force= to the change functions while this
-    # test was written: a record for what a change is asked to do is that work's to shape.
-    "vmss_terminate/control/api.py:enable": "11 parameters",
-    "vmss_terminate/control/api.py:_change": "12 parameters",
 }
 Function = Union[ast.FunctionDef, ast.AsyncFunctionDef]
 

@@ -105,7 +105,7 @@ def test_event_grid_on_an_unregistered_subscription_exits_1_with_the_register_li
     assert len(features) == 1 and features[0].method == "GET"
     # --force skips the check (one PATCH, no Features GET)
     before = len(features)
-    enable(RG, "web", connection=conn, policy=PolicyChange(event_grid=True), force=True)
+    enable(RG, "web", connection=conn, policy=PolicyChange(event_grid=True, force=True))
     assert len([r for r in arm.arm_server.log.all() if "Microsoft.Features" in r.path]) == before
     assert state.scale_sets()[0].publishes_to_event_grid
 

@@ -107,7 +107,7 @@ def test_rollout_gate_names_each_unregistered_subscription_before_any_write(
     assert len(features) == 2  # one per subscription that turns publishing on, not one per set
     cli = run("fleet", "rollout", "--timeout", "10", "--event-grid")
     assert cli.exit_code == 1 and "--subscription " + OTHER in cli.stderr
-    forced = rollout(connection=conn, timeout=10, policy=PolicyChange(event_grid=True), force=True)
+    forced = rollout(connection=conn, timeout=10, policy=PolicyChange(event_grid=True, force=True))
     assert forced.ok and all(ss.publishes_to_event_grid for ss in state.scale_sets())
 
 

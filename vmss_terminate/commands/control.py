@@ -16,7 +16,7 @@ from vmss_terminate.commands.options import TIMEOUT
 from vmss_terminate.commands.output import emit, output_option, work_done
 from vmss_terminate.commands.progress import ProgressBar, terminal_progress
 from vmss_terminate.control.connection import CLOUDS, DEFAULT_CLOUD, Connection, check_subscription
-from vmss_terminate.control.events_policy import FORCE_HELP, PolicyChange
+from vmss_terminate.control.events_policy import PolicyChange
 from vmss_terminate.control.names import check_resource_group, check_scale_set_name
 from vmss_terminate.control.upgrade import Progress, UpgradeIncomplete, UpgradeOptions
 from vmss_terminate.errors import VmssTerminateError
@@ -113,7 +113,6 @@ _ENABLE_TIMEOUT = click.option("--timeout", type=TIMEOUT,
 
 policy_options = declared_options(PolicyChange, "policy")
 """The scheduled-events policy options (declared on `PolicyChange`): the command receives `policy`."""
-_FORCE = click.option("--force", is_flag=True, help=FORCE_HELP)
 
 
 def _policy(policy: PolicyChange) -> Optional[PolicyChange]:
@@ -151,27 +150,25 @@ def _change(library: Callable[..., Any], output: str, resource_group: str, name:
 @_ENABLE_TIMEOUT
 @change_options
 @policy_options
-@_FORCE
 def enable_command(resource_group: str, name: str, connection: Connection, output: str, timeout: Optional[int],
-                   options: UpgradeOptions, dry_run: bool, no_wait: bool, policy: PolicyChange, force: bool) -> None:
+                   options: UpgradeOptions, dry_run: bool, no_wait: bool, policy: PolicyChange) -> None:
     """Enable terminate notifications with --timeout, then upgrade instances to the latest model.
     With --event-grid, --events-api-version or --auto-approve KIND, change the scale set's
     scheduled-events policy in the same PATCH (alone, without --timeout: the policy only, no upgrade)."""
     _change(control.enable, output, resource_group, name, timeout, connection=connection, options=options,
-            dry_run=dry_run, no_wait=no_wait, policy=_policy(policy), force=force)
+            dry_run=dry_run, no_wait=no_wait, policy=_policy(policy))
 
 
 @click.command("disable")
 @scale_set_options
 @change_options
 @policy_options
-@_FORCE
 def disable_command(resource_group: str, name: str, connection: Connection, output: str,
-                    options: UpgradeOptions, dry_run: bool, no_wait: bool, policy: PolicyChange, force: bool) -> None:
+                    options: UpgradeOptions, dry_run: bool, no_wait: bool, policy: PolicyChange) -> None:
     """Disable terminate notifications, then upgrade instances to the latest model. The
     scheduled-events policy is left alone unless a policy option asks (same PATCH)."""
     _change(control.disable, output, resource_group, name, connection=connection, options=options,
-            dry_run=dry_run, no_wait=no_wait, policy=_policy(policy), force=force)
+            dry_run=dry_run, no_wait=no_wait, policy=_policy(policy))
 
 
 @click.command("retime")

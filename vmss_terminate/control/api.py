@@ -14,7 +14,7 @@ Guarantees:
   still upgrading stale instances: the goal is the desired state);
 * a change of the scheduled-events policy alone upgrades nothing: the policy is not part of the VM
   model (docs/control-plane.md); turning on Event Grid publishing first checks that the subscription
-  has the preview feature Microsoft.Compute/SendScheduledEventsPolicy registered (`force` skips it);
+  has the preview feature Microsoft.Compute/SendScheduledEventsPolicy registered (`policy.force` skips it);
 * the model is read back after the PATCH; a write Azure accepted but did not apply is an error;
 * an upgrade failure after a successful PATCH says so: "profile changed; upgrade incomplete ...".
 """
@@ -117,31 +117,30 @@ def plan(
 
 def enable(resource_group: str, name: str, timeout: Union[int, str, None] = None, *, connection: Target,
            options: UpgradeOptions = DEFAULT_OPTIONS, dry_run: bool = False, progress: Optional[Progress] = None,
-           clock: Clock = SYSTEM_CLOCK, no_wait: bool = False, policy: Optional[PolicyChange] = None,
-           force: bool = False) -> ChangeResult:
+           clock: Clock = SYSTEM_CLOCK, no_wait: bool = False, policy: Optional[PolicyChange] = None) -> ChangeResult:
     """Enable terminate notifications with `timeout` (5..15 minutes) and upgrade instances; with
     `policy`, change the scheduled-events policy in the same PATCH. Without `timeout` only the
     policy changes (the set must have terminate notification enabled already), and no instance
-    is upgraded. `force` skips the preview-feature check of `policy.event_grid=True`."""
-    return _change(ENABLE, resource_group, name, timeout, connection, options, dry_run, progress, clock,
-                   no_wait, policy, force)
+    is upgraded. `policy.force` skips the preview-feature check of `policy.event_grid=True`."""
+    return _change(ENABLE, resource_group, name, timeout, connection, options,
+                   _Run(dry_run, progress, clock, no_wait), policy)
 
 
 def disable(resource_group: str, name: str, *, connection: Target, options: UpgradeOptions = DEFAULT_OPTIONS,
             dry_run: bool = False, progress: Optional[Progress] = None, clock: Clock = SYSTEM_CLOCK,
-            no_wait: bool = False, policy: Optional[PolicyChange] = None, force: bool = False) -> ChangeResult:
+            no_wait: bool = False, policy: Optional[PolicyChange] = None) -> ChangeResult:
     """Disable terminate notifications (`"enable": false`) and upgrade instances; the
     scheduled-events policy is left alone unless `policy` asks for a change (same PATCH)."""
-    return _change(DISABLE, resource_group, name, None, connection, options, dry_run, progress, clock, no_wait,
-                   policy, force)
+    return _change(DISABLE, resource_group, name, None, connection, options,
+                   _Run(dry_run, progress, clock, no_wait), policy)
 
 
 def retime(resource_group: str, name: str, timeout: Union[int, str], *, connection: Target,
            options: UpgradeOptions = DEFAULT_OPTIONS, dry_run: bool = False, progress: Optional[Progress] = None,
            clock: Clock = SYSTEM_CLOCK, no_wait: bool = False) -> ChangeResult:
     """Change the timeout of an enabled scale set (refused when notifications are not enabled)."""
-    return _change(RETIME, resource_group, name, timeout, connection, options, dry_run, progress, clock,
-                   no_wait)
+    return _change(RETIME, resource_group, name, timeout, connection, options,
+                   _Run(dry_run, progress, clock, no_wait))
 
 
 def upgrade(
@@ -270,10 +269,10 @@ def _prepare(
     return result, state, payload
 
 
-def _check_feature(client: ScaleSetClient, the_plan: Plan, policy: Optional[PolicyChange], force: bool) -> None:
+def _check_feature(client: ScaleSetClient, the_plan: Plan, policy: Optional[PolicyChange]) -> None:
     """Before the PATCH that turns on Event Grid and Resource Graph publishing: the subscription must
     have the preview feature registered, else exit 1 with the `az feature register` line to run."""
-    if force or policy is None or not the_plan.policy_change or not policy.enables_event_grid:
+    if policy is None or policy.force or not the_plan.policy_change or not policy.enables_event_grid:
         return
     if the_plan.policy_before is not None and the_plan.policy_before.publishes:
         return
@@ -295,6 +294,15 @@ def _check_feature(client: ScaleSetClient, the_plan: Plan, policy: Optional[Poli
     )
 
 
+class _Run(NamedTuple):
+    """How a change runs (the change functions' keywords, passed on as one)."""
+
+    dry_run: bool
+    progress: Optional[Progress]
+    clock: Clock
+    no_wait: bool
+
+
 def _change(
     action: str,
     resource_group: str,
@@ -302,14 +310,11 @@ def _change(
     timeout: Optional[Union[int, str]],
     connection: Target,
     options: UpgradeOptions,
-    dry_run: bool,
-    progress: Optional[Progress],
-    clock: Clock,
-    no_wait: bool = False,
+    run: "_Run",
     policy: Optional[PolicyChange] = None,
-    force: bool = False,
 ) -> ChangeResult:
-    """`no_wait` (az's `--no-wait`): return once ARM accepted the PATCH; no read-back, no upgrade."""
+    """`run.no_wait` (az's `--no-wait`): return once ARM accepted the PATCH; no read-back, no upgrade."""
+    dry_run, progress, clock, no_wait = run
     minutes = _check_inputs(action, timeout, policy)
     if no_wait and options.wait:
         raise UsageError("no_wait and options.wait contradict each other", cli_message="--no-wait and --wait "
@@ -322,7 +327,7 @@ def _change(
             return ChangeResult(action, changed=False, dry_run=True, plan=the_plan)
         writes = the_plan.profile_change or the_plan.policy_change
         if writes:
-            _check_feature(client, the_plan, policy, force)
+            _check_feature(client, the_plan, policy)
         after, policy_after = state.profile, state.events_policy
         if no_wait:
             if writes:

@@ -161,6 +161,8 @@ class PolicyChange:
     no_auto_approve: Tuple[str, ...] = option(
         (), multiple=True, metavar="KIND", choices=tuple(KINDS),
         help="Stop Azure approving these events by itself (repeatable; writes automaticallyApprove false).")
+    force: bool = option(False, help=FORCE_HELP)
+    """Not part of the change: skip the preview-feature check before turning publishing on."""
 
     def __post_init__(self) -> None:
         approve = _kinds(self.auto_approve, "auto_approve")
@@ -186,9 +188,10 @@ class PolicyChange:
 
     @classmethod
     def of(cls, event_grid: Optional[bool] = None, events_api_version: Optional[str] = None,
-           auto_approve: Iterable[str] = (), no_auto_approve: Iterable[str] = ()) -> Optional["PolicyChange"]:
-        """A change, or None when nothing is asked (the CLI's options all absent)."""
-        change = cls(event_grid, events_api_version, tuple(auto_approve), tuple(no_auto_approve))
+           auto_approve: Iterable[str] = (), no_auto_approve: Iterable[str] = (),
+           force: bool = False) -> Optional["PolicyChange"]:
+        """A change, or None when nothing is asked (the CLI's options all absent; --force alone asks nothing)."""
+        change = cls(event_grid, events_api_version, tuple(auto_approve), tuple(no_auto_approve), force)
         return None if change.empty else change
 
     @property
@@ -291,6 +294,8 @@ class PolicyChange:
             out += ["--auto-approve", kind]
         for kind in self.no_auto_approve:
             out += ["--no-auto-approve", kind]
+        if self.force:
+            out.append("--force")
         return out
 
     def to_dict(self) -> Dict[str, Any]:

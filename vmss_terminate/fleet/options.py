@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Optional, Tuple, Union
 
-from vmss_terminate.control.events_policy import FORCE_HELP, KINDS, PolicyChange
+from vmss_terminate.control.events_policy import KINDS, PolicyChange
 from vmss_terminate.control.upgrade import DEFAULT_BATCH, BatchSize, UpgradeOptions
 from vmss_terminate.errors import UsageError
 from vmss_terminate.fleet.findings import FINDINGS, IGNORABLE, SKIPPED_BY_DEFAULT, check_ignorable
@@ -94,10 +94,10 @@ class RolloutOptions:
         help="Seconds each wait may last: for an Azure operation (a set's PATCH, each manualupgrade batch's) "
              "and for an Automatic / Rolling set until Azure applied the model; past it that set fails, "
              "naming what still runs.")
-    force: bool = option(False, help=FORCE_HELP + " (once per subscription of the rollout)")
     policy: Optional[PolicyChange] = None
     """The scheduled-events policy to roll out with the timeout (the CLI's --event-grid, --auto-approve, ...
-    options, declared once on `PolicyChange`); None leaves every set's policy alone."""
+    options, declared once on `PolicyChange`; its `force` skips the preview-feature check, once per
+    subscription); None leaves every set's policy alone."""
 
     def __post_init__(self) -> None:
         if self.policy is not None and not isinstance(self.policy, PolicyChange):

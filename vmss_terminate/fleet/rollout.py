@@ -13,6 +13,7 @@ lets a re-run continue: it re-audits everything, so a set finished earlier is ve
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -234,7 +235,7 @@ def rollout(
         else:
             upgrade = UpgradeOptions(batch_size=batch, wait=True, wait_timeout=checked.wait_timeout)
             session.throttle.stop = stop  # a throttled request stops waiting when the run stops
-            if not checked.force:
+            if policy is not None and not policy.force:
                 _check_features(plan, session, policy)
             result.outcomes = _execute(plan, session, upgrade, concurrency, book, progress, stop, clock, policy)
             result.interrupted = stop.is_set()
@@ -363,7 +364,8 @@ def _one(planned: PlannedSet, minutes: int, session: FleetSession, options: Upgr
         else:
             # the features were checked once per subscription before the first write (or --force)
             result = control.enable(record.resource_group, record.name, minutes, connection=connection,
-                                    options=options, progress=on_progress, clock=clock, policy=policy, force=True)
+                                    options=options, progress=on_progress, clock=clock,
+                                    policy=dataclasses.replace(policy, force=True) if policy is not None else None)
             changed, upgrade = result.changed, result.upgrade
     except _Stopped:
         outcome = SetOutcome(planned, INTERRUPTED, upgraded[0], "stopped before the remaining upgrade batches")
