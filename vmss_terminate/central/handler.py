@@ -178,9 +178,16 @@ class CentralHandler:
             thread.start()
             started.append(event)
         for event in batch.events:
-            if event.pending:
+            # Tell the source which events are done with (a queue deletes their messages then):
+            # not pending (Started/Completed/Canceled), acknowledged or withheld, of a type this
+            # handler does not act on, or of a scale set outside the scope. Never one still running.
+            with self._lock:
+                running = event.key in self._jobs and self._jobs[event.key].is_alive()
+            if running:
                 continue
-            self.source.settle(event)
+            if (not event.pending or self._finished(event) or event.event_type not in self.config.handle_types
+                    or (event in pending and event.scale_set.key not in infos)):
+                self.source.settle(event)
         self.last_poll = self.clock.now()
         self.ready = True
         if wait:

@@ -254,7 +254,9 @@ class QueueSource:
             held = self._held.get(event.key)
             if held is None:
                 return
-            done = [(m, c) for m, c in held.messages if c.split("|", 1)[0] == event.status]
+            # A change that is not pending (Started, Completed, Canceled) supersedes every earlier
+            # one: nothing of the Scheduled change is actionable any more, so all are settled.
+            done = [(m, c) for m, c in held.messages if not event.pending or c.split("|", 1)[0] == event.status]
             if not done:
                 return
             record = held.lease.record()
