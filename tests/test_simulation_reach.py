@@ -32,7 +32,7 @@ def _module_name(path: Path) -> str:
 MODULES = {_module_name(p): p for p in SIM.rglob("*.py")}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _imports(name: str) -> Set[str]:
     """The simulation modules `name` imports (also inside functions) or names as a string (a lazily
     registered command, a `python -m` target)."""
@@ -66,7 +66,7 @@ def _entries() -> Set[str]:
     return {m for m in NAMED.findall(cli) if m in MODULES} | faces
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _reached() -> Set[str]:
     reached: Set[str] = set()
     todo = {m for e in _entries() for m in _with_parents(e)}
