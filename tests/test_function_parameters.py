@@ -1,7 +1,8 @@
 """No function of either package takes more than ten parameters, click commands aside (a command's
 parameters are its options, declared beside it). A longer list is a record waiting to be named:
 `ArmState.add_scale_set` takes a `ScaleSetSpec` (or its fields as keywords), `KubeState.add_pod` a
-`PodShape`, `ImdsEmulator` the rest of the VM's identity as `make_identity` takes it."""
+`PodShape`, `ImdsEmulator` the rest of the VM's identity as `make_identity` takes it, `iac.render`
+a `RenderOptions`."""
 
 from __future__ import annotations
 

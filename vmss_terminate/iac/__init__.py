@@ -6,6 +6,6 @@ so a pasted snippet and `vmss-terminate enable` can never disagree.
 
 from __future__ import annotations
 
-from vmss_terminate.iac.render import FORMATS, render
+from vmss_terminate.iac.render import FORMATS, RenderOptions, render
 
-__all__ = ["FORMATS", "render"]
+__all__ = ["FORMATS", "RenderOptions", "render"]

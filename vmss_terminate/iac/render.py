@@ -7,9 +7,11 @@ There is no second copy of the field names or the timeout format to drift.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import shlex
+from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
 from vmss_terminate.control import body
@@ -28,24 +30,28 @@ _NAME_PLACEHOLDER = '"$VMSS_NAME"'
 _BICEP_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
-def render(
-    fmt: str,
-    minutes: Union[int, str, None],
-    *,
-    enable: bool = True,
-    resource_group: Optional[str] = None,
-    name: Optional[str] = None,
-    namespace: str = kubernetes.DEFAULT_NAMESPACE,
-    image: str = kubernetes.DEFAULT_IMAGE,
-    metrics_port: int = kubernetes.DEFAULT_PORT,
-    agent_args: Sequence[str] = (),
-    policy: Optional[PolicyChange] = None,
-    subscription: Optional[str] = None,
-    storage_account: Optional[str] = None,
-    queue: str = eventgrid.DEFAULT_QUEUE,
-    location: str = "eastus",
-    principal_id: Optional[str] = None,
-) -> str:
+@dataclass(frozen=True)
+class RenderOptions:
+    """What `render` takes besides the format and the timeout, each field read by the formats its
+    comment names (the `render` command's options)."""
+
+    enable: bool = True  # every format but kubernetes and eventgrid
+    resource_group: Optional[str] = None  # cli, eventgrid
+    name: Optional[str] = None  # cli
+    namespace: str = kubernetes.DEFAULT_NAMESPACE  # kubernetes
+    image: str = kubernetes.DEFAULT_IMAGE  # kubernetes
+    metrics_port: int = kubernetes.DEFAULT_PORT  # kubernetes
+    agent_args: Sequence[str] = ()  # kubernetes
+    policy: Optional[PolicyChange] = None  # every format but kubernetes and eventgrid
+    subscription: Optional[str] = None  # eventgrid
+    storage_account: Optional[str] = None  # eventgrid
+    queue: str = eventgrid.DEFAULT_QUEUE  # eventgrid
+    location: str = "eastus"  # eventgrid
+    principal_id: Optional[str] = None  # eventgrid
+
+
+def render(fmt: str, minutes: Union[int, str, None], options: Optional[RenderOptions] = None,
+           **fields: Any) -> str:
     """Return the snippet for `fmt` (one of FORMATS), ending with a newline.
 
     `minutes` is anything `vmss_terminate.timeout.parse_timeout` accepts (10, "10m", "PT10M");
@@ -59,18 +65,21 @@ def render(
     `eventgrid` is the Event Grid -> Storage queue setup of one subscription as Azure CLI commands
     (`iac/eventgrid.py`: `subscription`, `resource_group`, `storage_account`, `queue`, `location`,
     `principal_id`), the resources of templates/*/eventgrid-queue*.
+    The options are a `RenderOptions`, or its fields as keywords (`render("cli", 10, name="web")`).
     Raises UsageError (exit 2) for an unknown format or a bad timeout.
     """
+    o = dataclasses.replace(options, **fields) if options is not None else RenderOptions(**fields)
+    enable, resource_group, name, policy = o.enable, o.resource_group, o.name, o.policy
     if policy is not None and policy.empty:
         policy = None
     if fmt == "eventgrid":
         if minutes is not None or not enable or policy is not None:
             raise UsageError("--format eventgrid renders the Event Grid -> Storage queue setup of a subscription: "
                              "give no --timeout, --disable or scheduled-events policy options")
-        if not subscription or not resource_group or not storage_account:
+        if not o.subscription or not resource_group or not o.storage_account:
             raise UsageError("--format eventgrid needs --subscription, --resource-group and --storage-account")
-        return eventgrid.render_cli(subscription, resource_group, storage_account, queue=queue, location=location,
-                                    principal_id=principal_id)
+        return eventgrid.render_cli(o.subscription, resource_group, o.storage_account, queue=o.queue,
+                                    location=o.location, principal_id=o.principal_id)
     if fmt == "kubernetes":
         if policy is not None:
             raise UsageError("--format kubernetes renders the agent's DaemonSet: the scheduled-events policy is the "
@@ -78,7 +87,7 @@ def render(
         if minutes is not None or not enable:
             raise UsageError("--format kubernetes renders the agent's DaemonSet: the timeout is the scale set's "
                              "(render it with --format arm|bicep|terraform|rest|cli); give no --timeout or --disable")
-        return kubernetes.render_kubernetes(namespace, image, metrics_port, agent_args)
+        return kubernetes.render_kubernetes(o.namespace, o.image, o.metrics_port, o.agent_args)
     renderer = _RENDERERS.get(fmt)
     if renderer is None:
         raise UsageError(f"unknown format {fmt!r}: choose one of {', '.join(FORMATS)}")
