@@ -57,6 +57,8 @@ COMMANDS = {
     "events": Lazy("vmss_terminate.commands.central", "events_group", "List and acknowledge scheduled events of "
                    "scale sets across a scope, from outside the VMs (Resource Graph, Maintenance RP; preview).",
                    CONTROL),
+    "central": Lazy("vmss_terminate.commands.central", "central_group", "The central handler: drain and acknowledge "
+                    "scale-in events of a whole scope, no agent in the VMs (preview).", CONTROL),
     "demo": Lazy(_SANDBOX, "demo", "Run the whole story on local emulators, no Azure: enable terminate notifications "
                  "and upgrade (real control plane and Azure SDK), one real agent per instance with a drain hook, "
                  "scale in, drain, approve, delete.", CONTROL),

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Sequence, Tuple
+from typing import Optional, Sequence, Tuple
 
 import click
 
@@ -76,3 +76,94 @@ def approve_command(connection: Connection, scale_set_id: str, event_ids: Sequen
         click.get_current_context().exit(1)
 
 
+
+
+@click.group("central")
+def central_group() -> None:
+    """The central handler: drain and acknowledge scale-in events of a whole scope, no agent in the VMs (preview)."""
+
+
+@central_group.command("run")
+@scope_options
+@endpoint_options
+@click.option("--scale-set", "scale_sets", multiple=True, metavar="ID",
+              help="Only this scale set (its resource id; repeatable).")
+@click.option("--source", type=click.Choice(["resourcegraph", "queue"]), default="resourcegraph", show_default=True,
+              help="resourcegraph: poll maintenanceresources; queue: an Event Grid -> Storage queue (--queue-url).")
+@click.option("--queue-url", metavar="URL", help="With --source queue: https://ACCOUNT.queue.core.windows.net/QUEUE.")
+@click.option("--queue-connection-string-env", metavar="NAME",
+              help="With --source queue: read the Storage connection string from this environment variable.")
+@click.option("--hook", "hooks", multiple=True, metavar="CMD",
+              help="Run CMD (no shell) for every VM the event lists; event in VMSS_TERMINATE_* variables and "
+                   "stdin JSON (with VmName, VmId, ScaleSetId, VmIds). Repeatable, in order.")
+@click.option("--webhook", metavar="URL", help="POST each event as JSON to URL (once per event).")
+@click.option("--kubernetes", is_flag=True,
+              help="Cordon and drain every node the event names (found by providerID, cluster-wide).")
+@click.option("--kubeconfig", metavar="FILE", help="With --kubernetes: this kubeconfig (default: in-cluster).")
+@click.option("--run-command", "run_command", metavar="FILE",
+              help="Run FILE's content on every listed VM with Azure Run Command (RunShellScript or "
+                   "RunPowerShellScript by the set's OS type).")
+@click.option("--type", "types", default="Terminate", show_default=True, metavar="TYPES",
+              help="Event types to handle (comma list). Freeze is never drained.")
+@click.option("--safety-margin", type=click.FloatRange(0, 899), default=15.0, show_default=True, metavar="S",
+              help="Stop actions this many seconds before NotBefore.")
+@click.option("--on-failure", type=click.Choice(["approve", "wait"]), default="approve", show_default=True,
+              help="approve: acknowledge anyway after a failed action; wait: let NotBefore expire.")
+@click.option("--poll-interval", type=click.FloatRange(0.5, 3600), default=5.0, show_default=True, metavar="S",
+              help="Seconds between polls (Resource Graph's quota: 15 queries per 5 s per user).")
+@click.option("--state-file", metavar="PATH", help="The journal that makes restarts safe (default: memory only).")
+@click.option("--listen", metavar="[HOST]:PORT", help="Serve /metrics, /healthz, /readyz (loopback unless --listen-any).")
+@click.option("--listen-any", is_flag=True, help="Allow --listen on a non-loopback address (e.g. in a pod).")
+@click.option("--once", is_flag=True, help="One pass (act on what is pending, wait for it), then exit.")
+def run_command(scope: Scope, connection: Connection, scale_sets: Tuple[str, ...], source: str,
+                queue_url: Optional[str], queue_connection_string_env: Optional[str], hooks: Tuple[str, ...],
+                webhook: Optional[str], kubernetes: bool, kubeconfig: Optional[str], run_command: Optional[str],
+                types: str, safety_margin: float, on_failure: str, poll_interval: float, state_file: Optional[str],
+                listen: Optional[str], listen_any: bool, once: bool) -> None:
+    """Handle scheduled events of every scale set in scope from here: hooks, webhook, node drain,
+    Run Command, then acknowledge through the Maintenance RP (preview APIs; docs/central.md).
+    Run one replica."""
+    import logging
+
+    from vmss_terminate.central.handler import HandlerConfig
+    from vmss_terminate.central.metrics import CentralMetrics, parse_listen, serve
+    from vmss_terminate.central.ops import parse_scale_set_id
+    from vmss_terminate.central.run import build, read_script
+    from vmss_terminate.errors import UsageError
+    from vmss_terminate.pipeline.events import parse_types
+    from vmss_terminate.signals import StopOnSignals
+
+    for item in scale_sets:
+        parse_scale_set_id(item)
+    handled = tuple(parse_types(types))
+    if kubeconfig and not kubernetes:
+        raise UsageError("--kubeconfig needs --kubernetes")
+    if source == "queue" and not queue_url:
+        raise UsageError("--source queue needs --queue-url")
+    if source != "queue" and (queue_url or queue_connection_string_env):
+        raise UsageError("--queue-url / --queue-connection-string-env need --source queue")
+    address = parse_listen(listen, listen_any) if listen else None
+    config = HandlerConfig(hooks=hooks, webhook=webhook, run_command=read_script(run_command), kubernetes=kubernetes,
+                           handle_types=handled, safety_margin=safety_margin, on_failure=on_failure,
+                           poll_interval=poll_interval)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    queue = None
+    if source == "queue":
+        from vmss_terminate.central.storage_queue import open_queue_source
+
+        queue = open_queue_source(queue_url or "", queue_connection_string_env)
+    metrics = CentralMetrics(poll_interval)
+    central = build(scope, config, connection=connection, scale_set_ids=scale_sets, state_file=state_file,
+                    kubeconfig=kubeconfig, source=queue, observe=metrics.observe)
+    server = serve(metrics, *address) if address else None
+    try:
+        with StopOnSignals(stop=central.handler.stopping):
+            central.handler.run(once=once)
+    finally:
+        central.handler.stop()
+        central.handler.join(timeout=5.0)
+        if server is not None:
+            server.shutdown()
+        if queue is not None:
+            queue.close()
+        central.close()

@@ -1,0 +1,120 @@
+"""`central run --listen`: Prometheus metrics, `/healthz` and `/readyz` of the handler.
+
+Labels are bounded: event type, action, outcome -- never an EventId, VM or scale set name.
+`/healthz` is 200 while the poll loop is alive (a poll ended within three intervals plus a
+minute); `/readyz` is 200 once a poll read a complete answer and the last one did (an incomplete
+or failed source answer turns it 503 until the next complete one). Listens on loopback unless told.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Dict, List, Optional, Tuple
+
+from vmss_terminate.errors import UsageError
+from vmss_terminate.net import is_loopback_host
+
+BUCKETS = (1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 900.0)
+
+
+class CentralMetrics:
+    """The handler's `observe(kind, **data)` sink and the text /metrics serves."""
+
+    def __init__(self, poll_interval: float = 5.0) -> None:
+        self.poll_interval = poll_interval
+        self._lock = threading.Lock()
+        self.counters: "Counter[Tuple[str, Tuple[Tuple[str, str], ...]]]" = Counter()
+        self.histogram: List[float] = []
+        self.last_poll: Optional[float] = None
+        self.last_complete: Optional[bool] = None
+        self.started = time.monotonic()
+
+    def observe(self, kind: str, **data: Any) -> None:
+        with self._lock:
+            if kind == "poll":
+                self.last_poll = time.monotonic()
+                self.last_complete = bool(data.get("complete"))
+                self.counters[("vmss_terminate_central_polls_total",
+                               (("complete", "true" if data.get("complete") else "false"),))] += 1
+                self.counters[("vmss_terminate_central_source_requests_total", ())] += int(data.get("requests") or 0)
+                self.counters[("vmss_terminate_central_source_throttled_total", ())] += int(data.get("throttled") or 0)
+            elif kind == "action":
+                self.counters[("vmss_terminate_central_actions_total",
+                               (("action", str(data.get("action"))), ("outcome", str(data.get("outcome")))))] += 1
+            elif kind == "acknowledged":
+                self.counters[("vmss_terminate_central_events_acknowledged_total",
+                               (("type", str(data.get("event_type"))),))] += 1
+                self.histogram.append(float(data.get("seconds") or 0.0))
+            else:  # seen, out_of_scope, acknowledge_refused
+                self.counters[(f"vmss_terminate_central_events_{kind}_total",
+                               (("type", str(data.get("event_type"))),))] += 1
+
+    def healthy(self) -> bool:
+        with self._lock:
+            since = self.last_poll if self.last_poll is not None else self.started
+            return time.monotonic() - since <= 3 * self.poll_interval + 60
+
+    def ready(self) -> bool:
+        with self._lock:
+            return bool(self.last_complete)
+
+    def text(self) -> str:
+        with self._lock:
+            counters = sorted(self.counters.items())
+            values = list(self.histogram)
+        lines: List[str] = []
+        names = sorted({name for (name, _), _ in counters})
+        for name in names:
+            lines.append(f"# TYPE {name} counter")
+            for (metric, labels), value in counters:
+                if metric == name:
+                    label = ",".join(f'{k}="{v}"' for k, v in labels)
+                    lines.append(f"{name}{{{label}}} {value}" if label else f"{name} {value}")
+        hist = "vmss_terminate_central_event_to_acknowledge_seconds"
+        lines.append(f"# TYPE {hist} histogram")
+        for bound in BUCKETS:
+            lines.append(f'{hist}_bucket{{le="{bound:g}"}} {sum(1 for v in values if v <= bound)}')
+        lines += [f'{hist}_bucket{{le="+Inf"}} {len(values)}', f"{hist}_sum {sum(values):.3f}",
+                  f"{hist}_count {len(values)}"]
+        return "\n".join(lines) + "\n"
+
+
+def parse_listen(text: str, allow_remote: bool = False) -> Tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    host = host.strip("[]") or "127.0.0.1"
+    if not sep or not port.isascii() or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise UsageError(f"invalid --listen {text!r}: use [HOST]:PORT")
+    if not allow_remote and not is_loopback_host(host):
+        raise UsageError(f"invalid --listen {text!r}: not a loopback address (pass --listen-any to serve {host})")
+    return host, int(port)
+
+
+def serve(metrics: CentralMetrics, host: str, port: int) -> ThreadingHTTPServer:
+    """Serve /metrics, /healthz, /readyz on a daemon thread; `.shutdown()` stops it."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            path = self.path.split("?", 1)[0]
+            routes: Dict[str, Tuple[int, str]] = {
+                "/metrics": (200, metrics.text()),
+                "/healthz": (200, "ok\n") if metrics.healthy() else (503, "poll loop stalled\n"),
+                "/readyz": (200, "ok\n") if metrics.ready() else (503, "no complete answer from the source yet\n"),
+            }
+            status, body = routes.get(path, (404, "not found\n"))
+            data = body.encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "text/plain; version=0.0.4" if path == "/metrics" else "text/plain")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            """Quiet: probes every few seconds would flood the log."""
+
+    server = ThreadingHTTPServer((host, port), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True, name="central-probes").start()
+    return server
