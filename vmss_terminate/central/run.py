@@ -131,3 +131,13 @@ def handle_event(event: CentralEvent, config: HandlerConfig, *, connection: Opti
 def summary(outcomes: List[Outcome]) -> List[Tuple[str, str]]:
     return [(o.event.event_id, "acknowledged" if o.acknowledged and o.acknowledged.ok else o.withheld or "refused")
             for o in outcomes]
+
+
+def handled_types(text: str) -> Tuple[str, ...]:
+    """`--type Terminate,Reboot` -> the types handled (UsageError for unknown names or none)."""
+    from vmss_terminate.pipeline.events import parse_types
+
+    types = tuple(parse_types(text))
+    if not types:
+        raise UsageError("--type: name at least one event type to handle")
+    return types

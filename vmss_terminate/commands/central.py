@@ -128,14 +128,13 @@ def run_command(scope: Scope, connection: Connection, scale_sets: Tuple[str, ...
     from vmss_terminate.central.handler import HandlerConfig
     from vmss_terminate.central.metrics import CentralMetrics, parse_listen, serve
     from vmss_terminate.central.ops import parse_scale_set_id
-    from vmss_terminate.central.run import build, read_script
+    from vmss_terminate.central.run import build, handled_types, read_script
     from vmss_terminate.errors import UsageError
-    from vmss_terminate.pipeline.events import parse_types
     from vmss_terminate.signals import StopOnSignals
 
     for item in scale_sets:
         parse_scale_set_id(item)
-    handled = tuple(parse_types(types))
+    handled = handled_types(types)
     if kubeconfig and not kubernetes:
         raise UsageError("--kubeconfig needs --kubernetes")
     if source == "queue" and not queue_url:
