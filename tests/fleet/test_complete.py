@@ -145,3 +145,16 @@ def test_a_verdict_says_where_its_facts_came_from(arm: ArmServers, conn: Connect
     assert all(r["source_read_at"].endswith("Z") for r in records)
     table = run("fleet", "audit")
     assert "source: facts from Azure Resource Graph as read at " in table.stdout
+
+
+def test_a_rollout_says_its_compliant_sets_are_resource_graphs_verdict(arm: ArmServers) -> None:
+    """Sets the rollout never read from ARM are not called 'ok' on its own authority (issue 28 item 3):
+    the summary says they are compliant per Resource Graph, as read when, and not re-read."""
+    result = run("fleet", "rollout", "--subscription", PROD, "-g", "rg-web", "--timeout", "10")
+    assert result.exit_code == 0, result.output
+    assert "1 already compliant per Resource Graph" in result.stdout
+    assert "already compliant: facts from Azure Resource Graph as read at " in result.stdout
+    assert "not re-read from ARM by this run" in result.stdout
+    data = json.loads(run("fleet", "rollout", "--subscription", PROD, "-g", "rg-web", "--timeout", "10",
+                          "-o", "json").stdout)
+    assert data["compliant_before_source"].startswith("facts from Azure Resource Graph as read at ")

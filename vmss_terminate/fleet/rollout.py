@@ -95,6 +95,7 @@ class RolloutResult:
     resumed: bool = False
     throttling: Dict[str, Any] = field(default_factory=dict)
     audit_seconds: float = 0.0  # the audit the plan came from (part of `seconds`)
+    source: str = ""  # where the audit's facts came from (AuditReport.source): what "compliant_before" rests on
 
     def by_status(self, *statuses: str) -> List[SetOutcome]:
         return [o for o in self.outcomes if o.status in statuses]
@@ -121,6 +122,8 @@ class RolloutResult:
             "ok": self.ok,
             "seconds": round(self.seconds, 3),
             "audit_seconds": round(self.audit_seconds, 3),
+            # sets compliant before were never read from ARM by this run: their verdict is Resource Graph's
+            "compliant_before_source": self.source,
             "journal": self.journal,
             "resumed": self.resumed,
             "sets": {
@@ -146,7 +149,11 @@ class RolloutResult:
         upgraded = sum(o.upgraded for o in self.outcomes)
         out = [f"rollout {'stopped' if self.interrupted else 'finished'} in {self.seconds:.1f}s: "
                f"{data['changed']} changed ({upgraded} instances upgraded), {data['compliant_before']} already "
-               f"compliant, {data['skipped']} skipped, {data['failed']} failed, {data['remaining']} remaining"]
+               f"compliant per Resource Graph, {data['skipped']} skipped, {data['failed']} failed, "
+               f"{data['remaining']} remaining"]
+        if data["compliant_before"] and self.source:
+            out.append(f"  already compliant: {self.source}; not re-read from ARM by this run "
+                       "(`fleet audit` again, or `status` for one set, to confirm)")
         for outcome in self.failed:
             record = outcome.planned.record
             out.append(f"  failed {record.resource_group}/{record.name}: {outcome.error}")
@@ -229,7 +236,8 @@ def rollout(
         if on_plan is not None:
             on_plan(plan)
         result = RolloutResult(plan, [], dry_run=dry_run, journal=str(journal) if journal else None,
-                               resumed=bool(book and book.resumed), audit_seconds=report.seconds)
+                               resumed=bool(book and book.resumed), audit_seconds=report.seconds,
+                               source=report.source)
         if dry_run:
             result.outcomes = [_static_status(p) for p in plan.sets]
         else:
