@@ -527,7 +527,7 @@ def _read_back(client: ScaleSetClient, state: ScaleSetState, result: UpgradeResu
     if instances is None:  # Flexible without latestModelApplied: nothing to check against
         result.note = "the upgrade could not be verified: per-instance latestModelApplied is not reported"
         return
-    stale = {i.instance_id for i in instances if i.latest_model_applied is False}
+    stale = {i.instance_id for i in instances if i.latest_model_applied is False}  # still reported old (None: no word)
     missed = [instance for instance in result.upgraded if instance in stale]
     if not missed:
         return

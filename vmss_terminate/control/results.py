@@ -29,7 +29,7 @@ class StatusResult:
     def stale(self) -> Optional[List[str]]:
         if self.instances is None:
             return None
-        return [i.instance_id for i in self.instances if i.latest_model_applied is False]
+        return [i.instance_id for i in self.instances if i.latest_model_applied is not True]  # unknown is not current
 
     def to_dict(self) -> Dict[str, Any]:
         return {

@@ -192,7 +192,10 @@ def make_plan(
     if model_changes:
         stale = [i.instance_id for i in instances]
     else:
-        stale = [i.instance_id for i in instances if i.latest_model_applied is False]
+        # one meaning everywhere (fleet audit, status, plan, upgrade, enable): an instance that does not
+        # report latestModelApplied is not known to be current, so it is upgraded (manualupgrade of a
+        # current one changes nothing); calling it current left `plan --detailed-exitcode` at 0
+        stale = [i.instance_id for i in instances if i.latest_model_applied is not True]
     size = options.batch_size.for_total(total, policy_batch_percent)
     if not options.upgrade:
         mode = SKIPPED
@@ -201,7 +204,8 @@ def make_plan(
     else:
         mode = PLATFORM
     unknown = sum(1 for i in instances if i.latest_model_applied is None)
-    note = f"{unknown} instance(s) do not report latestModelApplied" if unknown else None
+    note = (f"{unknown} instance(s) do not report latestModelApplied: counted stale (not known to be current)"
+            if unknown else None)
     return UpgradePlan(mode, upgrade_policy, total, stale, size, note)
 
 

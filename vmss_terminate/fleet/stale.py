@@ -34,7 +34,9 @@ def count_stale(session: FleetSession, scope: Scope, chunks: List[List[str]], re
     """Set `stale_instances` (or `unreadable`, or a note) on the enabled records."""
     uniform = [r for r in records if r.uniform]
     for record in records:
-        if not record.uniform:
+        if not record.uniform and record.instances == 0:
+            record.stale_instances = 0  # no members, none stale: never `stale-unknown` for ever
+        elif not record.uniform:
             record.instances_note = FLEXIBLE_NOTE
     if not uniform:
         return
@@ -50,11 +52,13 @@ def count_stale(session: FleetSession, scope: Scope, chunks: List[List[str]], re
         elif summary is not None and row is None and record.instances == 0:
             record.stale_instances = 0  # no instances, none stale
         else:
-            rest.append(record)
+            # some VMs do not report the property: the filtered list would leave them out (they are
+            # not `eq false`), so that set's whole list is read and they count as stale
+            rest.append((record, row is not None and row["reported"] < row["instances"]))
     calls["instance_lists"] = calls.get("instance_lists", 0) + len(rest)
     if rest:
         with ThreadPoolExecutor(max_workers=min(concurrency, len(rest)), thread_name_prefix="fleet-audit") as pool:
-            list(pool.map(lambda record: _listed(session, record), rest))
+            list(pool.map(lambda item: _listed(session, *item), rest))
 
 
 def _summary(session: FleetSession, scope: Scope, chunks: List[List[str]],
@@ -88,11 +92,12 @@ def _counts(row: Dict[str, Any]) -> Optional[Dict[str, int]]:
     return out if out["stale"] <= out["reported"] <= out["instances"] else None
 
 
-def _listed(session: FleetSession, record: ScaleSetAudit) -> None:
-    """One set's stale instances from ARM (`$filter=properties/latestModelApplied eq false`)."""
+def _listed(session: FleetSession, record: ScaleSetAudit, unreported: bool = False) -> None:
+    """One set's stale instances from ARM (`$filter=properties/latestModelApplied eq false`; the
+    whole list when some VMs are known not to report the property: those count as stale too)."""
     with session.compute(record.subscription_id).scale_set(record.resource_group, record.name) as client:
         try:
-            stale = [parse_instance(vm) for vm in client.list_instances(stale_only=True)]
+            stale = [parse_instance(vm) for vm in client.list_instances(stale_only=not unreported)]
         except ArmRequestError as exc:
             if exc.status == 404:  # deleted since Resource Graph indexed it
                 record.instances_note = f"not found when listing instances: {exc}"

@@ -166,6 +166,9 @@ class InstanceRecord:
     # The virtualMachineProfile it runs, shared with the scale set (never edited in place: the
     # state replaces `vm_profile` on every change), for the VM's storage/os/network profiles.
     model: Dict[str, Any] = field(default_factory=dict)
+    # False: its VM list entry leaves latestModelApplied out (Azure has not evaluated it) until an
+    # upgrade evaluates it (tests set it on the state)
+    model_reported: bool = True
 
     @property
     def latest_model_applied(self) -> bool:
@@ -795,6 +798,7 @@ class ArmState:
         profile = ss.scheduled_events_profile
         upgraded = []
         for inst in instances:
+            inst.model_reported = True  # an upgrade evaluates it
             if inst.model_version != ss.model_version:
                 inst.model_version = ss.model_version
                 inst.applied_profile = copy.deepcopy(profile)

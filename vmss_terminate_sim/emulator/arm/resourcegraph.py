@@ -388,8 +388,9 @@ def _has_vms(ss: ScaleSetRecord) -> bool:
 def summary_row(ss: ScaleSetRecord, reported: bool = True) -> Dict[str, Any]:
     """A Uniform scale set's row of the computeresources summary (its live instances)."""
     live = ss.live_instances()
-    return {"id": ss.resource_id.lower(), "instances": len(live), "reported": len(live) if reported else 0,
-            "stale": sum(1 for inst in live if not inst.latest_model_applied) if reported else 0}
+    told = [inst for inst in live if inst.model_reported] if reported else []
+    return {"id": ss.resource_id.lower(), "instances": len(live), "reported": len(told),
+            "stale": sum(1 for inst in told if not inst.latest_model_applied)}
 
 
 def error(status: int, message: str, details: List[Dict[str, Any]]) -> Response:

@@ -229,7 +229,7 @@ def scale_set_vm(inst: InstanceRecord, expand_instance_view: bool = False) -> Di
     instance view with `$expand=instanceView`."""
     ss, nics = inst.scale_set, _nic_configurations(inst)
     properties: Dict[str, Any] = {
-        "latestModelApplied": inst.latest_model_applied,
+        **({"latestModelApplied": inst.latest_model_applied} if inst.model_reported else {}),
         "modelDefinitionApplied": "VirtualMachineScaleSet",
         "networkProfileConfiguration": {"networkInterfaceConfigurations": nics},
         "hardwareProfile": {},
