@@ -8,12 +8,14 @@ The public API (documented in docs/control-plane.md):
     Connection                                         -> where/as whom to talk to ARM
     ComputeClient                                      -> one subscription's client, shared by many sets
     UpgradeOptions, BatchSize                          -> how to upgrade instances afterwards
+    PolicyChange, PolicyState                          -> the top-level scheduledEventsPolicy (asked / as read)
 """
 
 from __future__ import annotations
 
 from vmss_terminate.control.api import disable, enable, plan, retime, status, upgrade
 from vmss_terminate.control.connection import CLOUDS, Connection
+from vmss_terminate.control.events_policy import PolicyChange, PolicyState
 from vmss_terminate.control.results import ChangeResult, Plan, StatusResult
 from vmss_terminate.control.scaleset import ComputeClient
 from vmss_terminate.control.upgrade import BatchSize, UpgradeIncomplete, UpgradeOptions, UpgradeResult
@@ -25,6 +27,8 @@ __all__ = [
     "ComputeClient",
     "Connection",
     "Plan",
+    "PolicyChange",
+    "PolicyState",
     "StatusResult",
     "UpgradeIncomplete",
     "UpgradeOptions",
