@@ -16,6 +16,7 @@ handlers, so agents can run in threads (the CLI adds those).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 from dataclasses import dataclass, field
@@ -31,7 +32,7 @@ from vmss_terminate.errors import UsageError
 from vmss_terminate.pipeline import decisions as D
 from vmss_terminate.pipeline import policy
 from vmss_terminate.pipeline.decisions import Decision, DecisionBus
-from vmss_terminate.pipeline.events import EVENT_TYPES, Event, EventsDocument, canonical_type
+from vmss_terminate.pipeline.events import EVENT_TYPES, Event, EventsDocument, canonical_type, same_name
 from vmss_terminate.pipeline.hooks import FAILED, CommandHook, HookContext, PythonHook, StepResult, WebhookHook
 from vmss_terminate.pipeline.jobs import JobRunner, Step
 from vmss_terminate.pipeline.journal import StateStore, resolve_state_file
@@ -220,14 +221,15 @@ class Agent:
 
     def handle_document(self, document: EventsDocument) -> None:
         """Ownership filter -> hooks -> approval, for every event; then forget vanished events."""
-        present = {e.event_id for e in document.events}
+        events = [self._known_spelling(e) for e in document.events]
+        present = {e.event_id for e in events}
         if document.unreadable != self._unreadable_said:  # said when it changes, not on every poll
             self._unreadable_said = document.unreadable
             if document.unreadable:
                 self._decide(D.EVENT_UNREADABLE, None, f"{len(document.unreadable)} unreadable entr"
                              f"{'y' if len(document.unreadable) == 1 else 'ies'} in the document skipped "
                              f"(the other events are handled): {'; '.join(document.unreadable)[:400]}")
-        for event in document.events:
+        for event in events:
             try:
                 self._handle_event(event)
             except Exception:  # one odd event must not stop the others (or the loop)
@@ -257,6 +259,24 @@ class Agent:
                 if eid not in running:
                     self._missing.pop(eid, None)
                     self.jobs.forget(eid)
+
+    def _known_spelling(self, event: Event) -> Event:
+        """`event` under the EventId it was first seen with: IMDS compares GUIDs case-insensitively,
+        so an EventId whose letter case changes between answers is the same event -- one job, one
+        journal record, one drain -- never a second run of its hooks."""
+        with self._lock:
+            if event.event_id in self._seen:
+                return event
+            known = [*self._seen, *self._missing]
+        known += self.jobs.event_ids()
+        same = next((k for k in known if k != event.event_id and same_name(k, event.event_id)), None)
+        return event if same is None else dataclasses.replace(event, event_id=same)
+
+    def _spelled(self, event_id: str) -> str:
+        """The EventId as the latest document spells it (what the approval must name), else as known."""
+        document = self.client.last_document
+        spellings = {e.event_id for e in document.all_with_id(event_id)} if document is not None else set()
+        return spellings.pop() if len(spellings) == 1 else event_id
 
     def live(self, event_id: str) -> bool:
         """The event is in the document (or left it, not yet for good) or a job handles it."""
@@ -402,7 +422,7 @@ class Agent:
             try:  # the client's guard re-checks the latest document (an event that left it: `absent`)
                 retry_for = (self._approve_retry_for if self._approve_retry_for is not None
                              else self.config.poll_interval * 5)  # run_once(retry_for=0) means no retry
-                self.client.approve(eid, vm, retry_for=retry_for, stop=self._abort,
+                self.client.approve(self._spelled(eid), vm, retry_for=retry_for, stop=self._abort,
                                     on_retry=self._on_retry, allow_shared=self.config.approve_shared,
                                     event_type=event.event_type)
             except ForeignEventError as exc:

@@ -359,28 +359,33 @@ class ImdsClient:
         body = json.dumps({"StartRequests": [{"EventId": event_id}]})
         version = self.resolve_api_version(retry_for, stop, on_retry)
 
-        def before_send() -> None:
+        def before_send() -> Optional[str]:
+            """The body to send: the EventId as the re-checked document spells it."""
             if allow_foreign:
-                return
+                return None
             self._refresh_document(stop)
-            self.guard_approval(event_id, vm_name, allow_foreign, allow_shared, event_type)
+            spelled = self.guard_approval(event_id, vm_name, allow_foreign, allow_shared, event_type)
+            return json.dumps({"StartRequests": [{"EventId": spelled}]})
 
         self._call("POST", EVENTS_PATH, {"api-version": version}, body, self.read_timeout,
                    retry_for, stop, on_retry, parse=None, before_send=before_send)
 
     def guard_approval(self, event_id: str, vm_name: str, allow_foreign: bool = False,
-                       allow_shared: bool = False, event_type: Optional[str] = None) -> None:
+                       allow_shared: bool = False, event_type: Optional[str] = None) -> str:
         """Raise ForeignEventError unless the latest fetched document has `event_id` naming `vm_name`
-        (and, unless `allow_shared`, no other VM; every entry with that EventId counts)."""
+        (and, unless `allow_shared`, no other VM; every entry with that EventId counts). Returns the
+        EventId as that document spells it (GUIDs compare case-insensitively; its letter case may
+        change between answers): what the POST names."""
         if allow_foreign:
-            return
+            return event_id
         document = self.last_document
         matches = document.all_with_id(event_id) if document is not None else []
         if not matches:
             raise ForeignEventError(
                 f"refusing to approve {event_id}: it is not in the latest scheduled events document", absent=True)
-        if any(event.event_id != event_id for event in matches):
-            raise ForeignEventError(f"refusing to approve {event_id}: EventId differs from {matches[0].event_id}")
+        if len({event.event_id for event in matches}) > 1:  # two spellings in one answer: which is it?
+            raise ForeignEventError(f"refusing to approve {event_id}: the document spells it "
+                                    f"{' and '.join(sorted({e.event_id for e in matches}))}")
         resources = [r for event in matches for r in event.resources]
         if not all(owns(event.resources, vm_name) for event in matches):
             raise ForeignEventError(
@@ -394,6 +399,7 @@ class ImdsClient:
         if event_type is not None and any(event.event_type != event_type for event in matches):
             raise ForeignEventError(
                 f"refusing to approve {event_id}: it is now a {matches[0].event_type}, not a {event_type}")
+        return matches[0].event_id
 
     def _refresh_document(self, stop: Optional[threading.Event] = None) -> None:
         """One GET (no retry of its own: the caller's loop retries) to re-check right before a POST.
@@ -433,15 +439,16 @@ class ImdsClient:
     def _call(self, method: str, path: str, params: Dict[str, str], body: Optional[str], read_timeout: float,
               retry_for: Optional[float], stop: Optional[threading.Event],
               on_retry: Optional[Callable[[ImdsError, float], None]], parse: Optional[Callable[[Any], Any]],
-              before_send: Optional[Callable[[], None]] = None) -> Any:
+              before_send: Optional[Callable[[], Optional[str]]] = None) -> Any:
         backoff = Backoff(cap=self.backoff_cap, rng=self._rng)
         started = self.clock.now()
         gone_since: Optional[float] = None
         while True:
             try:
+                sent = body
                 if before_send is not None:
-                    before_send()
-                return self._send(method, path, params, body, read_timeout, parse, stop)
+                    sent = before_send() or body
+                return self._send(method, path, params, sent, read_timeout, parse, stop)
             except ImdsError as exc:
                 if not exc.retryable:
                     raise

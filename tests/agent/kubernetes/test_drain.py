@@ -415,3 +415,20 @@ def test_a_terminate_that_started_and_left_the_document_never_gets_its_node_unco
     assert node["spec"].get("unschedulable") is True
     assert TAINT_KEY in [t["key"] for t in node["spec"].get("taints") or []]
     assert "TerminateCancelled" not in [e["reason"] for e in cluster.state.events()]
+
+
+def test_two_events_naming_this_vm_drain_its_node_once(cluster: Cluster) -> None:
+    """Issue 27 item 7: an own Terminate and a shared one naming this VM: one drain of the node at a
+    time, each pod evicted once (two concurrent drains evicted five pods twice)."""
+    for name in ("a", "b", "c", "d", "e"):
+        cluster.state.add_pod(f"job-{name}", NODE, grace=5)
+    own = cluster.group.add_event("Terminate", [VM], not_before=cluster.clock.now() + 600)
+    cluster.group.add_event("Terminate", [VM, "myvmss_9"], not_before=cluster.clock.now() + 600)
+    agent = cluster.agent()
+    with Running(agent) as running:
+        assert running.decisions.wait_kind(D.APPROVAL_SENT, own, timeout=30)
+        assert running.decisions.wait_for(lambda items: sum(
+            d.kind == D.HOOK_FINISHED and d.data.get("hook") == "kubernetes:drain" for d in items) == 2, 30)
+    accepted = [e.name for e in cluster.state.evictions if e.code == 200]
+    assert sorted(accepted) == [f"job-{n}" for n in "abcde"]  # once each
+    assert [a.event_id for a in cluster.group.approvals] == [own]  # the shared one is never approved

@@ -27,7 +27,8 @@ import logging
 import random
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Dict, List, Mapping, Optional, Set, Tuple
+from contextlib import contextmanager
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Set, Tuple
 
 from vmss_terminate.clock import Clock
 from vmss_terminate.pipeline import decisions as D
@@ -82,6 +83,8 @@ class NodeDrain:
         self._rng = rng or random.Random()
         self.live = live  # (event id) -> in the document (or not yet gone for good) or being handled
         self._lock = threading.Lock()  # journal read-modify-writes (never held across a request)
+        self._draining = threading.Lock()  # one drain of the node at a time, whichever event asked
+        self._waiting: Set[str] = set()  # event ids whose drain waits for its turn (guarded by _lock)
         self._undoing: Set[str] = set()  # event ids whose undo runs now (guarded by _lock)
 
     # -- the step ------------------------------------------------------------------------------
@@ -89,8 +92,8 @@ class NodeDrain:
     def run(self, run: Run) -> StepResult:
         eid = run.event.event_id
         try:
-            with self.api.bounded(lambda: self._left(run), run.cancelled):  # no request outlives the step
-                return self._drain(run, eid)
+            with self._one_at_a_time(run), self.api.bounded(lambda: self._left(run), run.cancelled):
+                return self._drain(run, eid)  # (no request outlives the step)
         except KubeError as exc:  # refused for good (403: RBAC, ...): said, and the step failed
             self.report(D.KUBE_ERROR, eid, f"drain stopped: {exc}")
             return StepResult(FAILED, str(exc))
@@ -279,6 +282,27 @@ class NodeDrain:
                     raise _Stop(outcome)
         return waiting, failed, refused[0]
 
+    @contextmanager
+    def _one_at_a_time(self, run: Run) -> Iterator[None]:
+        """The node is drained by one event at a time: an own Terminate and a shared one naming this
+        VM (or any two events) would otherwise evict every pod twice, concurrently. The second waits
+        (until its own deadline, stop or gone) and then finds the pods evicted or terminating."""
+        eid = run.event.event_id
+        with self._lock:
+            self._waiting.add(eid)
+        try:
+            while not self._draining.acquire(timeout=0.2 / max(self.clock.speed, 1.0)):
+                why = self._stop_reason(run)
+                if why is not None:
+                    raise _Stop(why)
+        finally:
+            with self._lock:
+                self._waiting.discard(eid)
+        try:
+            yield
+        finally:
+            self._draining.release()
+
     def _left(self, run: Run) -> Optional[float]:
         """Real seconds until the step's deadline (None: no deadline known): what a request may take."""
         deadline = run.deadline()
@@ -422,9 +446,11 @@ class NodeDrain:
         with self._lock:
             for other in self.journal.event_ids():
                 record = self.journal.get(other)
-                if other == eid or record.get("kube_node") != node_name or not self.live(other):
+                waiting = other in self._waiting  # its drain waits for this one's turn: the same node
+                if other == eid or (record.get("kube_node") != node_name and not waiting) or not self.live(other):
                     continue
-                self.journal.update(other, kube_cordoned=bool(record.get("kube_cordoned") or cordoned) or None,
+                self.journal.update(other, kube_node=node_name,
+                                    kube_cordoned=bool(record.get("kube_cordoned") or cordoned) or None,
                                     kube_tainted=bool(record.get("kube_tainted") or tainted) or None)
                 self.journal.forget(eid, "kube_cordoned", "kube_tainted")
                 return other
