@@ -1,6 +1,7 @@
-"""Every option of `agent run`, `fleet audit`, `fleet rollout` and the upgrade options of `enable`,
-`disable`, `retime`, `upgrade` and `plan` has one source: the field that declares it (`AgentConfig`,
-`RunOptions`, `AuditOptions`, `RolloutOptions`, `UpgradeOptions`). The click command,
+"""Every option of `agent run`, `fleet audit`, `fleet rollout`, the upgrade options of `enable`,
+`disable`, `retime`, `upgrade` and `plan` and the scheduled-events policy options of `enable`,
+`disable` and `fleet rollout` has one source: the field that declares it (`AgentConfig`,
+`RunOptions`, `AuditOptions`, `RolloutOptions`, `UpgradeOptions`, `PolicyChange`). The click command,
 the click-free parser, the Python defaults and docs/cli-reference.md all agree with it, and no
 module declares one of these flags a second time."""
 
@@ -30,6 +31,7 @@ from vmss_terminate.commands.control import (
 )
 from vmss_terminate.commands.fleet import audit_command, rollout_command
 from vmss_terminate.control import BatchSize, UpgradeOptions
+from vmss_terminate.control.events_policy import PolicyChange
 from vmss_terminate.fleet.options import AuditOptions, RolloutOptions
 from vmss_terminate.params import Option, option, options_of
 from vmss_terminate.pipeline.kubernetes.rules import DEFAULT_TAINT
@@ -45,13 +47,16 @@ COMMANDS: List[Tuple[str, click.Command, Tuple[Option, ...]]] = [
     ("vmss-terminate retime", retime_command, options_of(UpgradeOptions)),
     ("vmss-terminate upgrade", upgrade_command, UPGRADE_OPTIONS),
     ("vmss-terminate plan", plan_command, PLAN_OPTIONS),
+    ("vmss-terminate enable", enable_command, options_of(PolicyChange)),
+    ("vmss-terminate disable", disable_command, options_of(PolicyChange)),
+    ("vmss-terminate fleet rollout", rollout_command, options_of(PolicyChange)),
 ]
 SOURCES = {  # the modules that hold a command of COMMANDS (or its click-free parser)
     "agent/command.py": [RUN_OPTIONS], "commands/agent.py": [RUN_OPTIONS],
-    "commands/fleet.py": [options_of(AuditOptions), options_of(RolloutOptions)],
-    "commands/control.py": [options_of(UpgradeOptions)],
+    "commands/fleet.py": [options_of(AuditOptions), options_of(RolloutOptions), options_of(PolicyChange)],
+    "commands/control.py": [options_of(UpgradeOptions), options_of(PolicyChange)],
 }
-IDS = [c[0] for c in COMMANDS]
+IDS = [c[0] + (" policy" if c[2] == options_of(PolicyChange) else "") for c in COMMANDS]
 
 
 def _params(command: click.Command) -> Dict[str, click.Option]:
@@ -78,7 +83,7 @@ def test_the_click_command_is_the_declared_fields(path: str, command: click.Comm
         assert tuple(param.opts) == opt.flags and param.help == opt.help, opt.dest
         assert param.default == opt.default and param.required == opt.required, opt.dest
         assert bool(param.show_default) == opt.show_default and param.multiple == opt.multiple, opt.dest
-        assert param.is_flag == (opt.kind == "flag"), opt.dest
+        assert param.is_flag == (opt.kind in ("flag", "switch")), opt.dest
 
 
 @pytest.mark.parametrize("path, command, options", COMMANDS, ids=IDS)
