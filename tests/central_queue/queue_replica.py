@@ -1,44 +1,39 @@
-"""A replica of the queue-reading handler, as a process the tests can kill -9 (python queue_replica.py).
+"""A replica of `central run --source queue` as a process the tests can kill -9 (python queue_replica.py).
 
-It drives `QueueSource` the way the central handler does: poll, act on each pending event (a "hook":
-a line `start EID PID` in the log), acknowledge it (a line `ack EID PID`), settle it; events that are
-not pending are settled at once. With STALL_EVENT set, the hook of that event never ends (a replica
-killed mid-event). Lines are appended with O_APPEND, one write each, so replicas can share the log.
+It builds the real central handler (`central.run.build`) over one subscription with the queue as its
+source (`open_queue_source`, the connection string from QUEUE_CONNECTION_STRING) and the ARM emulator
+the environment names (VMSS_TERMINATE_ARM_ENDPOINT and the managed-identity variables), with one
+command hook, and runs it until killed. The hook is queue_hook.py: a line `start EID PID` per event
+in the shared log; for STALL_EVENT it never ends (a replica killed mid-event).
 """
 
 from __future__ import annotations
 
 import os
 import sys
-import threading
 
-from vmss_terminate.central.storage_queue import QueueSettings, QueueSource
+from vmss_terminate.central.handler import HandlerConfig
+from vmss_terminate.central.run import build
+from vmss_terminate.central.storage_queue import QueueSettings, open_queue_source
+from vmss_terminate.control import Connection
+from vmss_terminate.fleet.scope import Scope
 
 
 def main() -> int:
-    log_path, queue_name, container = sys.argv[1], sys.argv[2], sys.argv[3]
-    stall = os.environ.get("STALL_EVENT", "")
-    source = QueueSource.from_connection_string(
-        os.environ["QUEUE_CONNECTION_STRING"], queue_name,
-        QueueSettings(lease_container=container, lease_duration=15, visibility=15, max_attempts=5))
-    fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-    acked = set()
-    idle = threading.Event()
+    log_path, queue_url, container, subscription, state = sys.argv[1:6]
+    hook = f"{sys.executable} {os.path.join(os.path.dirname(__file__), 'queue_hook.py')} {log_path}"
+    source = open_queue_source(queue_url, "QUEUE_CONNECTION_STRING",
+                               QueueSettings(lease_container=container, lease_duration=15, visibility=15))
+    central = build(Scope.build(subscriptions=[subscription]), HandlerConfig(hooks=(hook,), poll_interval=0.05),
+                    connection=Connection(arm_endpoint=os.environ["VMSS_TERMINATE_ARM_ENDPOINT"], retry_total=2,
+                                          retry_backoff_factor=0.0),
+                    state_file=state, source=source)
     try:
-        while True:
-            batch = source.poll()
-            for event in batch.events:
-                if event.pending and event.key not in acked:
-                    os.write(fd, f"start {event.event_id} {os.getpid()}\n".encode())
-                    if event.event_id == stall:
-                        threading.Event().wait()  # a hook that never ends: the test kills us here
-                    os.write(fd, f"ack {event.event_id} {os.getpid()}\n".encode())
-                    acked.add(event.key)
-                source.settle(event)
-            if not batch.events:
-                idle.wait(0.05)
+        central.handler.run()
     finally:
+        central.close()
         source.close()
+    return 0
 
 
 if __name__ == "__main__":

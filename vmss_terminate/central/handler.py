@@ -226,6 +226,8 @@ class CentralHandler:
     def _job(self, event: CentralEvent, info: ScaleSetInfo) -> None:
         try:
             self.handle(event, info)
+            if self._finished(event):
+                self.source.settle(event)  # at once: a queue deletes the message now, not a poll later
         except Exception:  # a job must never take the loop down: logged, retried next poll
             log.exception("handling event %s of %s failed", event.event_id, event.scale_set)
 
