@@ -12,7 +12,7 @@ import threading
 import time
 from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from vmss_terminate.errors import UsageError
 from vmss_terminate.net import is_loopback_host
@@ -31,6 +31,7 @@ class CentralMetrics:
         self.last_poll: Optional[float] = None
         self.last_complete: Optional[bool] = None
         self.started = time.monotonic()
+        self.sections: List[Callable[[], str]] = []  # a source's own metrics (the queue's), appended to text()
 
     def observe(self, kind: str, **data: Any) -> None:
         with self._lock:
@@ -79,7 +80,7 @@ class CentralMetrics:
             lines.append(f'{hist}_bucket{{le="{bound:g}"}} {sum(1 for v in values if v <= bound)}')
         lines += [f'{hist}_bucket{{le="+Inf"}} {len(values)}', f"{hist}_sum {sum(values):.3f}",
                   f"{hist}_count {len(values)}"]
-        return "\n".join(lines) + "\n"
+        return "\n".join(lines) + "\n" + "".join(section() for section in self.sections)
 
 
 def parse_listen(text: str, allow_remote: bool = False) -> Tuple[str, int]:

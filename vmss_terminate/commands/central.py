@@ -122,7 +122,8 @@ def run_command(scope: Scope, connection: Connection, scale_sets: Tuple[str, ...
                 listen: Optional[str], listen_any: bool, once: bool) -> None:
     """Handle scheduled events of every scale set in scope from here: hooks, webhook, node drain,
     Run Command, then acknowledge through the Maintenance RP (preview APIs; docs/central.md).
-    Run one replica."""
+    With --source resourcegraph run one replica; with --source queue several may share the queue
+    (one handles each event at a time: a blob lease per EventId)."""
     import logging
 
     from vmss_terminate.central.handler import HandlerConfig
@@ -152,6 +153,8 @@ def run_command(scope: Scope, connection: Connection, scale_sets: Tuple[str, ...
 
         queue = open_queue_source(queue_url or "", queue_connection_string_env)
     metrics = CentralMetrics(poll_interval)
+    if queue is not None:
+        metrics.sections.append(queue.metrics.render)  # depth, oldest age, duplicates, poison moves
     central = build(scope, config, connection=connection, scale_set_ids=scale_sets, state_file=state_file,
                     kubeconfig=kubeconfig, source=queue, observe=metrics.observe)
     server = serve(metrics, *address) if address else None
