@@ -1,14 +1,16 @@
-"""The agent: a monitor that polls Scheduled Events, and one action pipeline per event
-(ownership filter -> hooks -> approval), in the shape of aws-node-termination-handler.
+"""The agent: the IMDS source (a monitor that polls Scheduled Events), the IMDS approval, and the
+action pipeline (`vmss_terminate.pipeline`), in the shape of aws-node-termination-handler.
 
-`Agent` is the loop that wires three parts together:
-- `policy.py` (pure) decides what to do with an event: ignore, run hooks, observe, withhold or
-  approve. An approval is sent only for an event that is ours, Scheduled, of a type in
+`Agent` is the loop; it hands each event of its own VM to the `Pipeline`, which is source-free:
+- `pipeline/policy.py` (pure) decides what to do with an event: ignore, run hooks, observe,
+  withhold or approve. An approval is sent only for an event that is ours, Scheduled, of a type in
   `approve_types`, not shared (unless `approve_shared`), whose hooks finished (or failed, with
   on_hook_failure="approve"). The IMDS client re-checks ownership right before the POST.
-- `jobs.py` runs the hooks of one event in a worker thread, under the NotBefore deadline, so
-  polling continues (new events, a NotBefore that moved, an event that vanished or started).
-- `journal.py` keeps what happened per EventId across restarts.
+- `pipeline/jobs.py` runs the hooks of one event in a worker thread, under the NotBefore deadline,
+  so polling continues (new events, a NotBefore that moved, an event that vanished or started).
+- `pipeline/journal.py` keeps what happened per EventId across restarts.
+What stays here is IMDS's: the document, which events are ours, when one left for good
+(`policy.gone_for_good`), the approval POST, the /readyz drain and the IMDS outage.
 The poll loop never dies: IMDS errors are retried with backoff and reported as decisions.
 Everything time-dependent goes through the injected clock; nothing here installs signal
 handlers, so agents can run in threads (the CLI adds those).
@@ -33,14 +35,10 @@ from vmss_terminate.pipeline import decisions as D
 from vmss_terminate.pipeline import policy
 from vmss_terminate.pipeline.decisions import Decision, DecisionBus
 from vmss_terminate.pipeline.events import EVENT_TYPES, Event, EventsDocument, canonical_type, same_name
-from vmss_terminate.pipeline.hooks import FAILED, CommandHook, HookContext, PythonHook, StepResult, WebhookHook
-from vmss_terminate.pipeline.jobs import JobRunner, Step
 from vmss_terminate.pipeline.journal import StateStore, resolve_state_file
-from vmss_terminate.pipeline.process import stop_orphan
+from vmss_terminate.pipeline.pipeline import Handler, Pipeline, Source
 
 log = logging.getLogger(__name__)
-
-Handler = Callable[[Event, HookContext], Any]
 
 
 @dataclass
@@ -76,24 +74,15 @@ class Agent:
         self.bus = DecisionBus()
         self.state = StateStore(resolve_state_file(self.config.state_file))
         self.vm_name: Optional[str] = self.config.vm_name
-        self._handlers: List[Tuple[str, Handler]] = []
-        self._commands = [CommandHook(c, i) for i, c in enumerate(self.config.hooks)]
-        self._webhook = (WebhookHook(self.config.webhook)
-                         if self.config.webhook and self.config.webhook_format == "json" else None)
-        self._notifier: Any = None
-        if self.config.webhook and self.config.webhook_format != "json":
-            from vmss_terminate.pipeline.notify import ChatNotifier  # only chat users load it
-
-            self._notifier = ChatNotifier(self.config.webhook, self.config.webhook_format)
         self._seen: Dict[str, _Seen] = {}  # by EventId; guarded by _lock
         self._missing: Dict[str, _Missing] = {}  # by EventId: left the document, maybe not for good; _lock
         self._lock = threading.Lock()
-        self._approve_lock = threading.Lock()  # approvals come from the loop and from job threads
-        self.jobs = JobRunner(self.config, clock, self.state, self._decide, self._latest, lambda: self.vm_name or "",
-                              gone=self.gone)
-        self.drain: Any = None  # --kubernetes: the node drain step (pipeline/kubernetes/drain.py)
+        self.pipeline = Pipeline(self.config, Source(latest=self._latest, gone=self.gone, approve=self._approve,
+                                                     report=self._decide, once=self._once),
+                                 self.state, self.bus, clock, me=lambda: self.vm_name or "")
+        self.jobs = self.pipeline.jobs
         if self.config.kubernetes:
-            self.drain = self._node_drain()
+            self.pipeline.drain = self._node_drain()
         self._stop = threading.Event()   # the caller's: stop polling (then the stop grace runs)
         self._abort = threading.Event()  # ours: end every IMDS request and hook now (grace over)
         self.outage = Outage(clock, self._decide)
@@ -103,8 +92,6 @@ class Agent:
         self.readiness_served = False  # set by probes.serve(): the drain logs then name /readyz
         self._version_said = False
         self._unreadable_said: Tuple[str, ...] = ()  # the unreadable entries last reported
-        if self._notifier is not None:
-            self.subscribe(self._notifier)
         if "Terminate" not in self.config.approve_types:
             log.warning("Terminate is not in the approve types: Terminate events will wait for NotBefore")
 
@@ -115,8 +102,13 @@ class Agent:
         kind = "*" if event_type == "*" else canonical_type(event_type)
         if kind != "*" and kind not in EVENT_TYPES:
             raise UsageError(f"unknown event type {event_type!r}: use {', '.join(EVENT_TYPES)} or *")
-        self._handlers.append((kind, fn))
+        self.pipeline.add_handler(kind, fn)
         return fn
+
+    @property
+    def drain(self) -> Any:
+        """--kubernetes: the node drain step (pipeline/kubernetes/drain.py), else None."""
+        return self.pipeline.drain
 
     def subscribe(self, fn: Callable[[Decision], None]) -> Callable[[], None]:
         """Call `fn(decision)` for every decision; returns an unsubscribe function."""
@@ -173,8 +165,8 @@ class Agent:
             self._approve_retry_for = None
         if self._stop.is_set():
             self.shutdown()
-        elif self._notifier is not None:
-            self._notifier.close()
+        else:
+            self.pipeline.close()
         if failures:  # --once must not report success when an approval it owed was not sent
             raise ImdsError("; ".join(failures))
         return document
@@ -214,8 +206,7 @@ class Agent:
                                            f"they rerun when the agent starts again")
         self._abort.set()
         self.jobs.cancel_all(timeout)
-        if self._notifier is not None:
-            self._notifier.close()
+        self.pipeline.close()
 
     # -- the pipeline -----------------------------------------------------------------------------
 
@@ -251,14 +242,13 @@ class Agent:
             self._end_drain(last)
         for eid in gone:
             self.jobs.wake(eid)  # gone for good: a running node drain stops and undoes its cordon itself
-        if self.drain is not None:
-            self._undo_node_drains(present | running | unsure, gone)
+        self.pipeline.undo_drains(present | running | unsure, gone)
         self.state.prune(present | running | unsure)  # writes the file only when something was dropped
         with self._lock:  # what is gone for good is forgotten once no job needs to know it
             for eid in gone:
                 if eid not in running:
                     self._missing.pop(eid, None)
-                    self.jobs.forget(eid)
+                    self.pipeline.forget(eid)
 
     def _known_spelling(self, event: Event) -> Event:
         """`event` under the EventId it was first seen with: IMDS compares GUIDs case-insensitively,
@@ -325,127 +315,39 @@ class Agent:
             self.state.update(event.event_id, started=True)  # the VM is going away: never uncordoned
         if not event.scheduled:
             return  # Started: too late to prepare or approve; running hooks go on until their deadline
-        self._advance(event)
-
-    def _advance(self, event: Event) -> None:
-        """Ask the policy what to do with an event of ours, and do it."""
-        if self.jobs.running(event.event_id):
-            return
-        steps = self._steps_for(event)
-        progress = policy.Progress.from_record(self.state.get(event.event_id))
-        verdict = policy.next_step(event, self.vm_name or "", self.config, progress, has_hooks=bool(steps),
-                                   now=self.jobs.steady_now(event))
-        if verdict.action == policy.INTERRUPTED:
-            failed = self._resume_interrupted(event, self.state.get(event.event_id), steps)
-            if failed is None:
-                self.jobs.start(event, steps, then=self._after_hooks)
-            elif any(step.always for step in steps):  # the node drain still runs before any approval
-                self.jobs.start(event, steps, then=self._after_hooks, failed=failed)
-            else:
-                self._maybe_approve(event)
-        elif verdict.action == policy.RUN_HOOKS:
-            self.jobs.start(event, steps, then=self._after_hooks)
-        elif verdict.action == policy.APPROVE:
-            self._maybe_approve(event)
-        elif verdict.action == policy.DRAIN_WAIT:
-            self.jobs.start(event, [], then=self._after_hooks)  # no hooks left: only the drain delay
-        else:
-            self._carry_out(event.event_id, verdict)
-
-    def _carry_out(self, event_id: str, verdict: policy.Verdict) -> None:
-        """Report a verdict that sends nothing (observe / withhold), once per event."""
-        if verdict.kind is not None:
-            data = {"others": list(verdict.others)} if verdict.others else {}
-            self._once(verdict.kind, event_id, verdict.message, **data)
-
-    def _resume_interrupted(self, event: Event, record: Dict[str, Any], steps: List[Step]) -> Optional[StepResult]:
-        """A hook was started but not finished when the previous agent died. Returns None to run the
-        hooks again (the finished ones are skipped), else the failure the interruption counts as: the
-        steps that always run (the node drain) still run after it."""
-        eid = event.event_id
-        pid, token = record.get("hook_pid"), record.get("hook_token")
-        if pid and stop_orphan(int(pid), token, grace=self.config.kill_grace):
-            log.warning("stopped hook process %s left running by the previous agent", pid)
-        plan = policy.resume_after_restart(record, [s.name for s in steps], self.config.rerun_interrupted,
-                                           resumable=[self.drain.name] if self.drain is not None else [])
-        if plan.changed:
-            self._decide(D.HOOKS_CHANGED, eid, plan.changed, previous=record.get("hooks"),
-                         current=[s.name for s in steps])
-        if plan.rerun:
-            self._decide(D.HOOK_RERUN, eid, plan.message, hook=record.get("current_step"))
-            return None
-        if not any(step.always for step in steps):
-            self.state.update(eid, hooks_finished=self.clock.now(), hooks_result="failed")
-        self._decide(D.HOOK_FAILED, eid, plan.message, hook=record.get("current_step"))
-        return StepResult(FAILED, plan.message)
-
-    def _steps_for(self, event: Event) -> List[Step]:
-        """The hooks of an event, in order: commands, Python handlers, webhook (see hooks.py)."""
-        steps: List[Step] = []
-        commands = policy.command_hooks_apply(event.event_type, self.config)
-        if commands:
-            steps += [Step(h.name, h) for h in self._commands]
-        for i, (kind, fn) in enumerate(self._handlers):
-            if policy.handler_applies(kind, event.event_type):
-                hook = PythonHook(fn)
-                steps.append(Step(f"{hook.name}#{i}", hook))
-        if self._webhook is not None and commands:
-            steps.append(Step(self._webhook.name, self._webhook))
-        if self.drain is not None and commands and event.event_type not in policy.NO_NODE_DRAIN:
-            # last, and even after a failed hook; never for a Freeze (a pause of seconds)
-            steps.append(Step(self.drain.name, self.drain, always=True))
-        return steps
+        self.pipeline.advance(event)
 
     def _latest(self, event_id: str) -> Optional[Event]:
         with self._lock:
             seen = self._seen.get(event_id)
         return seen.event if seen is not None else None
 
-    def _after_hooks(self, event_id: str) -> None:
-        """A job's steps are over: approve the event as the latest document shows it, if still Scheduled."""
-        latest = self._latest(event_id)
-        if latest is not None and latest.scheduled:
-            self._maybe_approve(latest)
-
-    def _maybe_approve(self, event: Event) -> None:
+    def _approve(self, event: Event) -> bool:
+        """The IMDS approval (the pipeline's `Source.approve`): True when the POST was answered 200."""
         eid, vm = event.event_id, self.vm_name or ""
-        with self._approve_lock:
-            record = self.state.get(eid)
-            progress = policy.Progress.from_record(record)
-            verdict = policy.approval(event, vm, self.config, progress, now=self.jobs.steady_now(event))
-            if verdict.action == policy.DRAIN_WAIT:
-                return  # a job waits for the delay, or the next poll starts one
-            if verdict.action != policy.APPROVE:
-                self._carry_out(eid, verdict)
-                return
-            self.state.update(eid, approval_started=self.clock.now())  # documented in docs/agent.md
-            try:  # the client's guard re-checks the latest document (an event that left it: `absent`)
-                retry_for = (self._approve_retry_for if self._approve_retry_for is not None
-                             else self.config.poll_interval * 5)  # run_once(retry_for=0) means no retry
-                self.client.approve(self._spelled(eid), vm, retry_for=retry_for, stop=self._abort,
-                                    on_retry=self._on_retry, allow_shared=self.config.approve_shared,
-                                    event_type=event.event_type)
-            except ForeignEventError as exc:
-                # The re-check right before the POST saw a changed event; nothing was sent.
-                if exc.absent:  # it left the document while we were about to approve: nothing to do
-                    log.info("not approving %s: %s", eid, exc)
-                elif exc.others:
-                    self._once(D.SHARED_NOT_APPROVED, eid, f"not approving {event.event_type} {eid}: it now also "
-                                                           f"names {', '.join(exc.others)} (re-checked right before "
-                                                           f"approving); it starts at NotBefore", others=exc.others)
-                else:
-                    self._once(D.APPROVAL_WITHHELD, eid, f"not approving {eid}: {exc}; nothing was sent")
-                return
-            except Stopped:
-                return
-            except ImdsError as exc:
-                self._decide(D.APPROVAL_FAILED, eid, f"approval of {eid} failed: {exc}; retrying next poll")
-                return
-            approved = self.clock.now()
-            self.state.update(eid, approved=approved)
-            drained = {} if progress.drain_since is None else {"drain_seconds": round(approved - progress.drain_since, 3)}
-            self._decide(D.APPROVAL_SENT, eid, f"approved {event.event_type} {eid} for {vm}",
-                         event=event, hooks_result=record.get("hooks_result"), **drained)
+        try:  # the client's guard re-checks the latest document (an event that left it: `absent`)
+            retry_for = (self._approve_retry_for if self._approve_retry_for is not None
+                         else self.config.poll_interval * 5)  # run_once(retry_for=0) means no retry
+            self.client.approve(self._spelled(eid), vm, retry_for=retry_for, stop=self._abort,
+                                on_retry=self._on_retry, allow_shared=self.config.approve_shared,
+                                event_type=event.event_type)
+        except ForeignEventError as exc:
+            # The re-check right before the POST saw a changed event; nothing was sent.
+            if exc.absent:  # it left the document while we were about to approve: nothing to do
+                log.info("not approving %s: %s", eid, exc)
+            elif exc.others:
+                self._once(D.SHARED_NOT_APPROVED, eid, f"not approving {event.event_type} {eid}: it now also "
+                                                       f"names {', '.join(exc.others)} (re-checked right before "
+                                                       f"approving); it starts at NotBefore", others=exc.others)
+            else:
+                self._once(D.APPROVAL_WITHHELD, eid, f"not approving {eid}: {exc}; nothing was sent")
+            return False
+        except Stopped:
+            return False
+        except ImdsError as exc:
+            self._decide(D.APPROVAL_FAILED, eid, f"approval of {eid} failed: {exc}; retrying next poll")
+            return False
+        return True
 
     # -- drain (the /readyz probe) -------------------------------------------------------------------
 
@@ -479,13 +381,13 @@ class Agent:
         """The node drain step; UsageError now (exit 2) when the cluster credentials are unusable."""
         from vmss_terminate.pipeline.kubernetes.api import KubeApi  # only --kubernetes loads it
         from vmss_terminate.pipeline.kubernetes.credentials import load_access
-        from vmss_terminate.pipeline.kubernetes.drain import NodeDrain
+        from vmss_terminate.pipeline.kubernetes.drain import DrainTarget, NodeDrain
 
         access = load_access(self.config.kubeconfig)
         log.info("--kubernetes: draining the node through %s (%s)", access.server, access.source)
-        return NodeDrain(KubeApi(access), self.state, self._decide, self._identity, self.clock,
-                         lambda: self.vm_name or "", node_name=self.config.node_name, taint=self.config.taint,
-                         live=self.live)
+        own = DrainTarget(identity=self._identity, node_name=self.config.node_name)  # this VM's node, only
+        return NodeDrain(KubeApi(access), self.state, self._decide, lambda event: [own], self.clock,
+                         lambda: self.vm_name or "", taint=self.config.taint, live=self.live)
 
     def _identity(self) -> Tuple[str, str]:
         """(compute.resourceId, osProfile.computerName) from instance metadata: how the drain finds its node."""
@@ -493,23 +395,6 @@ class Agent:
         profile = compute.get("osProfile")
         profile = profile if isinstance(profile, dict) else {}
         return str(compute.get("resourceId") or ""), str(profile.get("computerName") or "")
-
-    def _undo_node_drains(self, keep: Set[str], vanished: Dict[str, Event]) -> None:
-        """Events gone from the document for good whose node drain (by this agent, or one before a
-        restart) cordoned the node: uncordon it unless this VM is going away (`policy.departing`)."""
-        for eid in self.state.event_ids():
-            record = self.state.get(eid)
-            if eid in keep or not (record.get("kube_cordoned") or record.get("kube_tainted")):
-                continue
-            if self.drain.undoing(eid):  # being undone (retried up to UNDO_FOR): no new thread every poll
-                continue
-            last = vanished.get(eid)
-            kind = last.event_type if last is not None else str(record.get("event_type") or "Terminate")
-            if not policy.drain_ends_when_gone(kind, policy.departing(record, last, self.clock.now())):
-                continue
-            why = f"{kind} {eid} left the document without taking this VM (scale-in cancelled?)"
-            threading.Thread(target=self.drain.undo, args=(eid, record, why), name=f"uncordon:{eid[:8]}",
-                             daemon=True).start()
 
     # -- helpers ----------------------------------------------------------------------------------
 

@@ -26,13 +26,19 @@ from vmss_terminate.errors import UsageError
 from vmss_terminate.scheduled_events import EVENT_TYPES, SCHEDULED, STARTED, STATUSES
 
 __all__ = [
-    "EVENT_TYPES", "SCHEDULED", "STARTED", "MalformedDocument", "parse_not_before", "canonical_type",
+    "EVENT_TYPES", "EVERY_LISTED_VM", "SCHEDULED", "STARTED", "MalformedDocument", "parse_not_before", "canonical_type",
     "canonical_status", "parse_duration", "same_name", "Event", "owns", "EventsDocument", "parse_types",
     "UNREADABLE",
 ]
 
 
 UNREADABLE = "\ufffd"  # what an undecodable byte of an answer reads as (imds._json_text): never a name of ours
+
+
+EVERY_LISTED_VM = "*"
+"""The VM a source acts for when it acts for every VM an event lists (a central handler): no VM
+name can be it (`scheduled_events.vm_name_problem` refuses `*`). The policy then treats every
+listed VM as its own; hooks get an empty VMSS_TERMINATE_VM_NAME and the list in RESOURCES."""
 
 
 class MalformedDocument(ValueError):
@@ -111,7 +117,9 @@ def same_name(a: str, b: str) -> bool:
 
 @dataclass(frozen=True)
 class Event:
-    """One scheduled event. `raw` is the event's JSON exactly as IMDS sent it (unknown fields kept)."""
+    """One scheduled event. `raw` is the event's JSON exactly as IMDS sent it (unknown fields kept).
+    A source other than IMDS builds it the same way (`from_json` of the IMDS-shaped fields), adding
+    `resource_ids` when it knows them (`dataclasses.replace(event, resource_ids=...)`)."""
 
     event_id: str
     event_type: str
@@ -124,6 +132,8 @@ class Event:
     event_source: Optional[str] = None
     duration_in_seconds: Optional[int] = None
     raw: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False)
+    #: VM name -> full resource id, from a source that knows them (a central handler's); IMDS gives none
+    resource_ids: Mapping[str, str] = field(default_factory=dict, compare=False, hash=False)
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "Event":
@@ -164,7 +174,9 @@ class Event:
         return self.status == STARTED
 
     def to_json(self) -> Dict[str, Any]:
-        return dict(self.raw)
+        """The event as the source sent it (a hook's stdin), with `ResourceIds` (VM name -> resource
+        id) when the source knew them."""
+        return {**self.raw, "ResourceIds": dict(self.resource_ids)} if self.resource_ids else dict(self.raw)
 
 
 def owns(resources: Iterable[str], vm_name: str) -> bool:

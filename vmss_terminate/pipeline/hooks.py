@@ -26,7 +26,7 @@ from urllib.parse import urlsplit
 
 from vmss_terminate.clock import Clock
 from vmss_terminate.pipeline import process
-from vmss_terminate.pipeline.events import Event
+from vmss_terminate.pipeline.events import EVERY_LISTED_VM, Event
 
 OK = "ok"
 FAILED = "failed"
@@ -105,12 +105,14 @@ def event_variables(event: Event, vm_name: str, deadline: Optional[float]) -> Di
         "VMSS_TERMINATE_EVENT_TYPE": event.event_type,
         "VMSS_TERMINATE_EVENT_STATUS": event.status,
         "VMSS_TERMINATE_NOT_BEFORE": event.not_before_raw,
-        "VMSS_TERMINATE_VM_NAME": vm_name,
+        "VMSS_TERMINATE_VM_NAME": "" if vm_name == EVERY_LISTED_VM else vm_name,
         "VMSS_TERMINATE_RESOURCES": json.dumps(list(event.resources)),
         "VMSS_TERMINATE_DEADLINE": "" if deadline is None else str(int(deadline)),
         # api-version 2019-08-01 / 2020-07-01 and later; empty when the version in use lacks them
         "VMSS_TERMINATE_EVENT_SOURCE": "" if event.event_source is None else str(event.event_source),
         "VMSS_TERMINATE_DURATION_SECONDS": "" if event.duration_in_seconds is None else str(event.duration_in_seconds),
+        # every listed VM's full resource id, from a source that knows them (a central handler's)
+        **({"VMSS_TERMINATE_RESOURCE_IDS": json.dumps(dict(event.resource_ids))} if event.resource_ids else {}),
     }
 
 

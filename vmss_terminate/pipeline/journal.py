@@ -19,7 +19,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, List, Optional
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional
 
 from vmss_terminate.errors import UsageError
 
@@ -238,6 +238,13 @@ class StateStore:
         _fsync_dir(directory)
 
 
+def event_of(key: str, record: Mapping[str, Any]) -> str:
+    """The EventId of a journal key: the key itself, or the `kube_event_id` a per-VM node drain's
+    key (EventId/VM, `kubernetes/drain.py`) records."""
+    event_id = record.get("kube_event_id")
+    return event_id if isinstance(event_id, str) and event_id else key
+
+
 def _is_time(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
 
@@ -259,7 +266,7 @@ _FIELD_CHECKS: Dict[str, Callable[[Any], bool]] = {
     # --kubernetes (pipeline/kubernetes/drain.py)
     "kube_node": lambda v: isinstance(v, str), "kube_cordoned": lambda v: v is True,
     "kube_tainted": lambda v: v is True, "kube_event_started": lambda v: v is True,
-    "kube_drain_started": _is_time,
+    "kube_drain_started": _is_time, "kube_event_id": lambda v: isinstance(v, str),
     "kube_evicted": lambda v: isinstance(v, dict) and all(isinstance(x, str) for x in v.values()),
 }
 

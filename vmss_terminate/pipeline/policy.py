@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any, Collection, Mapping, Optional, Protocol, Sequence, Tuple
 
 from vmss_terminate.pipeline import decisions as D
-from vmss_terminate.pipeline.events import Event
+from vmss_terminate.pipeline.events import EVERY_LISTED_VM, Event
 from vmss_terminate.pipeline.hooks import unpassable_variables
 from vmss_terminate.scheduled_events import MAX_TERMINATE_NOTICE, MINIMUM_NOTICE
 
@@ -71,6 +71,12 @@ class Settings(Protocol):
     def safety_margin(self) -> float: ...
     @property
     def kill_grace(self) -> float: ...
+    @property
+    def rerun_interrupted(self) -> bool: ...
+    @property
+    def webhook(self) -> Optional[str]: ...
+    @property
+    def webhook_format(self) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -117,10 +123,16 @@ def handler_applies(subscribed: str, event_type: str) -> bool:
     return subscribed in ("*", event_type)
 
 
+def acts_for(event: Event, vm_name: str) -> bool:
+    """The source acts for this event: it names the source's VM, or the source acts for every VM
+    an event lists (`EVERY_LISTED_VM`: a central handler, which hands over only events in its scope)."""
+    return vm_name == EVERY_LISTED_VM or event.names(vm_name)
+
+
 def next_step(event: Event, vm_name: str, config: Settings, progress: Progress, has_hooks: bool,
               now: Optional[float] = None) -> Verdict:
     """What to do with `event` now that it is in the document (no job of ours is running its hooks)."""
-    if not event.names(vm_name) or not event.scheduled:
+    if not acts_for(event, vm_name) or not event.scheduled:
         return Verdict(IGNORE)
     if progress.approved:
         return Verdict(DONE)
@@ -155,9 +167,9 @@ def approval(event: Event, vm_name: str, config: Settings, progress: Progress,
     if progress.hooks_failed and config.on_hook_failure == "wait":
         return Verdict(WITHHOLD, f"not approving {eid}: a hook failed and --on-hook-failure=wait; "
                                  f"it starts at NotBefore", kind=D.APPROVAL_WITHHELD)
-    if not event.names(vm_name) or not event.scheduled:
+    if not acts_for(event, vm_name) or not event.scheduled:
         return Verdict(IGNORE)  # no longer ours (Resources changed) or started: never approve it
-    others = tuple(event.others(vm_name))
+    others = () if vm_name == EVERY_LISTED_VM else tuple(event.others(vm_name))
     if others and not config.approve_shared:
         return Verdict(WITHHOLD, f"not approving {event.event_type} {eid}: it also names {', '.join(others)}; "
                                  f"approving would release them before they drain (use --approve-shared); "

@@ -13,12 +13,13 @@ from vmss_terminate.clock import ManualClock
 from vmss_terminate.pipeline.events import Event
 from vmss_terminate.pipeline.hooks import CANCELLED, DEADLINE, Run
 from vmss_terminate.pipeline.journal import StateStore
-from vmss_terminate.pipeline.kubernetes.drain import GONE, NodeDrain
+from vmss_terminate.pipeline.kubernetes.drain import GONE, DrainTarget, NodeDrain
 
 
 def make(clock: ManualClock, deadline: Optional[float], gone: List[bool]) -> Tuple[NodeDrain, Run]:
     drain = NodeDrain(api=None, journal=StateStore(), report=lambda *a, **k: None,  # type: ignore[arg-type]
-                      identity=lambda: ("", ""), clock=clock, vm_name=lambda: "vm_1")
+                      targets=lambda event: [DrainTarget(identity=lambda: ("", ""))], clock=clock,
+                      reporter=lambda: "vm_1")
     event = Event.from_json({"EventId": "E1", "EventType": "Terminate", "ResourceType": "VirtualMachine",
                              "Resources": ["vm_1"], "EventStatus": "Scheduled", "NotBefore": ""})
     run = Run(event, "vm_1", clock, lambda: deadline, threading.Event(), threading.Event(),

@@ -1,4 +1,11 @@
-"""`agent run --kubernetes`: drain the Kubernetes node this VM is, as a step before the approval.
+"""`--kubernetes`: drain the Kubernetes node(s) an event names, as a step before the approval.
+
+Which nodes is the caller's input (`targets(event)` -> `DrainTarget`s): the in-VM agent passes its
+own VM (its node found through instance metadata, or `--node-name`); a central handler passes every
+VM the event lists, each found by its resource id in the nodes' `spec.providerID`, cluster-wide.
+One target's journal fields sit under the EventId (the agent's); several targets' under
+`EventId/VM` each (`journal_key`), so every node's cordon, evictions and undo survive a restart
+on their own. Several nodes are drained at once; the step is ok when every required node is.
 
 `NodeDrain` is a step like the hooks (`jobs.py` runs it, last, under the same deadline: NotBefore
 minus the safety margin), in the order `kubectl drain` works:
@@ -28,14 +35,16 @@ import random
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Set, Tuple
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Set, Tuple
 
 from vmss_terminate.clock import Clock
 from vmss_terminate.pipeline import decisions as D
 from vmss_terminate.pipeline import policy
 from vmss_terminate.pipeline.backoff import Backoff
+from vmss_terminate.pipeline.events import Event
 from vmss_terminate.pipeline.hooks import CANCELLED, DEADLINE, FAILED, GONE, OK, Run, StepResult
-from vmss_terminate.pipeline.journal import StateStore
+from vmss_terminate.pipeline.journal import StateStore, event_of
 from vmss_terminate.pipeline.kubernetes import rules
 from vmss_terminate.pipeline.kubernetes.api import MERGE_PATCH, Answer, KubeApi, KubeError, path
 
@@ -50,8 +59,39 @@ UNDO_FOR = 60.0  # clock seconds an uncordon is retried (the API may be briefly 
 EVICT_RETRY_CAP = 5.0  # a refused eviction is retried after 1, 2, 4, then every 5 s (jittered): kubectl
 # drain's callers use 5 s; a longer cap left budget-serialised drains idle (benchmarks/drain.py)
 
+MAX_NODES_AT_ONCE = 8  # nodes of one event drained in parallel (each evicts `concurrency` pods at a time)
+
 Report = Callable[..., None]  # report(kind, event_id, message, **data)
-Identity = Callable[[], Tuple[str, str]]  # () -> (IMDS compute.resourceId, osProfile.computerName)
+Identity = Callable[[], Tuple[str, str]]  # () -> (VM resource id, computer name); may raise: then unknown
+
+
+@dataclass(frozen=True)
+class DrainTarget:
+    """One node to drain for an event: named (`node_name`), or found as the node whose
+    `spec.providerID` is the VM's resource id (else named like its computer name), both from
+    `identity()`, asked only when the journal does not know the node yet. `key` "" keeps the
+    target's journal fields under the EventId itself (a single target: the agent); otherwise under
+    `EventId/key`. `required` False: a VM that is no node of the cluster is said and skipped, not a
+    failure (a central handler's event may list VMs outside the cluster)."""
+
+    identity: Identity
+    node_name: Optional[str] = None
+    key: str = ""
+    required: bool = True
+    vm_name: str = ""
+
+    @classmethod
+    def of_vm(cls, vm_name: str, resource_id: str, required: bool = False) -> "DrainTarget":
+        """A listed VM known by its resource id (a central source's): found by providerID only."""
+        return cls(identity=lambda: (resource_id, ""), key=vm_name, required=required, vm_name=vm_name)
+
+
+Targets = Callable[[Event], Sequence[DrainTarget]]
+
+
+def journal_key(event_id: str, target: DrainTarget) -> str:
+    """Where a target's drain is journalled: the EventId for a keyless target, else EventId/key."""
+    return f"{event_id}/{target.key}" if target.key else event_id
 
 
 class _Stop(Exception):
@@ -67,61 +107,84 @@ class NodeDrain:
 
     name = DRAIN_STEP
 
-    def __init__(self, api: KubeApi, journal: StateStore, report: Report, identity: Identity, clock: Clock,
-                 vm_name: Callable[[], str], node_name: Optional[str] = None,
-                 taint: str = rules.DEFAULT_TAINT, concurrency: int = 8, rng: Optional[random.Random] = None,
-                 live: Callable[[str], bool] = lambda eid: False) -> None:
+    def __init__(self, api: KubeApi, journal: StateStore, report: Report, targets: Targets, clock: Clock,
+                 reporter: Callable[[], str], taint: str = rules.DEFAULT_TAINT, concurrency: int = 8,
+                 rng: Optional[random.Random] = None, live: Callable[[str], bool] = lambda eid: False) -> None:
         self.api = api
         self.journal = journal
         self.report = report
-        self.identity = identity
+        self.targets = targets  # (event) -> the nodes to drain for it
         self.clock = clock
-        self.vm_name = vm_name
-        self.node_name = node_name
+        self.reporter = reporter  # who drains: the Kubernetes Events' reportingInstance (the agent's VM name)
         self.taint = rules.parse_taint(taint)
         self.concurrency = max(1, int(concurrency))
         self._rng = rng or random.Random()
         self.live = live  # (event id) -> in the document (or not yet gone for good) or being handled
         self._lock = threading.Lock()  # journal read-modify-writes (never held across a request)
-        self._draining = threading.Lock()  # one drain of the node at a time, whichever event asked
-        self._waiting: Set[str] = set()  # event ids whose drain waits for its turn (guarded by _lock)
+        self._draining: Dict[str, threading.Lock] = {}  # per target (DrainTarget.key): one drain of a node
+        # at a time, whichever event asked (guarded by _lock)
+        self._waiting: Dict[str, str] = {}  # journal key -> its target's key, while it waits for its turn (_lock)
         self._undoing: Set[str] = set()  # event ids whose undo runs now (guarded by _lock)
 
     # -- the step ------------------------------------------------------------------------------
 
     def run(self, run: Run) -> StepResult:
+        targets = list(self.targets(run.event))
+        if len(targets) == 1:
+            return self._run_one(run, targets[0])
+        if not targets:
+            return StepResult(OK, "no node to drain")
+        with ThreadPoolExecutor(max_workers=min(MAX_NODES_AT_ONCE, len(targets)),
+                                thread_name_prefix=f"drain:{run.event.event_id[:8]}") as pool:
+            results = list(pool.map(lambda target: self._run_one(run, target), targets))
+        for outcome in (CANCELLED, GONE, DEADLINE, FAILED):
+            bad = [f"{t.vm_name or t.key}: {r.detail}" for t, r in zip(targets, results) if r.outcome == outcome]
+            if bad:
+                return StepResult(outcome, "; ".join(bad))
+        return StepResult(OK, "; ".join(f"{t.vm_name or t.key}: {r.detail}" for t, r in zip(targets, results)))
+
+    def keys(self, event_id: str) -> List[str]:
+        """The journal keys of `event_id`'s node drains (the EventId, and EventId/VM per listed VM)."""
+        prefix = event_id + "/"
+        return [k for k in self.journal.event_ids() if k == event_id or k.startswith(prefix)]
+
+    def _run_one(self, run: Run, target: DrainTarget) -> StepResult:
         eid = run.event.event_id
+        key = journal_key(eid, target)
         try:
-            with self._one_at_a_time(run), self.api.bounded(lambda: self._left(run), run.cancelled):
-                return self._drain(run, eid)  # (no request outlives the step)
+            with self._one_at_a_time(run, target, key), self.api.bounded(lambda: self._left(run), run.cancelled):
+                return self._drain(run, eid, key, target)  # (no request outlives the step)
         except KubeError as exc:  # refused for good (403: RBAC, ...): said, and the step failed
             self.report(D.KUBE_ERROR, eid, f"drain stopped: {exc}")
             return StepResult(FAILED, str(exc))
         except _Stop as stop:
             if stop.outcome == GONE:
-                record = self.journal.get(eid)
-                if policy.departing(record, run.event, self.clock.now()):  # Started (or approved): never undone
+                if policy.departing(self.journal.get(eid), run.event, self.clock.now()):  # Started (or approved)
                     return StepResult(GONE, "the event left the document after it started: the node stays cordoned")
-                self.undo(eid, record, f"{run.event.event_type} {eid} left the document "
-                                       f"(scale-in cancelled) during the drain")
-                self.journal.forget(eid, "kube_drain_started", "kube_event_started")  # back: a new drain
+                self.undo(key, self.journal.get(key), f"{run.event.event_type} {eid} left the document "
+                                                      f"(scale-in cancelled) during the drain")
+                self.journal.forget(key, "kube_drain_started", "kube_event_started")  # back: a new drain
                 return StepResult(GONE, "the event left the document: drain stopped")
             if stop.outcome == CANCELLED:
                 return StepResult(CANCELLED, "agent stopping (the drain continues on restart)")
             return StepResult(DEADLINE, "deadline (NotBefore minus safety margin) reached")
 
-    def _drain(self, run: Run, eid: str) -> StepResult:
-        record = self.journal.get(eid)
+    def _drain(self, run: Run, eid: str, key: str, target: DrainTarget) -> StepResult:
+        record = self.journal.get(key)
         node_name = record.get("kube_node")
         if not isinstance(node_name, str) or not node_name:
-            found = self._find_node(run)
+            found = self._find_node(run, target)
             if found is None:
+                if not target.required:
+                    return StepResult(OK, "no node of the cluster: skipped")
                 return StepResult(FAILED, "no Kubernetes node is this VM (see the kube_node_not_found line)")
             node_name, how = found
-            self.report(D.KUBE_NODE, eid, f"this VM is Kubernetes node {node_name} ({how})", node=node_name)
+            who = f"VM {target.vm_name} is" if target.key else "this VM is"
+            self.report(D.KUBE_NODE, eid, f"{who} Kubernetes node {node_name} ({how})", node=node_name)
         began = record.get("kube_drain_started")
         began = float(began) if isinstance(began, (int, float)) else self.clock.now()
-        self.journal.update(eid, kube_node=node_name, kube_drain_started=began)
+        self.journal.update(key, kube_node=node_name, kube_drain_started=began,
+                            **({"kube_event_id": eid} if key != eid else {}))
         node = self._get_node(run, node_name)
         if node is None:
             self.report(D.KUBE_NODE_NOT_FOUND, eid, f"Kubernetes node {node_name} does not exist (any more); "
@@ -131,9 +194,9 @@ class NodeDrain:
             self._event(node, "TerminateNotice", f"Terminate {eid} scheduled (NotBefore "
                         f"{run.event.not_before_raw or '-'}): vmss-terminate cordons and drains this node "
                         f"before approving the VM's deletion", eid)
-            self.journal.update(eid, kube_event_started=True)
-        self._cordon(run, eid, node)
-        evicted, not_evicted, refused = self._evict_all(run, eid, node_name)
+            self.journal.update(key, kube_event_started=True)
+        self._cordon(run, eid, key, node)
+        evicted, not_evicted, refused = self._evict_all(run, eid, key, node_name)
         left = self._wait_gone(run, node_name, evicted)
         seconds = round(self.clock.now() - began, 3)
         stuck = sorted(not_evicted) + sorted(left.values())
@@ -159,18 +222,18 @@ class NodeDrain:
 
     # -- node --------------------------------------------------------------------------------------
 
-    def _find_node(self, run: Run) -> Optional[Tuple[str, str]]:
+    def _find_node(self, run: Run, target: DrainTarget) -> Optional[Tuple[str, str]]:
         eid = run.event.event_id
-        if self.node_name:
-            node = self._get_node(run, self.node_name)
+        if target.node_name:
+            node = self._get_node(run, target.node_name)
             if node is None:
-                self.report(D.KUBE_NODE_NOT_FOUND, eid, f"no Kubernetes node named {self.node_name} "
+                self.report(D.KUBE_NODE_NOT_FOUND, eid, f"no Kubernetes node named {target.node_name} "
                                                         f"(--node-name / NODE_NAME); nothing to drain",
-                            node=self.node_name)
+                            node=target.node_name)
                 return None
-            return self.node_name, "--node-name"
+            return target.node_name, "--node-name"
         try:
-            resource_id, computer_name = self.identity()
+            resource_id, computer_name = target.identity()
         except Exception as exc:  # IMDS unavailable: the node cannot be known
             self.report(D.KUBE_NODE_NOT_FOUND, eid, f"cannot tell which Kubernetes node this VM is: instance "
                                                     f"metadata unavailable ({exc}); pass --node-name")
@@ -181,7 +244,12 @@ class NodeDrain:
             self.report(D.KUBE_NODE_NOT_FOUND, eid, f"cannot list Kubernetes nodes: {answer.message()}")
             return None
         found = rules.match_node([n for n in items if isinstance(n, dict)], resource_id, computer_name)
-        if found is None:
+        if found is None and target.key:
+            self.report(D.KUBE_NODE_NOT_FOUND, eid, f"VM {target.vm_name} is no node of this cluster: none of "
+                                                    f"{len(items)} node(s) has spec.providerID azure://{resource_id}"
+                                                    + ("" if target.required else "; skipped"),
+                        vm=target.vm_name)
+        elif found is None:
             self.report(D.KUBE_NODE_NOT_FOUND, eid, f"no Kubernetes node is this VM: none of {len(items)} node(s) "
                                                     f"has spec.providerID azure://{resource_id} or the name "
                                                     f"{computer_name.lower()!r}; pass --node-name if it is one")
@@ -195,7 +263,7 @@ class NodeDrain:
             raise KubeError(f"GET node {name}: {answer.message()}")
         return answer.body
 
-    def _cordon(self, run: Run, eid: str, node: Dict[str, Any]) -> None:
+    def _cordon(self, run: Run, eid: str, key: str, node: Dict[str, Any]) -> None:
         name = str(node["metadata"]["name"])
         owner = rules.cordoned_for(node)
         if owner and owner != eid and not self.live(owner):
@@ -212,16 +280,16 @@ class NodeDrain:
         cordoned, tainted = rules.done_for(node, self.taint, eid)  # by an agent before us (journal lost)
         if cordoned or tainted:
             with self._lock:
-                record = self.journal.get(eid)
-                self.journal.update(eid, kube_cordoned=bool(record.get("kube_cordoned") or cordoned) or None,
+                record = self.journal.get(key)
+                self.journal.update(key, kube_cordoned=bool(record.get("kube_cordoned") or cordoned) or None,
                                     kube_tainted=bool(record.get("kube_tainted") or tainted) or None)
         for _ in range(CORDON_TRIES):  # 409: someone changed the node meanwhile; read it again and redo
             patch, cordons, taints = rules.cordon_patch(node, self.taint, eid)
             if patch is None:
                 break
             with self._lock:  # said before it is done: a restart must know the cordon is ours
-                record = self.journal.get(eid)
-                self.journal.update(eid, kube_cordoned=bool(record.get("kube_cordoned") or cordons) or None,
+                record = self.journal.get(key)
+                self.journal.update(key, kube_cordoned=bool(record.get("kube_cordoned") or cordons) or None,
                                     kube_tainted=bool(record.get("kube_tainted") or taints) or None)
             answer = self._call(run, "PATCH", path("api", "v1", "nodes", name), body=patch, content_type=MERGE_PATCH)
             if answer.ok:
@@ -232,7 +300,7 @@ class NodeDrain:
         else:
             raise KubeError(f"cordon {name}: the node changed under every one of {CORDON_TRIES} patches "
                             f"(409 Conflict each time); not cordoned")
-        record = self.journal.get(eid)
+        record = self.journal.get(key)
         ours = bool(record.get("kube_cordoned"))
         owner = rules.cordoned_for(node)
         if ours:
@@ -254,10 +322,10 @@ class NodeDrain:
             raise KubeError(f"list pods of {node_name}: {answer.message()}")
         return [p for p in items if isinstance(p, dict)]
 
-    def _evict_all(self, run: Run, eid: str, node_name: str) -> Tuple[Dict[str, str], Dict[str, str], int]:
+    def _evict_all(self, run: Run, eid: str, key: str, node_name: str) -> Tuple[Dict[str, str], Dict[str, str], int]:
         """Evict what `rules.plan_pods` says; returns (uid -> pod evicted or terminating, pod -> why
         not evicted, refusals)."""
-        before = self.journal.get(eid).get("kube_evicted")
+        before = self.journal.get(key).get("kube_evicted")
         evicted: Dict[str, str] = dict(before) if isinstance(before, dict) else {}
         plan = rules.plan_pods(self._pods(run, node_name), evicted)
         if plan.skipped:
@@ -270,7 +338,7 @@ class NodeDrain:
         if plan.evict:
             with ThreadPoolExecutor(max_workers=min(self.concurrency, len(plan.evict)),
                                     thread_name_prefix=f"evict:{eid[:8]}") as pool:
-                results = list(pool.map(lambda pod: self._evict_one(run, eid, pod, refused), plan.evict))
+                results = list(pool.map(lambda pod: self._evict_one(run, eid, key, pod, refused), plan.evict))
             stops = [r[1] for r in results if r[0] == "stop"]
             for pod, (what, detail) in zip(plan.evict, results):
                 if what == "evicted":
@@ -283,40 +351,44 @@ class NodeDrain:
         return waiting, failed, refused[0]
 
     @contextmanager
-    def _one_at_a_time(self, run: Run) -> Iterator[None]:
-        """The node is drained by one event at a time: an own Terminate and a shared one naming this
+    def _one_at_a_time(self, run: Run, target: DrainTarget, key: str) -> Iterator[None]:
+        """A node is drained by one event at a time: an own Terminate and a shared one naming this
         VM (or any two events) would otherwise evict every pod twice, concurrently. The second waits
-        (until its own deadline, stop or gone) and then finds the pods evicted or terminating."""
-        eid = run.event.event_id
+        (until its own deadline, stop or gone) and then finds the pods evicted or terminating. One
+        lock per target (`DrainTarget.key`: the agent's one node; a listed VM each), so the nodes of
+        one event still drain at once."""
         with self._lock:
-            self._waiting.add(eid)
+            self._waiting[key] = target.key
+            draining = self._draining.setdefault(target.key, threading.Lock())
         try:
-            while not self._draining.acquire(timeout=0.2 / max(self.clock.speed, 1.0)):
+            while not draining.acquire(timeout=0.2 / max(self.clock.speed, 1.0)):
                 why = self._stop_reason(run)
                 if why is not None:
                     raise _Stop(why)
         finally:
             with self._lock:
-                self._waiting.discard(eid)
+                self._waiting.pop(key, None)
         try:
             yield
         finally:
-            self._draining.release()
+            draining.release()
 
     def _left(self, run: Run) -> Optional[float]:
         """Real seconds until the step's deadline (None: no deadline known): what a request may take."""
         deadline = run.deadline()
         return None if deadline is None else (deadline - self.clock.now()) / self.clock.speed
 
-    def _evict_one(self, run: Run, eid: str, pod: Mapping[str, Any], refused: List[int]) -> Tuple[str, str]:
+    def _evict_one(self, run: Run, eid: str, key: str, pod: Mapping[str, Any],
+                   refused: List[int]) -> Tuple[str, str]:
         """("evicted" | "gone" | "failed" | "stop", detail) for one pod (in a worker thread: its
         requests are bounded as the step's are)."""
         with self.api.bounded(lambda: self._left(run), run.cancelled):
-            return self._evict_pod(run, eid, pod, refused)
+            return self._evict_pod(run, eid, key, pod, refused)
 
-    def _evict_pod(self, run: Run, eid: str, pod: Mapping[str, Any], refused: List[int]) -> Tuple[str, str]:
+    def _evict_pod(self, run: Run, eid: str, key: str, pod: Mapping[str, Any],
+                   refused: List[int]) -> Tuple[str, str]:
         meta = pod.get("metadata") or {}
-        key = rules.pod_key(pod)
+        pod_name = rules.pod_key(pod)
         url = path("api", "v1", "namespaces", str(meta.get("namespace")), "pods", str(meta.get("name")), "eviction")
         backoff = Backoff(base=1.0, cap=EVICT_RETRY_CAP, rng=self._rng)
         said_error = ""
@@ -333,11 +405,11 @@ class NodeDrain:
             if answer is not None:
                 if answer.ok:
                     with self._lock:
-                        record = self.journal.get(eid).get("kube_evicted")
+                        record = self.journal.get(key).get("kube_evicted")
                         known = dict(record) if isinstance(record, dict) else {}
-                        known[rules.pod_uid(pod)] = key
-                        self.journal.update(eid, kube_evicted=known)
-                    self.report(D.KUBE_EVICTED, eid, f"evicted pod {key}", pod=key)
+                        known[rules.pod_uid(pod)] = pod_name
+                        self.journal.update(key, kube_evicted=known)
+                    self.report(D.KUBE_EVICTED, eid, f"evicted pod {pod_name}", pod=pod_name)
                     return "evicted", ""
                 if answer.status in (404, 409):  # 409: the name is another pod now (UID precondition)
                     return "gone", ""
@@ -346,17 +418,17 @@ class NodeDrain:
                     refused[0] += 1
                     refusals += 1
                 elif answer.status < 500 and answer.status != 401:  # 401: a rotated token; read it again
-                    self.report(D.KUBE_EVICTION_FAILED, eid, f"eviction of pod {key} refused: {problem}; "
-                                                              f"not retried", pod=key, status=answer.status)
+                    self.report(D.KUBE_EVICTION_FAILED, eid, f"eviction of pod {pod_name} refused: {problem}; "
+                                                              f"not retried", pod=pod_name, status=answer.status)
                     return "failed", problem
             delay = backoff.next()
             if answer is not None and answer.status == 429:
-                self.report(D.KUBE_EVICTION_REFUSED, eid, f"eviction of pod {key} refused ({problem}); "
-                                                          f"retrying in {delay:.1f} s", pod=key, attempt=refusals)
+                self.report(D.KUBE_EVICTION_REFUSED, eid, f"eviction of pod {pod_name} refused ({problem}); "
+                                                          f"retrying in {delay:.1f} s", pod=pod_name, attempt=refusals)
             elif problem != said_error:  # said when it changes, not on every retry
                 said_error = problem
-                self.report(D.KUBE_ERROR, eid, f"eviction of pod {key} failed ({problem}); retrying until the "
-                                               f"deadline", pod=key)
+                self.report(D.KUBE_ERROR, eid, f"eviction of pod {pod_name} failed ({problem}); retrying until the "
+                                               f"deadline", pod=pod_name)
             why = self._sleep(run, delay)
             if why is not None:
                 return "stop", why if why != DEADLINE else f"deadline reached ({problem})"
@@ -382,34 +454,36 @@ class NodeDrain:
 
     # -- undo ---------------------------------------------------------------------------------------
 
-    def undoing(self, eid: str) -> bool:
-        """An undo of `eid` runs now (the agent then starts no second thread for it)."""
+    def undoing(self, key: str) -> bool:
+        """An undo of journal key `key` (an EventId, or EventId/VM) runs now (no second thread for it)."""
         with self._lock:
-            return eid in self._undoing
+            return key in self._undoing
 
-    def undo(self, eid: str, record: Mapping[str, Any], why: str) -> bool:
-        """Uncordon and untaint the node if (and as far as) the journal `record` says this agent
-        cordoned or tainted it; True when nothing is left to undo. A node another live event's drain
-        names is left alone: that event takes the cordon over. No lock is held across a request."""
+    def undo(self, key: str, record: Mapping[str, Any], why: str) -> bool:
+        """Uncordon and untaint the node if (and as far as) the journal `record` (at `key`, see
+        `keys()`) says this drain cordoned or tainted it; True when nothing is left to undo. A node
+        another live event's drain names is left alone: that event takes the cordon over. No lock is
+        held across a request."""
         node_name = record.get("kube_node")
         cordoned, tainted = bool(record.get("kube_cordoned")), bool(record.get("kube_tainted"))
         if not isinstance(node_name, str) or not (cordoned or tainted):
             return True
         with self._lock:
-            if eid in self._undoing:
+            if key in self._undoing:
                 return True  # another thread undoes it now
-            self._undoing.add(eid)
+            self._undoing.add(key)
         try:
-            return self._undo(eid, node_name, cordoned, tainted, why)
+            return self._undo(key, node_name, cordoned, tainted, why)
         finally:
             with self._lock:
-                self._undoing.discard(eid)
+                self._undoing.discard(key)
 
-    def _undo(self, eid: str, node_name: str, cordoned: bool, tainted: bool, why: str) -> bool:
+    def _undo(self, key: str, node_name: str, cordoned: bool, tainted: bool, why: str) -> bool:
+        eid = event_of(key, self.journal.get(key))
         until = self.clock.now() + UNDO_FOR
         last = ""
         while self.clock.now() < until:
-            heir = self._hand_over(eid, node_name, cordoned, tainted)
+            heir = self._hand_over(key, node_name, cordoned, tainted)
             if heir is not None:
                 self.report(D.KUBE_UNCORDONED, eid, f"{why}: node {node_name} stays cordoned: the drain of "
                                                     f"event {heir} takes it over", node=node_name, heir=heir)
@@ -423,7 +497,7 @@ class NodeDrain:
                     result = Answer(200) if patch is None else self.api.request(
                         "PATCH", path("api", "v1", "nodes", node_name), body=patch, content_type=MERGE_PATCH)
                     if result.ok:
-                        self.journal.forget(eid, "kube_cordoned", "kube_tainted")
+                        self.journal.forget(key, "kube_cordoned", "kube_tainted")
                         self.report(D.KUBE_UNCORDONED, eid, f"{why}: node {node_name} uncordoned and its "
                                                             f"taint {self.taint} removed", node=node_name)
                         self._event(answer.body, "TerminateCancelled", f"{why}: vmss-terminate uncordoned "
@@ -440,27 +514,29 @@ class NodeDrain:
                                        f"{self.taint.key}:{self.taint.effect}-", node=node_name)
         return False
 
-    def _hand_over(self, eid: str, node_name: str, cordoned: bool, tainted: bool) -> Optional[str]:
+    def _hand_over(self, key: str, node_name: str, cordoned: bool, tainted: bool) -> Optional[str]:
         """Another live event whose drain names the same node: it inherits this event's cordon and
         taint (in the journal) and the node is not uncordoned; its id, or None."""
         with self._lock:
+            mine = key[len(event_of(key, self.journal.get(key))) + 1:]  # the target's key ("": the only one)
             for other in self.journal.event_ids():
                 record = self.journal.get(other)
-                waiting = other in self._waiting  # its drain waits for this one's turn: the same node
-                if other == eid or (record.get("kube_node") != node_name and not waiting) or not self.live(other):
+                heir = event_of(other, record)
+                waiting = self._waiting.get(other) == mine  # its drain waits for this one's turn: the same node
+                if other == key or (record.get("kube_node") != node_name and not waiting) or not self.live(heir):
                     continue
                 self.journal.update(other, kube_node=node_name,
                                     kube_cordoned=bool(record.get("kube_cordoned") or cordoned) or None,
                                     kube_tainted=bool(record.get("kube_tainted") or tainted) or None)
-                self.journal.forget(eid, "kube_cordoned", "kube_tainted")
-                return other
+                self.journal.forget(key, "kube_cordoned", "kube_tainted")
+                return heir
         return None
 
     # -- helpers ------------------------------------------------------------------------------------
 
     def _event(self, node: Mapping[str, Any], reason: str, note: str, eid: str, warning: bool = False) -> None:
         """Post a Kubernetes Event about the node; a failure is logged, never stops the drain."""
-        body = rules.node_event(node, reason, note, self.clock.now(), self.vm_name(), warning=warning)
+        body = rules.node_event(node, reason, note, self.clock.now(), self.reporter(), warning=warning)
         bound = self.api.bound()  # an Event may be posted at the deadline (TerminateDrainIncomplete): a moment more
         try:
             with self.api.bounded(lambda: EVENT_POST_SECONDS, bound[1] if bound is not None else None):
@@ -517,3 +593,4 @@ class NodeDrain:
             if left <= 0:
                 return None
             self.clock.wait(run.cancelled, min(left, 1.0))
+
