@@ -13,9 +13,6 @@ from typing import Dict, Iterator, List, Tuple, Union
 ROOT = Path(__file__).resolve().parents[1]
 LIMIT = 10
 PENDING: Dict[str, str] = {
-    # issue 23 item 6, the pipeline side: NodeDrain takes the node(s) to drain as input. Remove the
-    # line when it is fixed (the test then says so).
-    "vmss_terminate/pipeline/kubernetes/drain.py:NodeDrain.__init__": "11 parameters",
     # issue 25 (central handler), landed while this test was on main: its collaborators (source,
     # lookup, acknowledge, run_command, drain, undo, observe) want one record.
     "vmss_terminate/central/handler.py:CentralHandler.__init__": "11 parameters",
