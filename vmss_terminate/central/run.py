@@ -69,15 +69,16 @@ def build(scope: Scope, config: HandlerConfig, *, connection: Optional[Connectio
     if config.kubernetes:
         from vmss_terminate.pipeline.kubernetes.api import KubeApi
         from vmss_terminate.pipeline.kubernetes.credentials import load_access
-        from vmss_terminate.pipeline.kubernetes.drain import NodeDrain
+        from vmss_terminate.pipeline.kubernetes.drain import DrainTarget, NodeDrain
 
         api = KubeApi(load_access(kubeconfig))
 
         def node_drain(event: CentralEvent, vm: str, vm_id: str) -> Any:
             key = f"{event.key}@{vm}"
             if key not in central.drains:
+                target = DrainTarget(identity=lambda: (vm_id, vm), vm_name=vm)
                 central.drains[key] = NodeDrain(api, ScopedJournal(journal, event.scale_set, vm),  # type: ignore[arg-type]
-                                                _report, lambda: (vm_id, vm), clock, lambda: vm)
+                                                _report, lambda _event: [target], clock, lambda: vm)
             return central.drains[key]
 
         def drain(event: CentralEvent, vm: str, vm_id: str, run: Run) -> StepResult:
