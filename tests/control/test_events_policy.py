@@ -168,3 +168,11 @@ def test_read_back_that_does_not_show_the_policy_is_an_error(arm: ArmServers, st
     monkeypatch.setattr(eventspolicy, "shaped", lambda policy, api_version: None)  # GET never shows it
     with pytest.raises(AzureError, match="scheduled-events policy still reads: not configured"):
         enable(RG, "web", connection=conn, policy=PolicyChange(auto_approve=("user-redeploy",)))
+
+
+def test_no_wait_says_which_change_was_accepted(arm: ArmServers, state: ArmState, conn: Connection) -> None:
+    _ss(state, scheduled_events_profile=ON)
+    result = enable(RG, "web", connection=conn, no_wait=True, policy=PolicyChange(auto_approve=("user-reboot",)))
+    assert result.changed and len(_patches(arm)) == 1
+    assert result.message.startswith("events policy change to Event Grid and Resource Graph not set; auto-approve: "
+                                     "user-reboot accepted by ARM (not waited for)")

@@ -113,3 +113,13 @@ def test_every_format_renders_the_policy_alone(fmt: str) -> None:
     text = render(fmt, None, policy=PolicyChange(auto_approve=("user-redeploy",)))
     assert "userInitiatedRedeploy" in text or "--enable-user-redeploy-scheduled-events true" in text
     assert "terminateNotificationProfile" not in text and "termination_notification" not in text
+
+
+def test_the_events_policy_template_is_what_render_prints() -> None:
+    from pathlib import Path
+
+    template = Path(__file__).resolve().parents[2] / "templates" / "policy" / \
+        "vmss-terminate-notification-events-policy.json"
+    everything = PolicyChange(event_grid=True, auto_approve=("user-reboot", "user-redeploy", "all-instances-down"))
+    assert template.read_text(encoding="utf-8") == azure_policy.render_definition(10, everything)
+    assert json.loads(template.read_text())["properties"]["metadata"]["unconfirmedAliases"]

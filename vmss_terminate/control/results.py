@@ -179,7 +179,12 @@ class ChangeResult:
         if self.no_wait:
             if not self.changed:  # nothing was sent: there is no change to follow
                 return f"profile already matches ({self.plan.desired.describe()}): nothing sent; {self.follow_up}"
-            done = f"profile change to {self.plan.desired.describe()} accepted by ARM (not waited for)"
+            changes = []
+            if self.plan.profile_change:
+                changes.append(f"profile change to {self.plan.desired.describe()}")
+            if self.plan.policy_change and self.plan.policy_desired is not None:
+                changes.append(f"events policy change to {self.plan.policy_desired.describe()}")
+            done = f"{' and '.join(changes) or 'change'} accepted by ARM (not waited for)"
             return f"{done}; instances not upgraded; {self.follow_up}"
         if self.plan.profile_change and self.after:
             profile = f"profile {self.after.describe()}"
