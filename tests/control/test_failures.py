@@ -135,7 +135,8 @@ def test_arm_rejecting_the_token_audience_is_reported(arm: ArmServers, state: Ar
     """--cloud sets the token scope even with a custom endpoint: a China-cloud token is refused here."""
     state.add_scale_set(SUB, RG, "web", capacity=1)
     line = _one_error_line(run("status", "-g", RG, "-n", "web", "--cloud", "AzureChinaCloud"))
-    assert "InvalidAuthenticationTokenAudience" in line and "az login" in line
+    assert "InvalidAuthenticationTokenAudience" in line and "another audience (check --cloud" in line
+    assert "az login" not in line  # a token was issued: logging in again is not the fix
     resources = [r.query.get("resource", [""])[0] for r in arm.token_server.log.all()]
     assert resources == ["https://management.chinacloudapi.cn"]
     issued = list(arm.tokens.recently_issued)  # the secret must never be printed

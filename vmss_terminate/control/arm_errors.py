@@ -18,6 +18,12 @@ from typing import Any, Dict, Iterator, Optional, Tuple, Union
 from vmss_terminate.control.token_answers import CREDENTIAL_HELP, TokenEndpointUnreachable, TokenRequestRefused
 from vmss_terminate.errors import AzureError, VmssTerminateError
 
+TOKEN_REJECTED_HELP = (
+    "the credential issued a token ARM does not accept: expired (clock skew), for another audience (check --cloud "
+    "and --arm-scope, or VMSS_TERMINATE_ARM_SCOPE) or another tenant (check the subscription's tenant and the "
+    "credential's), or revoked -- then check which identity the credential chain picked"
+)
+
 
 class ArmRequestError(AzureError):
     """ARM answered with an error; `code` (e.g. ResourceNotFound) and `status` kept for callers."""
@@ -26,6 +32,11 @@ class ArmRequestError(AzureError):
         super().__init__(message)
         self.code = code
         self.status = status
+
+
+class CredentialRejected(ArmRequestError):
+    """ARM answered 401 to the token sent: every further request with this credential will be
+    refused the same way (a fleet rollout stops starting sets on it)."""
 
 
 def arm_error_code(exc: BaseException) -> Tuple[Optional[str], Optional[str]]:
@@ -124,7 +135,9 @@ def arm_errors(action: str, resource: str, subscription: Optional[str] = None) -
     except ClientAuthenticationError as exc:
         # CredentialUnavailableError is a subclass; its text lists every credential tried (multi-line).
         if getattr(exc, "status_code", None) in (401, 403):
-            raise AzureError(f"{action}: ARM rejected the credential: {describe_arm_error(exc)}; {CREDENTIAL_HELP}") from None
+            # a token was issued and sent: logging in again is not the fix for an audience or tenant mismatch
+            raise CredentialRejected(f"{action}: ARM rejected the token: {describe_arm_error(exc)}; {TOKEN_REJECTED_HELP}",
+                                     None, getattr(exc, "status_code", None)) from None
         tried = credentials_tried(str(exc))
         raise AzureError(f"{action}: authentication failed, no usable Azure credential"
                          f"{f' (tried: {tried})' if tried else ''}; {CREDENTIAL_HELP}") from None

@@ -22,6 +22,7 @@ from typing import Any, Callable, Dict, List, Optional, Set
 
 from vmss_terminate import control
 from vmss_terminate.clock import SYSTEM_CLOCK, Clock
+from vmss_terminate.control.arm_errors import CredentialRejected
 from vmss_terminate.control.connection import Connection
 from vmss_terminate.control.events_policy import FEATURE_NAME, FEATURE_NAMESPACE, PolicyChange, register_command
 from vmss_terminate.control.upgrade import UpgradeIncomplete, UpgradeOptions, UpgradeResult
@@ -157,6 +158,9 @@ class RolloutResult:
         for outcome in self.failed:
             record = outcome.planned.record
             out.append(f"  failed {record.resource_group}/{record.name}: {outcome.error}")
+        held_back = [o for o in self.by_status(NOT_STARTED) if o.error]
+        if held_back:
+            out.append(f"  {len(held_back)} set(s) {held_back[0].error}")
         for outcome in self.by_status(SKIPPED):
             record = outcome.planned.record
             out.append(f"  skipped {record.resource_group}/{record.name}: {', '.join(outcome.planned.reasons)}")
@@ -293,12 +297,13 @@ def _execute(plan: RolloutPlan, session: FleetSession, options: UpgradeOptions, 
     running: Set["Future[SetOutcome]"] = set()
     index_of: Dict["Future[SetOutcome]", int] = {}
     pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="fleet-rollout")
+    rejected: List[str] = []  # ARM refused this run's token (401): every further set would be refused too
     try:
         while queue or running:
-            while queue and len(running) < concurrency and not stop.is_set():
+            while queue and len(running) < concurrency and not stop.is_set() and not rejected:
                 i = queue.pop()
                 future = pool.submit(_one, plan.sets[i], plan.timeout_minutes, session, options, book, tracker,
-                                     stop, clock, policy)
+                                     stop, clock, policy, rejected)
                 running.add(future)
                 index_of[future] = i
             if not running:
@@ -313,6 +318,10 @@ def _execute(plan: RolloutPlan, session: FleetSession, options: UpgradeOptions, 
         pool.shutdown(wait=False, cancel_futures=True)
         raise
     pool.shutdown(wait=True)
+    if rejected:
+        for outcome in outcomes.values():
+            if outcome.status == NOT_STARTED and outcome.planned.works:
+                outcome.error = f"not started: ARM rejected this run's token on {rejected[0]} (see its error)"
     return [outcomes[i] for i in range(len(plan.sets))]
 
 
@@ -345,7 +354,8 @@ def _wait(running: Set["Future[SetOutcome]"]) -> "tuple[Set[Future[SetOutcome]],
 
 
 def _one(planned: PlannedSet, minutes: int, session: FleetSession, options: UpgradeOptions, book: Optional[Journal],
-         tracker: _Tracker, stop: threading.Event, clock: Clock, policy: Optional[PolicyChange] = None) -> SetOutcome:
+         tracker: _Tracker, stop: threading.Event, clock: Clock, policy: Optional[PolicyChange] = None,
+         rejected: Optional[List[str]] = None) -> SetOutcome:
     """Enable one scale set through the control plane; never raises for Azure failures."""
     record = planned.record
     key = record.id.lower()
@@ -384,6 +394,10 @@ def _one(planned: PlannedSet, minutes: int, session: FleetSession, options: Upgr
             outcome = SetOutcome(planned, INTERRUPTED, len(exc.result.upgraded), str(exc))
         else:
             outcome = SetOutcome(planned, FAILED, len(exc.result.upgraded), str(exc))
+    except CredentialRejected as exc:
+        if rejected is not None:
+            rejected.append(f"{record.resource_group}/{record.name}")
+        outcome = SetOutcome(planned, FAILED, upgraded[0], str(exc))
     except VmssTerminateError as exc:
         outcome = SetOutcome(planned, INTERRUPTED if stop.is_set() else FAILED, upgraded[0], str(exc))
     else:
