@@ -262,7 +262,8 @@ class CentralHandler:
             results = list(self._pool.map(lambda vm, stage=stage: stage(vm)[1], todo)) if todo else []
             for vm, result in zip(todo, results):
                 outcome.steps[keys[vm]] = result.outcome
-                self.observe("action", action=name.split("#")[0], outcome=result.outcome)
+                self.observe("action", action=name.split("#")[0], outcome=result.outcome, vm=vm,
+                             event_id=event.event_id)
                 log.info("event %s %s %s: %s %s", event.event_id, name, vm, result.outcome, result.detail)
                 if result.outcome == OK:
                     done.add(keys[vm])
@@ -281,11 +282,11 @@ class CentralHandler:
         outcome.acknowledged = answer
         if answer.ok:
             self.journal.update(event.key, acknowledged=self.clock.now())
-            self.observe("acknowledged", event_type=event.event_type,
+            self.observe("acknowledged", event_type=event.event_type, event_id=event.event_id,
                          seconds=max(0.0, self.clock.now() - float(self.journal.get(event.key).get("seen") or 0)))
             log.info("event %s of %s acknowledged: %s", event.event_id, event.scale_set, answer.message)
         else:
-            self.observe("acknowledge_refused", event_type=event.event_type)
+            self.observe("acknowledge_refused", event_type=event.event_type, event_id=event.event_id)
             log.warning("event %s of %s: acknowledge refused (HTTP %s %s)", event.event_id, event.scale_set,
                         answer.status, answer.message)
         return outcome

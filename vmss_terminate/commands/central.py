@@ -147,6 +147,7 @@ def run_command(scope: Scope, connection: Connection, scale_sets: Tuple[str, ...
                            handle_types=handled, safety_margin=safety_margin, on_failure=on_failure,
                            poll_interval=poll_interval)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    logging.getLogger("azure").setLevel(logging.WARNING)  # the SDK's per-request lines are not the handler's story
     queue = None
     if source == "queue":
         from vmss_terminate.central.storage_queue import open_queue_source

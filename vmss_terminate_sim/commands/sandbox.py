@@ -38,9 +38,14 @@ from vmss_terminate.timeout import to_iso
               help="The VMs are nodes of a local Kubernetes API emulator and every agent runs with --kubernetes: "
                    "it cordons its node and evicts the pods (a PodDisruptionBudget holds one back until another "
                    "is gone) before approving.")
+@click.option("--central", is_flag=True,
+              help="No agent in any instance: one central handler reads Resource Graph, runs the hook and Azure "
+                   "Run Command for each removed VM (and drains its node with --kubernetes), then acknowledges "
+                   "through the Maintenance RP (preview APIs).")
+@click.option("--windows", is_flag=True, help="With --central: a Windows-typed scale set (RunPowerShellScript).")
 @output_option()
 def demo(instances: int, scale_in: int, timeout: int, speed: float, hook: Optional[str], deadline: Optional[float],
-         kubernetes: bool, output: str) -> None:
+         kubernetes: bool, central: bool, windows: bool, output: str) -> None:
     """Run the whole story on local emulators, no Azure: enable terminate notifications and upgrade
     (real control plane and Azure SDK), one real agent per instance with a drain hook, scale in,
     drain, approve, delete. Prints a timeline; exits 1 if the story does not complete."""
@@ -48,7 +53,8 @@ def demo(instances: int, scale_in: int, timeout: int, speed: float, hook: Option
     from vmss_terminate_sim.sandbox.timeline import format_entry
 
     options = DemoOptions(instances=instances, scale_in=scale_in, timeout_minutes=timeout, speed=speed,
-                          deadline=deadline, hook=hook, kubernetes=kubernetes).validated()
+                          deadline=deadline, hook=hook, kubernetes=kubernetes, central=central,
+                          windows=windows).validated()
     printing = threading.Lock()
 
     def live(entry):  # type: ignore[no-untyped-def]
@@ -85,10 +91,15 @@ def demo(instances: int, scale_in: int, timeout: int, speed: float, hook: Option
               help="Also a Kubernetes API emulator whose nodes are the instances (spec.providerID = the VM), "
                    "with the demo's pods (web under a PodDisruptionBudget, a DaemonSet): try agents with "
                    "--kubernetes, and kubectl, against it.")
+@click.option("--central", is_flag=True,
+              help="The scale set publishes its scheduled events to Resource Graph (scheduledEventsPolicy): try "
+                   "`vmss-terminate central run` and `events list` against it, no agent needed.")
+@click.option("--windows", is_flag=True, help="A Windows-typed scale set (Run Command takes RunPowerShellScript).")
 @output_option("json: one JSON object with the endpoints, then the timeline as JSON lines; tsv: the "
                "environment as NAME<TAB>VALUE rows, then one row per timeline entry.")
 def sandbox(instances: int, timeout: int, no_feature: bool, speed: float, port_base: int, name: str,
-            resource_group: str, duration: Optional[float], kubernetes: bool, output: str) -> None:
+            resource_group: str, duration: Optional[float], kubernetes: bool, central: bool, windows: bool,
+            output: str) -> None:
     """Keep a local sandbox running (ARM, token endpoint, one IMDS per instance) and print the
     environment that points the CLI, the Azure SDK and agents at it, to try your own hooks.
     Deleting instances (scale-in, delete) publishes Terminate events; the timeline is printed live."""
@@ -98,7 +109,8 @@ def sandbox(instances: int, timeout: int, no_feature: bool, speed: float, port_b
     from vmss_terminate_sim.sandbox.timeline import format_entry
 
     config = SandboxConfig(instances=instances, timeout_minutes=None if no_feature else timeout, speed=speed,
-                           name=name, resource_group=resource_group, port_base=port_base).validated()
+                           name=name, resource_group=resource_group, port_base=port_base, windows=windows,
+                           publish_events=central).validated()
     box = Sandbox(config)
     cluster: Optional[SandboxCluster] = None
     printing = threading.Lock()
@@ -159,7 +171,15 @@ def _print_endpoints(box, hook: str, kubeconfig: Optional[str] = None) -> None: 
         click.echo("# The instances are Kubernetes nodes (the demo's pods run on them):")
         click.echo(f"kubectl --kubeconfig {shlex.quote(kubeconfig)} get nodes,pods,pdb -A -o wide")
         click.echo("")
-    click.echo("# One agent per instance, each in its own terminal:")
+    if cfg.publish_events:
+        click.echo("# No agent needed: the set publishes its events to Resource Graph. One central handler:")
+        click.echo(command("central", "run", "--subscription", cfg.subscription, "-g", cfg.resource_group, "--hook",
+                           hook, *(["--kubernetes", "--kubeconfig", kubeconfig] if kubeconfig else []))
+                   + "   # add --run-command FILE to run a script in each removed instance")
+        click.echo(command("events", "list", "--subscription", cfg.subscription))
+        click.echo("")
+    click.echo("# Or one agent per instance, each in its own terminal:" if cfg.publish_events else
+               "# One agent per instance, each in its own terminal:")
     for vm, url in box.imds_urls().items():
         click.echo(f"VMSS_TERMINATE_IMDS_URL={url} vmss-terminate agent run --state-file :memory: "
                    f"--hook {shlex.quote(hook)}{drain}   # {vm}")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional
@@ -61,6 +62,8 @@ class DemoOptions:
     deadline: Optional[float] = None
     hook: Optional[str] = None  # None: the demo drain hook (python -m vmss_terminate_sim.demo_hook)
     kubernetes: bool = False  # the VMs are Kubernetes nodes; agents run with --kubernetes
+    central: bool = False  # no agent in any instance: the central handler drains and acknowledges
+    windows: bool = False  # a Windows-typed scale set (central only: Run Command takes RunPowerShellScript)
 
     @property
     def real_deadline(self) -> float:
@@ -86,6 +89,8 @@ class DemoOptions:
             raise InvalidValue("deadline", self.deadline, "must be positive")
         if self.hook is not None:
             check_program(split_command(self.hook))
+        if self.windows and not self.central:
+            raise InvalidValue("windows", self.windows, "a Windows image runs no agent of ours: add --central")
         return self
 
 
@@ -105,7 +110,8 @@ class DemoResult:
             "failure": self.failure,
             "options": {"instances": self.options.instances, "scale_in": self.options.scale_in,
                         "timeout": to_iso(self.options.timeout_minutes), "speed": self.options.speed,
-                        "deadline": self.options.real_deadline, "kubernetes": self.options.kubernetes},
+                        "deadline": self.options.real_deadline, "kubernetes": self.options.kubernetes,
+                        "central": self.options.central, "windows": self.options.windows},
             "deleted": self.deleted,
             "totals": self.totals,
             "report": self.report,
@@ -132,7 +138,8 @@ def run_demo(options: DemoOptions = DemoOptions(), on_entry: Optional[Callable[[
     _quiet_agent_logs()
     real_start = time.monotonic()
     deadline = real_start + options.real_deadline
-    config = SandboxConfig(instances=options.instances, timeout_minutes=None, speed=options.speed)
+    config = SandboxConfig(instances=options.instances, timeout_minutes=None, speed=options.speed,
+                           windows=options.windows)
     sandbox = Sandbox(config, clock=clock, timeline=timeline)
     agents: Optional[SandboxAgents] = None
     cluster: Optional[SandboxCluster] = None
@@ -144,7 +151,8 @@ def run_demo(options: DemoOptions = DemoOptions(), on_entry: Optional[Callable[[
         if options.kubernetes:
             cluster = SandboxCluster(sandbox).start()
             cluster.add_demo_workload()
-        failure, removed, scale_in_at, agents = _story(sandbox, options, deadline, cluster)
+        story = _central_story if options.central else _story
+        failure, removed, scale_in_at, agents = story(sandbox, options, deadline, cluster)
     finally:
         if agents is not None:
             agents.stop()
@@ -152,8 +160,8 @@ def run_demo(options: DemoOptions = DemoOptions(), on_entry: Optional[Callable[[
             cluster.stop()
         sandbox.stop()
     if failure is None:
-        failure = _check(sandbox, removed)
-    if failure is None and options.kubernetes:
+        failure = _check_central(sandbox, removed, options) if options.central else _check(sandbox, removed)
+    if failure is None and options.kubernetes and not options.central:
         failure = _check_kubernetes(sandbox, removed)
     totals = _totals(sandbox, options, removed, scale_in_at, time.monotonic() - real_start)
     timeline.record("demo", "done" if failure is None else "failed", "",
@@ -198,6 +206,110 @@ def _story(sandbox: Sandbox, options: DemoOptions, deadline: float,  # type: ign
         return (f"not deleted within the {options.real_deadline:g} s deadline: {', '.join(pending)}",
                 removed, scale_in_at, agents)
     return None, removed, scale_in_at, agents
+
+
+class _CentralRunning:
+    """The in-process central handler of `demo --central`, stopped like the agents."""
+
+    def __init__(self, central: Any, thread: threading.Thread) -> None:
+        self.central, self.thread = central, thread
+
+    def stop(self) -> None:
+        self.central.handler.stop()
+        self.thread.join(timeout=10)
+        self.central.handler.join(timeout=10)
+        self.central.close()
+
+
+def _central_story(sandbox: Sandbox, options: DemoOptions, deadline: float,  # type: ignore[no-untyped-def]
+                   cluster: Optional[SandboxCluster] = None):
+    """No agent anywhere: enable with Event Grid and Resource Graph publishing, one central handler
+    polling Resource Graph runs the hook, the node drain and Run Command for each removed VM, then
+    acknowledges through the Maintenance RP."""
+    from vmss_terminate.central.handler import HandlerConfig
+    from vmss_terminate.central.run import build
+    from vmss_terminate.control import enable
+    from vmss_terminate.control.events_policy import PolicyChange
+    from vmss_terminate.control.scaleset import ScaleSetClient
+    from vmss_terminate.fleet.scope import Scope
+
+    cfg = sandbox.config
+    record = sandbox.timeline.record
+    connection = sandbox.connection()
+    record("control", "enable", "", f"vmss-terminate enable --timeout {to_iso(options.timeout_minutes)} --event-grid "
+                                    "(scheduledEventsProfile and scheduledEventsPolicy, then upgrade every instance)")
+    result = enable(cfg.resource_group, cfg.name, options.timeout_minutes, connection=connection,
+                    clock=sandbox.clock, policy=PolicyChange(event_grid=True, force=True))
+    record("control", "enabled", "", result.message, result=result.to_dict())
+    script = "Write-Host draining" if options.windows else "echo draining"
+    config = HandlerConfig(hooks=(options.hook or demo_hook_command(),), run_command=script,
+                           kubernetes=cluster is not None, poll_interval=0.2, safety_margin=15.0)
+
+    def observe(kind: str, **data: Any) -> None:
+        if kind == "action":
+            record("central", f"{data.get('action')}_{data.get('outcome')}", str(data.get("vm") or ""),
+                   f"{data.get('action')} {data.get('outcome')} for event {str(data.get('event_id'))[:8]}",
+                   **{k: v for k, v in data.items() if k != "vm"})
+        elif kind in ("acknowledged", "acknowledge_refused", "out_of_scope"):
+            record("central", kind, "", f"event {str(data.get('event_id'))[:8]}: {kind.replace('_', ' ')} "
+                                        "through the Maintenance RP", **data)
+
+    central = build(Scope.build(subscriptions=[cfg.subscription], resource_groups=[cfg.resource_group]), config,
+                    connection=connection, kubeconfig=None if cluster is None else cluster.kubeconfig,
+                    clock=sandbox.clock, observe=observe)
+    thread = threading.Thread(target=central.handler.run, daemon=True, name="demo-central")
+    thread.start()
+    running = _CentralRunning(central, thread)
+    record("demo", "central_ready", "", "no agent in any instance: one central handler polls Resource Graph "
+                                        "(maintenanceresources), runs a hook and Run Command per VM"
+                                        + (", drains its node" if cluster is not None else "")
+                                        + ", then acknowledges through the Maintenance RP")
+    target = options.instances - options.scale_in
+    scale_in_at = record("control", "scale_in", "", f"scale in: PATCH sku.capacity {options.instances} -> {target}")
+    with ScaleSetClient(connection, cfg.resource_group, cfg.name) as client:
+        client.patch(json.dumps({"sku": {"capacity": target}}).encode("utf-8"))
+    removed = [d.vm_name for d in sandbox.scheduler.deletions()]
+    if len(removed) != options.scale_in:
+        return (f"expected {options.scale_in} deletions after the scale-in, saw {len(removed)}", removed,
+                scale_in_at, running)
+    if not sandbox.scheduler.wait_deleted(removed, max(0.0, deadline - time.monotonic())):
+        pending = [d.vm_name for d in sandbox.scheduler.deletions() if d.deleted_at is None]
+        return (f"not deleted within the {options.real_deadline:g} s deadline: {', '.join(pending)}",
+                removed, scale_in_at, running)
+    return None, removed, scale_in_at, running
+
+
+def _check_central(sandbox: Sandbox, removed: List[str], options: DemoOptions) -> Optional[str]:
+    """Each removed instance: its hook and Run Command finished (and its node drained), then the
+    central handler acknowledged its event, before NotBefore; nothing else was acknowledged."""
+    entries = [e for e in sandbox.timeline.entries() if e.source == "central"]
+    commands = {r.vm_name: r for r in sandbox.state.run_commands.records}
+    acks = [a for a in sandbox.state.maintenance.acknowledgements if a.accepted]
+    for deletion in sandbox.scheduler.deletions():
+        vm = deletion.vm_name
+        if deletion.event_id is None:
+            return f"{vm} got no Terminate event (its model has no notification)"
+        mine = [a for a in acks if a.event_id == deletion.event_id]
+        if len(mine) != 1:
+            return f"{vm}'s event was acknowledged {len(mine)} times through the Maintenance RP (expected once)"
+        if not deletion.start_reason.startswith("approved"):
+            return f"{vm} was deleted without the central handler's acknowledgement ({deletion.start_reason})"
+        if deletion.not_before is not None and mine[0].at >= deletion.not_before:
+            return f"{vm}'s event was acknowledged after its NotBefore"
+        kinds = [e.kind for e in entries if e.vm == vm]
+        needed = ["hook_ok", "run-command_ok"] + (["kubernetes:drain_ok"] if options.kubernetes else [])
+        missing = [k for k in needed if k not in kinds]
+        if missing:
+            return f"{vm}: {', '.join(missing)} not seen before its deletion"
+        if vm not in commands or commands[vm].command_id != ("RunPowerShellScript" if options.windows
+                                                             else "RunShellScript"):
+            return f"{vm}: no Run Command of the right kind reached ARM"
+        if commands[vm].at > mine[0].at:
+            return f"{vm} was acknowledged before its Run Command"
+    stray = [a for a in acks if a.event_id not in {d.event_id for d in sandbox.scheduler.deletions()}]
+    if stray or sandbox.state.maintenance.foreign_acknowledgements():
+        return "the central handler acknowledged an event that was not a removed instance's"
+    return None
 
 
 def _check(sandbox: Sandbox, removed: List[str]) -> Optional[str]:
@@ -277,6 +389,10 @@ def _totals(sandbox: Sandbox, options: DemoOptions, removed: List[str], scale_in
             "evictions_refused": sum(1 for e in entries if e.source == "agent" and e.kind == "kube_eviction_refused"),
             "nodes_drained": sum(1 for e in entries if e.source == "agent" and e.kind == "kube_drained")}
            if options.kubernetes else {}),
+        **({"central_hooks_ok": sum(1 for e in entries if e.source == "central" and e.kind == "hook_ok"),
+            "central_run_commands": len(sandbox.state.run_commands.records),
+            "central_acknowledged": sum(1 for e in entries if e.source == "central" and e.kind == "acknowledged"),
+            "agents": 0} if options.central else {}),
         "not_before_timeout_s": options.timeout_minutes * 60,
         "speed": options.speed,
         "real_s": round(real_elapsed, 2),
@@ -294,14 +410,20 @@ def render_text(result: DemoResult) -> List[str]:
     lines = ["", "What happened to each removed instance:"]
     lines += [f"  {line}" for line in result.report] or ["  (no deletion)"]
     lines.append("")
-    lines.append(
-        f"Totals: {t['deleted']}/{o.scale_in} instances deleted, {t['drained_and_approved']} of them after "
-        f"their own agent drained and approved, {t['approved_without_draining']} approved without draining, "
-        f"{t['hooks_finished']} drain hooks finished, {t['hooks_failed']} failed, {t['approvals']} approvals "
-        f"({t['foreign_approvals']} foreign), {t['foreign_events_ignored']} foreign events ignored by agents, "
-        f"{t['instances_after']} instances left."
-    )
-    if o.kubernetes:
+    if o.central:
+        lines.append(
+            f"Totals: {t['deleted']}/{o.scale_in} instances deleted, no agent anywhere: the central handler ran "
+            f"{t['central_hooks_ok']} hooks and {t['central_run_commands']} Run Commands "
+            f"({'RunPowerShellScript' if o.windows else 'RunShellScript'}), then acknowledged "
+            f"{t['central_acknowledged']} events through the Maintenance RP; {t['instances_after']} instances left.")
+    else:
+        lines.append(
+            f"Totals: {t['deleted']}/{o.scale_in} instances deleted, {t['drained_and_approved']} of them after "
+            f"their own agent drained and approved, {t['approved_without_draining']} approved without draining, "
+            f"{t['hooks_finished']} drain hooks finished, {t['hooks_failed']} failed, {t['approvals']} approvals "
+            f"({t['foreign_approvals']} foreign), {t['foreign_events_ignored']} foreign events ignored by agents, "
+            f"{t['instances_after']} instances left.")
+    if o.kubernetes and not o.central:
         lines.append(f"Kubernetes: {t['nodes_drained']} nodes cordoned and drained, {t['pods_evicted']} pods evicted "
                      f"({t['evictions_refused']} evictions held back by the PodDisruptionBudget and retried), "
                      f"DaemonSet pods left in place; each VM approved only after its node was drained.")

@@ -16,6 +16,7 @@ completes the sandbox removes the instance from ARM and stops its IMDS server.
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import threading
@@ -41,6 +42,13 @@ from vmss_terminate_sim.sandbox.timeline import Timeline
 log = logging.getLogger(__name__)
 
 MAX_INSTANCES = 100
+WINDOWS_PROFILE = {"storageProfile": {
+    "osDisk": {"osType": "Windows", "createOption": "FromImage"},
+    "imageReference": {"publisher": "MicrosoftWindowsServer", "offer": "WindowsServer", "sku": "2022-datacenter",
+                       "version": "latest"}}}
+"""`SandboxConfig.windows`: the model of a Windows scale set (its instances take RunPowerShellScript)."""
+PUBLISHING_POLICY = {"scheduledEventsAdditionalPublishingTargets": {"eventGridAndResourceGraph": {"enable": True}}}
+"""`SandboxConfig.publish_events`: the set's events reach Resource Graph (for the central handler)."""
 
 class AccessToken(NamedTuple):
     """What azure-core expects of `get_token` (its own AccessToken's fields)."""
@@ -96,6 +104,8 @@ class SandboxConfig:
     port_base: int = 0
     delete_duration: float = 30.0
     imds_rate_limit: Optional[float] = 5.0
+    windows: bool = False  # a Windows image (Run Command takes RunPowerShellScript)
+    publish_events: bool = False  # scheduledEventsPolicy publishes to Event Grid and Resource Graph (central)
 
     def validated(self) -> "SandboxConfig":
         check_resource_group(self.resource_group)  # the names Azure would accept, as `enable` checks them
@@ -156,6 +166,8 @@ class Sandbox:
         self.scale_set = self.state.add_scale_set(
             cfg.subscription, cfg.resource_group, cfg.name, orchestration="Uniform", upgrade_policy="Manual",
             capacity=cfg.instances, scheduled_events_profile=profile, location=cfg.location,
+            vm_profile=copy.deepcopy(WINDOWS_PROFILE) if cfg.windows else None,
+            extra_properties={"scheduledEventsPolicy": copy.deepcopy(PUBLISHING_POLICY)} if cfg.publish_events else None,
         )
         self.state.deleter = self._on_delete
         # ARM sees the same events: maintenanceresources rows (when the set's policy publishes them)
