@@ -33,3 +33,22 @@ def test_each_optional_field_appears_from_its_documented_version() -> None:
         assert field not in emulator_versions.shape_event(wire, before)
     assert not emulator_versions.event_visible("Terminate", "2017-11-01")
     assert emulator_versions.event_visible("Terminate", facts.TERMINATE_SINCE)
+
+
+def test_one_record_per_event_type_and_every_view_is_read_from_it() -> None:
+    """scheduled_events.EVENT_TYPE_FACTS is the one table: the type list, the notices, the
+    versions, departing and node-drain types are views of it, and the policy reads those."""
+    from vmss_terminate.pipeline import policy
+
+    table = facts.EVENT_TYPE_FACTS
+    assert facts.EVENT_TYPES == tuple(table) == ("Terminate", "Reboot", "Redeploy", "Freeze", "Preempt")
+    assert facts.MINIMUM_NOTICE == {"Terminate": 300.0, "Reboot": 900.0, "Redeploy": 600.0, "Freeze": 900.0,
+                                    "Preempt": 30.0}
+    assert facts.EVENT_TYPE_SINCE == {"Terminate": "2019-01-01", "Preempt": "2017-11-01"}
+    assert facts.MAX_TERMINATE_NOTICE == 900.0
+    assert policy.DEPARTING is facts.DEPARTING and set(facts.DEPARTING) == {"Terminate", "Preempt"}
+    assert facts.NO_NODE_DRAIN == ("Freeze",) and not policy.drains_node("Freeze") and policy.drains_node("Reboot")
+    assert all(r.since in facts.SCHEDULED_EVENTS_VERSIONS for r in table.values())
+    for name, record in table.items():
+        visible = [v for v in facts.SCHEDULED_EVENTS_VERSIONS if emulator_versions.event_visible(name, v)]
+        assert visible[0] == record.since  # the emulator serves a type from the version the table names

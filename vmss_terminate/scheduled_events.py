@@ -10,11 +10,10 @@ from __future__ import annotations
 import base64
 import json
 import re
+from dataclasses import dataclass
 from email.utils import formatdate
 from typing import Any, Dict, Optional, Tuple
 
-#: Event types, in the order this project lists them (Terminate first: it is what we drain for).
-EVENT_TYPES: Tuple[str, ...] = ("Terminate", "Reboot", "Redeploy", "Freeze", "Preempt")
 #: Who started an event (`EventSource`, from 2019-08-01).
 EVENT_SOURCES: Tuple[str, ...] = ("Platform", "User")
 
@@ -43,21 +42,52 @@ DEFAULT_API_VERSION = TERMINATE_SINCE
 EVENT_FIELD_SINCE: Dict[str, str] = {
     "Description": "2019-04-01", "EventSource": "2019-08-01", "DurationInSeconds": "2020-07-01",
 }
-#: The version that introduced each event type that did not exist from the start.
-EVENT_TYPE_SINCE: Dict[str, str] = {"Preempt": "2017-11-01", "Terminate": TERMINATE_SINCE}
 #: Until this version IaaS VM names in Resources had a leading underscore.
 UNDERSCORE_UNTIL = "2017-08-01"
 
-#: The "Minimum notice" table, in seconds. Terminate is user-configurable (PT5M..PT15M); its
-#: default is the smallest allowed value, its maximum the largest.
-MINIMUM_NOTICE: Dict[str, float] = {
-    "Freeze": 15 * 60.0,
-    "Reboot": 15 * 60.0,
-    "Redeploy": 10 * 60.0,
-    "Preempt": 30.0,
-    "Terminate": 5 * 60.0,
-}
-MAX_TERMINATE_NOTICE = 15 * 60.0
+
+@dataclass(frozen=True)
+class EventTypeFacts:
+    """Everything this project knows about one event type, in one record (`EVENT_TYPE_FACTS`).
+
+    `minimum_notice` is the Scheduled Events doc's "Minimum notice" (seconds; Terminate's is
+    user-configurable, PT5M..PT15M: the smallest here, the largest in `maximum_notice`); `since`
+    the api-version that introduced it; `departs`: the VM does not come back after it (its node
+    is never uncordoned once it started or was approved); `drains_node`: `--kubernetes` may drain
+    the node for it (never for a Freeze: a pause of seconds, the pods stay)."""
+
+    name: str
+    minimum_notice: float
+    since: str
+    departs: bool
+    drains_node: bool
+    maximum_notice: Optional[float] = None  # None: the notice is fixed (the minimum)
+
+
+#: One record per event type, in the order this project lists them (Terminate first: what we drain for).
+#: The policy, the agent and the IMDS emulator read these; the views below are derived from them.
+EVENT_TYPE_FACTS: Dict[str, EventTypeFacts] = {f.name: f for f in (
+    EventTypeFacts("Terminate", 5 * 60.0, TERMINATE_SINCE, departs=True, drains_node=True,
+                   maximum_notice=15 * 60.0),
+    EventTypeFacts("Reboot", 15 * 60.0, SCHEDULED_EVENTS_VERSIONS[0], departs=False, drains_node=True),
+    EventTypeFacts("Redeploy", 10 * 60.0, SCHEDULED_EVENTS_VERSIONS[0], departs=False, drains_node=True),
+    EventTypeFacts("Freeze", 15 * 60.0, SCHEDULED_EVENTS_VERSIONS[0], departs=False, drains_node=False),
+    EventTypeFacts("Preempt", 30.0, "2017-11-01", departs=True, drains_node=True),
+)}
+
+#: Event types, in the order this project lists them.
+EVENT_TYPES: Tuple[str, ...] = tuple(EVENT_TYPE_FACTS)
+#: The version that introduced each event type that did not exist from the start.
+EVENT_TYPE_SINCE: Dict[str, str] = {f.name: f.since for f in EVENT_TYPE_FACTS.values()
+                                    if f.since != SCHEDULED_EVENTS_VERSIONS[0]}
+#: The "Minimum notice" table, in seconds.
+MINIMUM_NOTICE: Dict[str, float] = {f.name: f.minimum_notice for f in EVENT_TYPE_FACTS.values()}
+#: NotBefore is never further away than this (Terminate's largest notice).
+MAX_TERMINATE_NOTICE = EVENT_TYPE_FACTS["Terminate"].maximum_notice or 0.0
+#: Event types after which the VM does not come back.
+DEPARTING: Tuple[str, ...] = tuple(f.name for f in EVENT_TYPE_FACTS.values() if f.departs)
+#: Event types `--kubernetes` never drains a node for.
+NO_NODE_DRAIN: Tuple[str, ...] = tuple(f.name for f in EVENT_TYPE_FACTS.values() if not f.drains_node)
 
 #: The subscription id the emulators and the sandbox use when none is given.
 DEFAULT_SUBSCRIPTION = "00000000-0000-0000-0000-000000000000"

@@ -113,7 +113,7 @@ class Pipeline:
             steps.append(Step(self._webhook.name, self._webhook))
         steps += [step for step, types in self._extra
                   if (commands if types is None else event.event_type in types)]
-        if self.drain is not None and commands and event.event_type not in policy.NO_NODE_DRAIN:
+        if self.drain is not None and commands and policy.drains_node(event.event_type):
             # last, and even after a failed hook; never for a Freeze (a pause of seconds)
             steps.append(Step(self.drain.name, self.drain, always=True))
         return steps

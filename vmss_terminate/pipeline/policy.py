@@ -34,7 +34,7 @@ from typing import Any, Collection, Mapping, Optional, Protocol, Sequence, Tuple
 from vmss_terminate.pipeline import decisions as D
 from vmss_terminate.pipeline.events import EVERY_LISTED_VM, Event
 from vmss_terminate.pipeline.hooks import unpassable_variables
-from vmss_terminate.scheduled_events import MAX_TERMINATE_NOTICE, MINIMUM_NOTICE
+from vmss_terminate.scheduled_events import DEPARTING, EVENT_TYPE_FACTS, MAX_TERMINATE_NOTICE, NO_NODE_DRAIN
 
 # What the agent should do with an event (Verdict.action).
 IGNORE = "ignore"        # not ours, not Scheduled, or gone from ours: nothing to do, nothing to say
@@ -46,8 +46,6 @@ WITHHOLD = "withhold"    # ours, but not approved (reason in `message`, reported
 APPROVE = "approve"      # send the approval now
 DRAIN_WAIT = "drain_wait"  # approvable, but the drain delay is not over (until `Verdict.until`)
 
-DEPARTING = ("Terminate", "Preempt")  # event types after which this VM does not come back
-NO_NODE_DRAIN = ("Freeze",)  # --kubernetes: types never drained (a pause of seconds; pods stay)
 
 UNKNOWN_NOTICE = MAX_TERMINATE_NOTICE  # seconds assumed until an unreadable NotBefore
 
@@ -121,6 +119,11 @@ def _runs_commands(event: Event, config: Settings) -> bool:
 def handler_applies(subscribed: str, event_type: str) -> bool:
     """A Python handler registered with `Agent.on(subscribed, fn)` runs for this type."""
     return subscribed in ("*", event_type)
+
+
+def drains_node(event_type: str) -> bool:
+    """`--kubernetes` may drain the node for this type (`EventTypeFacts.drains_node`: never a Freeze)."""
+    return event_type not in NO_NODE_DRAIN
 
 
 def acts_for(event: Event, vm_name: str) -> bool:
@@ -268,7 +271,8 @@ def departing(record: Mapping[str, Any], last: Optional[Event], now: float) -> b
 def longest_notice(event_type: str) -> float:
     """The longest notice Azure documents for a type (never less than the longest Terminate notice):
     a NotBefore further ahead than this is absurd."""
-    return max(MINIMUM_NOTICE.get(event_type, 0.0), MAX_TERMINATE_NOTICE)
+    facts = EVENT_TYPE_FACTS.get(event_type)
+    return max(facts.minimum_notice if facts is not None else 0.0, MAX_TERMINATE_NOTICE)
 
 
 def assumed_not_before(event: Event, began: float) -> float:
