@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 from typing import Any, Dict
 
@@ -128,3 +129,19 @@ def test_rollout_bad_combinations_exit_2_before_any_request(arm: ArmServers, sta
     old = run("fleet", "rollout", "--timeout", "10", "--event-grid", "--api-version", "2023-09-01")
     assert old.exit_code == 2 and "2024-03-01" in old.stderr
     assert len(arm.arm_server.log.all()) == seen
+
+
+def test_the_printed_resume_command_keeps_the_policy_options(arm: ArmServers, state: ArmState,
+                                                             tmp_path: Path) -> None:
+    for ss in state.scale_sets():
+        ss.extra_properties["scheduledEventsPolicy"] = PUBLISHING
+    state.fail_next_lro(kind="update")
+    journal = tmp_path / "j"
+    result = run("fleet", "rollout", "--timeout", "10", "--no-event-grid", "--auto-approve", "user-redeploy",
+                 "--journal", str(journal), "--concurrency", "1", "-o", "json")
+    assert result.exit_code == 1, result.output
+    resume = json.loads(result.stdout)["resume"]
+    assert "--no-event-grid" in resume and "--auto-approve user-redeploy" in resume and "--event-grid " not in resume
+    again = run(*shlex.split(resume)[1:])  # as printed: finishes the failed set
+    assert again.exit_code == 0, again.output
+    assert not any(ss.publishes_to_event_grid for ss in state.scale_sets())
