@@ -65,7 +65,7 @@ LAYERS: Dict[str, Tuple[str, ...]] = {
     "vmss_terminate_sim/demo_hook.py": (),
     "vmss_terminate_sim/__init__.py": (),
     "__main__.py": ("entry.py",),
-    "entry.py": ("cli.py", "agent/", "signals.py"),
+    "entry.py": ("cli.py", "agent/", "signals.py", "commands/helptexts.py"),
     "cli.py": ("commands/", SHARED, "click"),
     "commands/": ("central/", "fleet/", "iac/", "control/", "agent/", SHARED, "click"),
     "central/": ("fleet/", "control/", "pipeline/", SHARED, "azure"),

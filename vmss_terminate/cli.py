@@ -141,6 +141,10 @@ def main() -> None:
 
 
 if __name__ == "__main__":  # python -m vmss_terminate.cli [--check PATH]: docs/cli-reference.md of this tree
+    if sys.argv[1:] == ["--help-cache"]:  # commands/helptexts.py, the help the console script prints
+        from vmss_terminate.commands.helpcache import write
+
+        raise SystemExit(write(main))
     from vmss_terminate.commands.docgen import main as reference
 
     raise SystemExit(reference(main))
