@@ -265,7 +265,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                                                                 "rollout: 200; pacing: 18")
     parser.add_argument("--subscriptions", type=int, default=5)
     parser.add_argument("--instances", type=int, default=20, help="rollout: instances per set")
-    parser.add_argument("--batch-size", default="20%")
+    parser.add_argument("--batch-size", default="auto")
     parser.add_argument("--lro-polls", type=int, default=0)
     parser.add_argument("--latency", type=float, default=0.05, help="seconds added to every request")
     args = parser.parse_args(argv)

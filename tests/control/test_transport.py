@@ -50,3 +50,30 @@ def test_https_endpoint_with_local_ca(monkeypatch: pytest.MonkeyPatch, tmp_path:
         result = status(RG, "web", connection=Connection(subscription_id=SUB, arm_endpoint=servers.arm_url))
         assert servers.arm_url.startswith("https://")
         assert result.instances is not None and len(result.instances) == 2
+
+
+def test_the_environments_proxy_rules_still_apply_read_once_per_origin(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The transport reads HTTP_PROXY / NO_PROXY once per origin (requests' own rules) instead of
+    scanning the environment on every request: NO_PROXY still bypasses, HTTP_PROXY still proxies."""
+    import socket
+
+    from vmss_terminate.errors import AzureError
+
+    with socket.socket() as sock:  # a proxy nothing listens on: a request sent there fails
+        sock.bind(("127.0.0.1", 0))
+        closed = sock.getsockname()[1]
+    state = ArmState()
+    state.add_scale_set(SUB, RG, "web", capacity=2)
+    with start_arm(state) as servers:
+        for name, value in servers.env.items():
+            monkeypatch.setenv(name, value)
+        monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{closed}")
+        monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+        connection = Connection(subscription_id=SUB, arm_endpoint=servers.arm_url, retry_total=0)
+        assert len(status(RG, "web", connection=connection).instances or []) == 2
+        assert len(status(RG, "web", connection=connection).instances or []) == 2  # and again
+        monkeypatch.delenv("NO_PROXY")
+        before = len(servers.arm_server.log.all())
+        with pytest.raises(AzureError):
+            status(RG, "web", connection=connection)
+        assert len(servers.arm_server.log.all()) == before  # sent to the proxy, never to ARM

@@ -35,7 +35,8 @@ STALE_FILTER = "properties/latestModelApplied eq false"
 
 
 class ComputeClient:
-    """One subscription's azure-mgmt-compute client, built on first use and shared by every scale set.
+    """One subscription's ARM pipeline (`control.pipeline.ArmClient`), built on first use and shared
+    by every scale set.
 
     `connection` is resolved here once (a `Connection`), or was resolved by the caller (a
     `ResolvedConnection`, e.g. `FleetSession` for each subscription). A subscription given by display
@@ -64,7 +65,7 @@ class ComputeClient:
 
     def send(self, method: str, url: str, body: Optional[bytes] = None,
              params: Optional[Dict[str, str]] = None, headers: Optional[Dict[str, str]] = None) -> Any:
-        """One request through the SDK client's pipeline (credential, retries, origin rule), with
+        """One request through the subscription's pipeline (credential, retries, origin rule), with
         the api-version that goes on the wire; an error answer raises the SDK's exception for it
         (404 ResourceNotFoundError, 401 ClientAuthenticationError, else HttpResponseError), which
         `arm_errors` turns into one line. `url` is a path on the endpoint or a link ARM gave."""
@@ -76,8 +77,9 @@ class ComputeClient:
             params["api-version"] = self.api_version
         # streamed, then read here: azure-core would otherwise decode a JSON body itself and fail on
         # one ARM answered badly before we could say what it was (the SDK's own writes do the same)
-        response = self.sdk().send_request(HttpRequest(method, url, params=params, content=body, headers=headers),
-                                           stream=True)
+        client = self._client or self.sdk()  # built once: no lock per request after that
+        response = client.send_request(HttpRequest(method, url, params=params, content=body, headers=headers),
+                                       stream=True)
         response.read()
         if response.status_code >= 400:
             raise_for_arm_status(response)
@@ -113,7 +115,7 @@ class ComputeClient:
         return self._api_version
 
     def sdk(self) -> Any:
-        """The ComputeManagementClient, built (and the subscription name looked up) on first use."""
+        """The subscription's ArmClient, built (and the subscription name looked up) on first use."""
         with self._lock:
             if self._client is None:
                 quiet_sdk_logging()

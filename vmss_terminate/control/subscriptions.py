@@ -45,7 +45,8 @@ def list_subscriptions(client: Any) -> List[Dict[str, Any]]:
     `arm_errors`."""
     from azure.core.rest import HttpRequest
 
-    # ComputeManagementClient has only send_request, ResourceGraphClient only _send_request
+    # an ArmClient (control/pipeline.py) and the generated clients have send_request, the
+    # generated ResourceGraphClient only _send_request
     send = getattr(client, "send_request", None) or client._send_request
     seen: List[Dict[str, Any]] = []
     guard = PageGuard("listing subscriptions")

@@ -16,7 +16,7 @@ from vmss_terminate.clock import SYSTEM_CLOCK, Clock
 from vmss_terminate.control.arm_errors import arm_errors, json_object
 from vmss_terminate.control.connection import Connection
 from vmss_terminate.control.paging import MAX_PAGES
-from vmss_terminate.control.pipeline import build_credential, quiet_sdk_logging, require_sdk, sdk_client_kwargs
+from vmss_terminate.control.pipeline import ArmClient, build_credential, quiet_sdk_logging, require_sdk
 from vmss_terminate.control.scaleset import ComputeClient, raise_for_arm_status
 from vmss_terminate.control.subscriptions import list_subscriptions
 from vmss_terminate.errors import AzureError
@@ -24,7 +24,7 @@ from vmss_terminate.fleet.throttle import SubscriptionThrottle
 from vmss_terminate.params import shown
 
 GRAPH_API_VERSION = "2021-03-01"
-"""Resource Graph's api-version when the SDK's own cannot be read (the SDK's default, 2021-03-01)."""
+"""Resource Graph's api-version: azure-mgmt-resourcegraph's default (its newest GA version)."""
 MAX_GRAPH_PAGES = MAX_PAGES
 """Pages one Resource Graph query may take (1,000 rows each: a million scale sets); past it the
 query fails instead of paging on."""
@@ -63,7 +63,7 @@ class FleetSession:
         # resolved once for the run (validates endpoint/api-version early); each subscription's
         # connection is derived from it, never re-read from the environment
         self.resolved = self._base.resolve(require_subscription=False)
-        self._graph: Any = None
+        self._graph: Optional[ArmClient] = None
         self._computes: Dict[str, ComputeClient] = {}
         self._lock = threading.Lock()
 
@@ -87,16 +87,13 @@ class FleetSession:
                 self._computes[key] = client
             return client
 
-    def graph(self) -> Any:
-        """The ResourceGraphClient (also used for the tenant-level subscription list)."""
+    def graph(self) -> ArmClient:
+        """The tenant-level ARM pipeline (`control.pipeline.ArmClient`): Resource Graph queries and
+        the subscription list."""
         credential = self.credential
         with self._lock:
             if self._graph is None:
-                from azure.mgmt.resourcegraph import ResourceGraphClient
-
-                kwargs = sdk_client_kwargs(self.resolved)
-                kwargs.pop("polling_interval", None)
-                self._graph = ResourceGraphClient(credential, **kwargs)
+                self._graph = ArmClient(self.resolved, credential, "resourcegraph")
             return self._graph
 
     def list_subscriptions(self) -> List[Dict[str, Any]]:
@@ -184,16 +181,14 @@ class FleetSession:
 
     def _graph_page(self, request: Dict[str, Any]) -> Dict[str, Any]:
         """One Resource Graph page as the JSON object ARM answered, parsed once: the request goes
-        through the Resource Graph client's own pipeline (credential, origin rule, retries, the
-        throttle's headers), but its answer is not turned into SDK models (a generic object per
-        value of every row, which the audit then read again: ~60 % of an audit's CPU)."""
+        through the session's ARM pipeline (credential, origin rule, retries, the throttle's
+        headers), but its answer is not turned into the SDK's models (a generic object per value
+        of every row, which the audit then read again: ~60 % of an audit's CPU)."""
         from azure.core.rest import HttpRequest
 
-        client = self.graph()
-        version = getattr(getattr(client, "_config", None), "api_version", None) or GRAPH_API_VERSION
         body = json.dumps(request, separators=(",", ":")).encode("utf-8")
-        answer = client._send_request(HttpRequest(  # the SDK's own raw send (its pipeline), as GET /subscriptions
-            "POST", f"/providers/Microsoft.ResourceGraph/resources?api-version={version}", content=body,
+        answer = self.graph().send_request(HttpRequest(
+            "POST", f"/providers/Microsoft.ResourceGraph/resources?api-version={GRAPH_API_VERSION}", content=body,
             headers={"Content-Type": "application/json", "Accept": "application/json"}), stream=True)
         answer.read()
         if answer.status_code >= 400:
