@@ -182,7 +182,8 @@ def bench_rollout(args: argparse.Namespace) -> bool:
     allowed = 8 * worked + 2 * batches
     print(f"rollout: {args.sets} sets x {args.instances} instances, {args.subscriptions} subscriptions, batch "
           f"{args.batch_size}, LRO status reads answered InProgress first: {args.lro_polls}")
-    print(f"  {wall:.2f} s wall, client CPU {cpu:.2f} s; {len(log)} ARM requests ({_kinds(log)}); sets "
+    print(f"  {wall:.2f} s wall, client CPU {cpu:.2f} s = {cpu / max(1, len(log)) * 1000:.2f} ms per request "
+          f"(load average {os.getloadavg()[0]:.1f}); {len(log)} ARM requests ({_kinds(log)}); sets "
           f"{result.to_dict()['sets']}, {result.to_dict()['instances_upgraded']} instances upgraded")
     print(f"  {len(log)} requests for {worked} sets worked on and {batches} upgrade batches: "
           f"{(len(log) - 2 * batches) / max(1, worked):.2f} per set besides 2 per batch")

@@ -22,7 +22,7 @@ Guarantees:
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import List, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import List, NamedTuple, Optional, Sequence, Set, Tuple, Union
 
 from vmss_terminate.clock import SYSTEM_CLOCK, Clock
 from vmss_terminate.control import body
@@ -522,12 +522,25 @@ def _inventory(client: ScaleSetClient, state: ScaleSetState) -> Inventory:
 
 def _read_back(client: ScaleSetClient, state: ScaleSetState, result: UpgradeResult) -> None:
     """Azure has been seen to answer manualupgrade with success and change nothing: read the
-    instances back and move any the upgrade did not reach from `upgraded` to `remaining`."""
+    instances back and move any the upgrade did not reach from `upgraded` to `remaining`.
+
+    A Uniform set's read-back lists only the instances still on an older model (the list's
+    documented `$filter=properties/latestModelApplied eq false`): after a good upgrade an empty
+    page, not every VM's full body again. A Flexible set's members may not report the property
+    at all, which the filter would read as "none stale": they are listed whole."""
+    if state.orchestration_mode.lower() != "flexible":
+        stale_now = [parse_instance(vm) for vm in client.list_instances(stale_only=True)]
+        _missed(result, {i.instance_id for i in stale_now if i.latest_model_applied is False})
+        return
     instances = _inventory(client, state).instances
     if instances is None:  # Flexible without latestModelApplied: nothing to check against
         result.note = "the upgrade could not be verified: per-instance latestModelApplied is not reported"
         return
-    stale = {i.instance_id for i in instances if i.latest_model_applied is False}  # still reported old (None: no word)
+    _missed(result, {i.instance_id for i in instances if i.latest_model_applied is False})  # None: no word
+
+
+def _missed(result: UpgradeResult, stale: Set[str]) -> None:
+    """Move the instances `result` says were upgraded but that read back `stale` to `remaining`."""
     missed = [instance for instance in result.upgraded if instance in stale]
     if not missed:
         return

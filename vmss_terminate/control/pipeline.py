@@ -303,6 +303,9 @@ class ArmClient:
         self._client.close()
 
 
-def build_compute_client(resolved: ResolvedConnection, credential: Any) -> ArmClient:
-    """The subscription's ARM pipeline for compute requests (`ArmClient`)."""
-    return ArmClient(resolved, credential, "compute")
+def build_compute_client(resolved: ResolvedConnection, credential: Any) -> Any:
+    """azure-mgmt-compute's ComputeManagementClient configured by `sdk_client_kwargs`, for callers
+    that want the SDK's operations (the control plane itself sends through an `ArmClient`)."""
+    from azure.mgmt.compute import ComputeManagementClient
+
+    return ComputeManagementClient(credential, resolved.subscription_id, **sdk_client_kwargs(resolved))

@@ -24,7 +24,7 @@ from vmss_terminate.control.names import check_resource_group, check_scale_set_n
 from vmss_terminate.control.operations import DEFAULT_WAIT, OperationWait, await_operation
 from vmss_terminate.control.origin import OriginGuard
 from vmss_terminate.control.paging import PageGuard
-from vmss_terminate.control.pipeline import build_compute_client, build_credential, quiet_sdk_logging, require_sdk
+from vmss_terminate.control.pipeline import ArmClient, build_credential, quiet_sdk_logging, require_sdk
 from vmss_terminate.control.profile import etag_of
 from vmss_terminate.control.subscriptions import lookup_subscription
 from vmss_terminate.errors import AzureError
@@ -121,7 +121,7 @@ class ComputeClient:
                 quiet_sdk_logging()
                 if self._credential is None:
                     self._credential = build_credential(self.resolved.source.cloud)
-                client = build_compute_client(self.resolved, self._credential)
+                client = ArmClient(self.resolved, self._credential, "compute")
                 if self.resolved.subscription_name is not None:
                     # every path is built here from `resolved`, so the same client serves the id found
                     found = lookup_subscription(client, self.resolved.subscription_name)

@@ -179,6 +179,7 @@ class _Tracker:
 
     def __init__(self, plan: RolloutPlan, progress: Optional[Callable[[RolloutProgress], None]]) -> None:
         self.plan = plan
+        self.sets_total = len(plan.work)  # once: `plan.work` is a pass over every set
         self.callback = progress
         self.started = time.monotonic()
         self.sets_done = 0
@@ -193,7 +194,7 @@ class _Tracker:
                 self.upgraded[key] = upgraded
             self.writes += writes
             self.sets_done += int(set_done)
-            snapshot = RolloutProgress(self.sets_done, len(self.plan.work), sum(self.upgraded.values()),
+            snapshot = RolloutProgress(self.sets_done, self.sets_total, sum(self.upgraded.values()),
                                        self.plan.instances, self.writes, self.plan.writes,
                                        time.monotonic() - self.started)
         if self.callback is not None:
