@@ -39,10 +39,10 @@ def cached_help(args: List[str]) -> Optional[str]:
     render: other arguments, a terminal narrower than 80 columns, a command not in the cache."""
     if not args or args[-1] not in ("--help", "-h") or any(not a or a.startswith("-") for a in args[:-1]):
         return None
-    import shutil  # noqa: PLC0415
+    import shutil
 
     try:
-        from vmss_terminate.commands.helptexts import HELP, MIN_COLUMNS  # noqa: PLC0415
+        from vmss_terminate.commands.helptexts import HELP, MIN_COLUMNS
     except ImportError:
         return None
     if shutil.get_terminal_size().columns < MIN_COLUMNS:

@@ -208,8 +208,8 @@ def sdk_default_api_version() -> str:
     (the module is 2.5 MB of generated operations: ~0.8 s to import on a busy machine, for one
     string); the import is the fallback if the source does not read as expected."""
     try:
-        import importlib.util  # noqa: PLC0415
-        from pathlib import Path  # noqa: PLC0415
+        import importlib.util
+        from pathlib import Path
 
         spec = importlib.util.find_spec("azure.mgmt.compute")
         if spec is not None and spec.origin:
