@@ -29,6 +29,9 @@ FLEXIBLE_NOTE = ("Flexible orchestration: per-instance latestModelApplied is not
                  "counted")
 
 
+Summary = Optional[Dict[str, Dict[str, int]]]
+
+
 def count_stale(session: FleetSession, scope: Scope, chunks: List[List[str]], records: List[ScaleSetAudit],
                 concurrency: int, calls: Dict[str, int]) -> None:
     """Set `stale_instances` (or `unreadable`, or a note) on the enabled records."""
@@ -40,16 +43,16 @@ def count_stale(session: FleetSession, scope: Scope, chunks: List[List[str]], re
             record.instances_note = FLEXIBLE_NOTE
     if not uniform:
         return
-    summary = _summary(session, scope, chunks, calls)
+    counts = stale_summary(session, scope, chunks, calls)
     rest = []
     for record in uniform:
-        row = summary.get(record.id.lower()) if summary is not None else None
+        row = counts.get(record.id.lower()) if counts is not None else None
         # trusted only when the table holds every instance the set's capacity says it has and every
         # one reports the property; a lagging table (fewer rows) leaves the ARM list to decide
         if (row is not None and row["instances"] > 0 and row["instances"] == record.instances
                 and row["reported"] == row["instances"]):
             record.stale_instances = row["stale"]
-        elif summary is not None and row is None and record.instances == 0:
+        elif counts is not None and row is None and record.instances == 0:
             record.stale_instances = 0  # no instances, none stale
         else:
             # some VMs do not report the property: the filtered list would leave them out (they are
@@ -61,8 +64,7 @@ def count_stale(session: FleetSession, scope: Scope, chunks: List[List[str]], re
             list(pool.map(lambda item: _listed(session, *item), rest))
 
 
-def _summary(session: FleetSession, scope: Scope, chunks: List[List[str]],
-             calls: Dict[str, int]) -> Optional[Dict[str, Dict[str, int]]]:
+def stale_summary(session: FleetSession, scope: Scope, chunks: List[List[str]], calls: Dict[str, int]) -> Summary:
     """Scale set id (lower case) -> instances / reported / stale, from Resource Graph; None when
     it answers 400 for the query (the table is not there): the ARM lists decide then."""
     found: Dict[str, Dict[str, int]] = {}
