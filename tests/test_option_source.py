@@ -159,7 +159,8 @@ def test_the_upgrade_defaults_are_written_once(pattern: str, where: str) -> None
     """The issue's measure: `commands/control.py` restated `UpgradeOptions`' 1800.0, 10.0 and "20%"."""
     package = ROOT / "vmss_terminate"
     hits = [p.relative_to(package).as_posix() for p in package.rglob("*.py")
-            if re.search(pattern, p.read_text(encoding="utf-8"))]
+            if p.name != "helptexts.py"  # generated: the help text click renders, defaults included
+            and re.search(pattern, p.read_text(encoding="utf-8"))]
     assert hits == [where]
 
 
