@@ -69,16 +69,3 @@ def test_only_help_words_are_looked_up() -> None:
     if helpcache.MIN_COLUMNS <= __import__("shutil").get_terminal_size().columns:
         assert asked["status --help"] == helptexts.HELP["status"]
     assert asked["status"] is None and asked["status -g rg --help"] is None and asked["no-such --help"] is None
-
-
-def test_text_kept_from_other_sources_is_never_printed(monkeypatch: pytest.MonkeyPatch) -> None:
-    """An option added or a docstring changed without regenerating: the installed sources' names
-    and sizes differ from those the text was rendered from, so click renders the help."""
-    from vmss_terminate import fingerprint
-    from vmss_terminate.entry import cached_help
-
-    monkeypatch.setenv("COLUMNS", "100")
-    assert fingerprint.source_fingerprint() == helptexts.FINGERPRINT
-    assert cached_help(["status", "--help"]) == helptexts.HELP["status"]
-    monkeypatch.setattr(fingerprint, "source_fingerprint", lambda: helptexts.FINGERPRINT + 1)
-    assert cached_help(["status", "--help"]) is None

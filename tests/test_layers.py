@@ -35,7 +35,7 @@ SHARED = "shared modules"
 """Stands for the rows of the shared modules at the package root (`SHARED_MODULES`) in a row's list."""
 
 SHARED_MODULES = ("__init__.py", "extras.py", "timeout.py", "params.py", "signals.py", "scheduled_events.py",
-                  "clock.py", "net.py", "errors.py", "fingerprint.py")
+                  "clock.py", "net.py", "errors.py")
 
 EXTERNAL = {
     "azure": "`azure` (the Azure SDK)",
@@ -65,7 +65,7 @@ LAYERS: Dict[str, Tuple[str, ...]] = {
     "vmss_terminate_sim/demo_hook.py": (),
     "vmss_terminate_sim/__init__.py": (),
     "__main__.py": ("entry.py",),
-    "entry.py": ("cli.py", "agent/", "signals.py", "commands/helptexts.py", "fingerprint.py"),
+    "entry.py": ("cli.py", "agent/", "signals.py", "commands/helptexts.py"),
     "cli.py": ("commands/", SHARED, "click"),
     "commands/": ("central/", "fleet/", "iac/", "control/", "agent/", SHARED, "click"),
     "central/": ("fleet/", "control/", "pipeline/", SHARED, "azure"),
@@ -83,7 +83,6 @@ LAYERS: Dict[str, Tuple[str, ...]] = {
     "clock.py": (),
     "net.py": (),
     "errors.py": (),
-    "fingerprint.py": (),
 }
 
 INSIDE: Dict[str, str] = {

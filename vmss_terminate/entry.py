@@ -36,19 +36,15 @@ def main(argv: Optional[List[str]] = None) -> None:
 def cached_help(args: List[str]) -> Optional[str]:
     """The help `[COMMAND ...] --help` prints, from `commands/helptexts.py` (what click renders, kept
     as text: no command module, not even click, is imported to print it), or None for click to
-    render: other arguments, a terminal narrower than 80 columns, a command not in the cache, or
-    text kept from sources other than the installed ones (`fingerprint.py`)."""
+    render: other arguments, a terminal narrower than 80 columns, a command not in the cache."""
     if not args or args[-1] not in ("--help", "-h") or any(not a or a.startswith("-") for a in args[:-1]):
         return None
     import shutil
 
     try:
-        from vmss_terminate.commands.helptexts import FINGERPRINT, HELP, MIN_COLUMNS
+        from vmss_terminate.commands.helptexts import HELP, MIN_COLUMNS
     except ImportError:
         return None
-    text = HELP.get(" ".join(args[:-1]))
-    if text is None or shutil.get_terminal_size().columns < MIN_COLUMNS:
+    if shutil.get_terminal_size().columns < MIN_COLUMNS:
         return None
-    from vmss_terminate.fingerprint import source_fingerprint
-
-    return text if source_fingerprint() == FINGERPRINT else None  # kept from other sources: click renders
+    return HELP.get(" ".join(args[:-1]))
