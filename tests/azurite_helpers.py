@@ -14,6 +14,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any, Dict, Iterator
 
@@ -23,6 +25,29 @@ from vmss_terminate_sim import azurite
 
 STATE = "azurite-state.json"
 LOCK = "azurite.lock"
+
+# A watchdog process ends Azurite when the test run that started it is gone without its teardown
+# (a worker killed by a timeout, a run interrupted): no Azurite outlives its run.
+WATCHDOG = """
+import os, signal, sys, time
+owner, server = int(sys.argv[1]), int(sys.argv[2])
+def alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+while alive(server):
+    if not alive(owner):
+        try:
+            os.killpg(server, signal.SIGTERM)
+        except OSError:
+            pass
+        break
+    time.sleep(1)
+"""
 
 
 def _pid_alive(pid: int) -> bool:
@@ -82,6 +107,9 @@ def shared_azurite(root: Path) -> Iterator[azurite.Endpoints]:
         if not state or not _pid_alive(int(state.get("pid", 0))):
             server = azurite.start(root / "azurite-work")
             state = {"pid": server.pid, "endpoints": server.endpoints.to_json(), "users": 0}
+            owner = os.getppid() if os.environ.get("PYTEST_XDIST_WORKER") else os.getpid()  # the run's controller
+            subprocess.Popen([sys.executable, "-c", WATCHDOG, str(owner), str(server.pid)], start_new_session=True,
+                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         state["users"] = int(state["users"]) + 1
         state_path.write_text(json.dumps(state), encoding="utf-8")
     try:

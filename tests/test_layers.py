@@ -50,13 +50,14 @@ EXTERNAL = {
 # and the third-party packages it may import besides itself and the standard library. A row may
 # name only rows below it.
 LAYERS: Dict[str, Tuple[str, ...]] = {
-    "vmss_terminate_sim/commands/": ("vmss_terminate_sim/sandbox/", "vmss_terminate_sim/emulator/arm/",
+    "vmss_terminate_sim/commands/": ("vmss_terminate_sim/sandbox/", "vmss_terminate_sim/azurite.py", "vmss_terminate_sim/emulator/arm/",
                                      "vmss_terminate_sim/emulator/imds/", "vmss_terminate_sim/emulator/kube/",
                                      "vmss_terminate_sim/emulator/", "commands/", "control/", "agent/", SHARED,
                                      "click"),
-    "vmss_terminate_sim/sandbox/": ("vmss_terminate_sim/emulator/arm/", "vmss_terminate_sim/emulator/imds/",
-                                    "vmss_terminate_sim/emulator/kube/", "vmss_terminate_sim/emulator/", "central/",
-                                    "fleet/", "control/", "agent/", "pipeline/", SHARED),
+    "vmss_terminate_sim/sandbox/": ("vmss_terminate_sim/azurite.py", "vmss_terminate_sim/emulator/arm/",
+                                    "vmss_terminate_sim/emulator/imds/", "vmss_terminate_sim/emulator/kube/",
+                                    "vmss_terminate_sim/emulator/", "central/", "fleet/", "control/", "agent/",
+                                    "pipeline/", SHARED),
     "vmss_terminate_sim/emulator/arm/": ("vmss_terminate_sim/emulator/", SHARED),
     "vmss_terminate_sim/emulator/imds/": ("vmss_terminate_sim/emulator/", SHARED),
     "vmss_terminate_sim/emulator/kube/": ("vmss_terminate_sim/emulator/", SHARED),

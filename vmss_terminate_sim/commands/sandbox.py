@@ -16,7 +16,7 @@ from vmss_terminate.commands.foreground import Foreground
 from vmss_terminate.commands.options import TIMEOUT, decimal_range, int_range
 from vmss_terminate.commands.output import emit, output_option, tsv_lines
 from vmss_terminate.control.commandline import command
-from vmss_terminate.errors import VmssTerminateError
+from vmss_terminate.errors import UsageError, VmssTerminateError
 from vmss_terminate.timeout import to_iso
 
 
@@ -95,23 +95,35 @@ def demo(instances: int, scale_in: int, timeout: int, speed: float, hook: Option
               help="The scale set publishes its scheduled events to Resource Graph (scheduledEventsPolicy): try "
                    "`vmss-terminate central run` and `events list` against it, no agent needed.")
 @click.option("--windows", is_flag=True, help="A Windows-typed scale set (Run Command takes RunPowerShellScript).")
+@click.option("--source", type=click.Choice(["resourcegraph", "queue"]), default=None,
+              help="With --central: queue also starts Azurite (installed with python -m vmss_terminate_sim.azurite "
+                   "install) and delivers every event change to its queue as Event Grid would, for `central run "
+                   "--source queue` (default: resourcegraph).")
 @output_option("json: one JSON object with the endpoints, then the timeline as JSON lines; tsv: the "
                "environment as NAME<TAB>VALUE rows, then one row per timeline entry.")
 def sandbox(instances: int, timeout: int, no_feature: bool, speed: float, port_base: int, name: str,
             resource_group: str, duration: Optional[float], kubernetes: bool, central: bool, windows: bool,
-            output: str) -> None:
+            source: Optional[str], output: str) -> None:
     """Keep a local sandbox running (ARM, token endpoint, one IMDS per instance) and print the
     environment that points the CLI, the Azure SDK and agents at it, to try your own hooks.
     Deleting instances (scale-in, delete) publishes Terminate events; the timeline is printed live."""
+    from vmss_terminate_sim import azurite
     from vmss_terminate_sim.sandbox.agents import demo_hook_command
     from vmss_terminate_sim.sandbox.environment import Sandbox, SandboxConfig
+    from vmss_terminate_sim.sandbox.eventgrid_queue import SandboxQueue, start_queue
     from vmss_terminate_sim.sandbox.kubernetes import SandboxCluster
     from vmss_terminate_sim.sandbox.timeline import format_entry
 
+    if source is not None and not central:
+        raise UsageError("--source needs --central")
+    if source == "queue" and not azurite.is_installed():
+        raise VmssTerminateError(f"--source queue runs Azurite, Microsoft's Storage emulator: "
+                                 f"{azurite.missing_azurite_message()}")
     config = SandboxConfig(instances=instances, timeout_minutes=None if no_feature else timeout, speed=speed,
                            name=name, resource_group=resource_group, port_base=port_base, windows=windows,
                            publish_events=central).validated()
     box = Sandbox(config)
+    queue: Optional[SandboxQueue] = None
     cluster: Optional[SandboxCluster] = None
     printing = threading.Lock()
 
@@ -125,34 +137,56 @@ def sandbox(instances: int, timeout: int, no_feature: bool, speed: float, port_b
     with Foreground() as foreground:  # before start: a SIGTERM during start-up still gets the report
         try:
             box.start()
+            if source == "queue":
+                queue = start_queue(box)
             if kubernetes:
                 cluster = SandboxCluster(box).start()
                 cluster.add_demo_workload()
         except OSError as exc:
             box.stop()
+            if queue is not None:
+                queue.stop()
             raise VmssTerminateError(f"cannot start the sandbox: {exc}") from None
         try:
             with printing:
                 if output == "json":
                     kube = {} if cluster is None else {"kubernetes": {"url": cluster.url, "kubeconfig": cluster.kubeconfig,
                                                                       "nodes": dict(cluster.nodes)}}
-                    click.echo(json.dumps({"env": box.env(), "imds": box.imds_urls(), "resource_group": resource_group,
-                                           "name": name, "speed": box.speed, **kube}))
+                    grid = {} if queue is None else {"queue": {"url": queue.url,
+                                                               "connectionStringEnv": next(iter(queue.env()))}}
+                    click.echo(json.dumps({"env": {**box.env(), **(queue.env() if queue else {})},
+                                           "imds": box.imds_urls(), "resource_group": resource_group,
+                                           "name": name, "speed": box.speed, **kube, **grid}))
                 elif output == "tsv":
                     for line in tsv_lines([[key, value] for key, value in box.env().items()]):
                         click.echo(line)
                 else:
                     _print_endpoints(box, demo_hook_command(), None if cluster is None else cluster.kubeconfig)
+                    if queue is not None:
+                        _print_queue(box, queue, demo_hook_command())
             box.timeline.subscribe(live)
             foreground.wait(timeout=duration)
         finally:
             if cluster is not None:
                 cluster.stop()
             box.stop()
+            if queue is not None:
+                queue.stop()
             if output == "table":
                 for line in box.report():
                     click.echo(line)
                 click.echo("sandbox stopped")
+
+
+def _print_queue(box, queue, hook: str) -> None:  # type: ignore[no-untyped-def]
+    click.echo("")
+    click.echo("# --source queue: Event Grid delivers every event change to Azurite's queue (its published")
+    click.echo("# development account); the central handler reading it instead of Resource Graph:")
+    for key, value in queue.env().items():
+        click.echo(f"export {key}={shlex.quote(value)}")
+    click.echo(command("central", "run", "--subscription", box.config.subscription, "-g", box.config.resource_group,
+                       "--hook", hook, "--source", "queue", "--queue-url", queue.url,
+                       "--queue-connection-string-env", next(iter(queue.env()))))
 
 
 def _print_endpoints(box, hook: str, kubeconfig: Optional[str] = None) -> None:  # type: ignore[no-untyped-def]
