@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Collection, Dict, Iterator, List, Optional, Sequence
@@ -178,3 +179,29 @@ def test_a_restarted_source_resumes_from_the_journal_and_approves_without_rerunn
     assert [a["event"] for a in again.approvals] == ["C1"]
     assert len(list(out.glob("*.json"))) == 1 and step.runs == []  # finished steps are not rerun
 
+
+
+def test_the_drain_runs_in_process_through_an_injected_transport() -> None:
+    """KubeApi(transport=...) as ImdsClient(transport=...): the emulator app answers in process, no
+    socket; the drain finds the listed VM's node by providerID, cordons it and evicts its pods."""
+    from inprocess import InProcessTransport
+
+    from vmss_terminate.pipeline.hooks import Run
+    from vmss_terminate.pipeline.kubernetes.credentials import Access
+    from vmss_terminate_sim.emulator.kube.app import KubeEmulator
+
+    state = KubeState()
+    state.add_node("node-1", provider_id="azure://" + VMS["web_1"])
+    state.add_node("spare")
+    state.add_pod("app-0", "node-1", owner="ReplicaSet/app-1", grace=0)
+    transport = InProcessTransport(KubeEmulator(state, token="in-process"))
+    api = KubeApi(Access(server="http://127.0.0.1:9", source="test", token=lambda: "in-process"), transport=transport)
+    said: List[str] = []
+    drain = NodeDrain(api, StateStore(), lambda kind, eid, message, **data: said.append(kind),
+                      lambda event: [DrainTarget.of_vm("web_1", VMS["web_1"])], SYSTEM_CLOCK, reporter=lambda: "test")
+    event = replace(_event(), resource_ids=VMS)
+    result = drain.run(Run(event, EVERY_LISTED_VM, SYSTEM_CLOCK, lambda: SYSTEM_CLOCK.now() + 300,
+                           threading.Event(), threading.Event()))
+    assert result.outcome == OK, result.detail
+    assert _unschedulable(state, "node-1") and state.pods_on("node-1") == []
+    assert "kube_drained" in said and transport.log.count("POST") >= 1

@@ -14,6 +14,9 @@ Like `ImdsClient` for IMDS, every Kubernetes request goes through this one class
   safety margin) and ended at once when `stop` is set (the agent stopping): a `Watch` shuts the
   socket, so an answer dripping a byte every few seconds can hold neither the drain past its
   deadline nor a worker thread past SIGTERM. An answer is capped in size;
+- the bytes travel through a `transport` (a requests adapter), as `ImdsClient`'s do: by default
+  `WatchedAdapter` (real sockets a `Watch` can cut); a test or an embedding program may pass its
+  own (the emulator in process, no socket). Every rule above is this class's, whatever carries it;
 - no retry here: the drain decides what to retry and until when (its deadline is NotBefore minus
   the safety margin), so one answer -> `Answer`, one failure on the wire -> `KubeError`.
 """
@@ -23,12 +26,13 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Iterator, Optional, Tuple
+from typing import Any, Callable, ContextManager, Dict, Iterator, Optional, Tuple
 from urllib.parse import quote, urlsplit
 
 import requests
+import requests.adapters
 import requests.utils
 
 from vmss_terminate import __version__
@@ -75,13 +79,14 @@ class KubeApi:
     """Requests to one API server with one set of credentials."""
 
     def __init__(self, access: Access, connect_timeout: float = 5.0, read_timeout: float = 15.0,
-                 session: Optional[requests.Session] = None) -> None:
+                 session: Optional[requests.Session] = None,
+                 transport: Optional[requests.adapters.BaseAdapter] = None) -> None:
         self.access = access
         self.connect_timeout = connect_timeout
         self.read_timeout = read_timeout
         self._session = session or requests.Session()
-        self._adapter = WatchedAdapter()
-        for prefix in ("http://", "https://"):
+        self._adapter = transport or WatchedAdapter()
+        for prefix in ("http://", "https://"):  # every request goes through the one transport
             self._session.mount(prefix, self._adapter)
         self._bounds = threading.local()  # .bound: (real seconds left or None, stop) of this thread's caller
         self._session.trust_env = False  # no .netrc: it could replace our Authorization header
@@ -121,7 +126,7 @@ class KubeApi:
                 if left <= 0:
                     raise KubeError(f"{method} {api_path}: not sent, the deadline has passed")
                 total = min(total, left)
-        with Watch(total, stop, name="kube-watch") as watch, self._adapter.watching(watch):
+        with Watch(total, stop, name="kube-watch") as watch, self._watching(watch):
             try:
                 answer = self._request(method, api_path, params, body, content_type)
             except KubeError:
@@ -133,6 +138,12 @@ class KubeApi:
         if fired == "stopped":
             raise KubeError(f"{method} {api_path}: abandoned, stopping")
         raise KubeError(f"{method} {api_path}: no complete answer from {self.server} within {total:.1f} s")
+
+    def _watching(self, watch: Watch) -> ContextManager[None]:
+        """The watch cuts the socket of our own transport; another transport has no socket of ours."""
+        if isinstance(self._adapter, WatchedAdapter):
+            return self._adapter.watching(watch)
+        return nullcontext()
 
     def _request(self, method: str, api_path: str, params: Optional[Dict[str, str]], body: Any,
                  content_type: str) -> Answer:
