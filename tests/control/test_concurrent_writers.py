@@ -19,7 +19,7 @@ from vmss_terminate.control.upgrade import BatchSize, UpgradeOptions
 from vmss_terminate.errors import AzureError
 from vmss_terminate_sim.emulator.arm.app import ArmServers, ArmState
 
-from .conftest import RG, SUB
+from .conftest import RG, SUB, run
 
 NO_UPGRADE = UpgradeOptions(upgrade=False)
 
@@ -95,3 +95,17 @@ def test_a_change_made_during_the_upgrade_fails_the_command_naming_what_it_reads
     assert "it now reads: disabled" in message and "(wanted: enabled, notBeforeTimeout PT10M)" in message
     assert "the PATCH was applied and" in message and "instance(s) were upgraded" in message
     assert "vmss-terminate status" in message
+
+
+def test_options_the_command_line_makes_meaningless_are_refused(arm: ArmServers, state: ArmState) -> None:
+    """Issue 28 item 10: `enable --no-upgrade --wait`, `--no-upgrade --batch-size`, `--dry-run --no-wait`
+    were silently ignored; each is one line and exit 2, before any request."""
+    state.add_scale_set(SUB, RG, "web", capacity=2)
+    base = ("enable", "-g", RG, "-n", "web", "--timeout", "10")
+    for extra, words in [(("--no-upgrade", "--wait"), "--wait waits for the upgrade --no-upgrade skips"),
+                         (("--no-upgrade", "--batch-size", "2"), "--batch-size sizes the upgrade --no-upgrade skips"),
+                         (("--dry-run", "--no-wait"), "--dry-run writes nothing and --no-wait")]:
+        result = run(*base, *extra)
+        assert result.exit_code == 2, (extra, result.output)
+        assert words in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert arm.arm_server.log.count() == 0

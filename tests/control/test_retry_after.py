@@ -9,7 +9,9 @@ import time
 
 import pytest
 
+from vmss_terminate import control
 from vmss_terminate.clock import ManualClock
+from vmss_terminate.control import Connection
 from vmss_terminate.control.operations import retry_after_seconds
 from vmss_terminate.control.pipeline import RETRY_AFTER_MAX
 from vmss_terminate_sim.emulator.arm.app import ArmServers, ArmState
@@ -46,3 +48,16 @@ def test_an_http_date_retry_after_is_counted_on_the_injected_clock() -> None:
     clock = ManualClock()  # 2023: far from the machine's time
     value = email.utils.formatdate(clock.now() + 120, usegmt=True)
     assert retry_after_seconds(value, clock.now) == pytest.approx(120)
+
+
+def test_a_single_set_command_retries_a_429_without_retry_after(arm: ArmServers, state: ArmState,
+                                                                conn: Connection) -> None:
+    """Issue 28 item 11: azure-core resends a PATCH or POST only after 500/503/504, so `enable`
+    failed on the first 429 that carried no Retry-After; a 429 was refused before anything was done."""
+    state.add_scale_set(SUB, RG, "web", capacity=2)
+    arm.arm_server.faults.add(parse_fault_spec("status=429,method=PATCH,times=1"))
+    arm.arm_server.faults.add(parse_fault_spec("status=429,method=POST,path=/manualupgrade,times=1"))
+    result = control.enable(RG, "web", 10, connection=conn)
+    assert result.changed and result.upgrade is not None and result.upgrade.complete
+    statuses = [(r.method, r.status) for r in arm.arm_server.log.all() if r.method in ("PATCH", "POST")]
+    assert statuses[:2] == [("PATCH", 429), ("PATCH", 200)] and ("POST", 429) in statuses

@@ -319,6 +319,7 @@ def _change(
     if no_wait and options.wait:
         raise UsageError("no_wait and options.wait contradict each other", cli_message="--no-wait and --wait "
                          "contradict each other: pass one")
+    _check_no_ignored_options(options, dry_run, no_wait)
     with ScaleSetClient(connection, resource_group, name) as client:
         _check_policy_api(client, policy)
         the_plan, state, payload = _prepare(client, action, minutes, options, policy,
@@ -359,6 +360,19 @@ def _change(
             action, changed=writes, dry_run=False, plan=the_plan, after=after, upgrade=upgraded,
             policy_after=policy_after,
         )
+
+
+def _check_no_ignored_options(options: UpgradeOptions, dry_run: bool, no_wait: bool) -> None:
+    """An option the rest of the command line makes meaningless is bad input, never silently ignored."""
+    if dry_run and no_wait:
+        raise UsageError("dry_run and no_wait contradict each other", cli_message="--dry-run writes nothing and "
+                         "--no-wait returns once a write is accepted: pass one")
+    if not options.upgrade and options.wait:
+        raise UsageError("options.upgrade=False and options.wait contradict each other", cli_message="--wait waits "
+                         "for the upgrade --no-upgrade skips: pass one")
+    if not options.upgrade and options.batch_size != DEFAULT_OPTIONS.batch_size:
+        raise UsageError("options.batch_size is meaningless with options.upgrade=False", cli_message="--batch-size "
+                         "sizes the upgrade --no-upgrade skips: pass one")
 
 
 def _command(client: ScaleSetClient, verb: str, *extra: str) -> str:

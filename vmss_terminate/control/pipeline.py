@@ -16,6 +16,7 @@ Azure packages are imported inside functions so that importing this module stays
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import math
 import os
@@ -184,6 +185,10 @@ def sdk_client_kwargs(resolved: ResolvedConnection) -> Dict[str, Any]:
     return kwargs
 
 
+THROTTLE_GAVE_UP: "contextvars.ContextVar[bool]" = contextvars.ContextVar("throttle_gave_up", default=False)
+"""Set by the fleet throttle when it answers a request with its 429 after its own retries: the
+pipeline's retry policy must not start over on it."""
+
 RETRY_AFTER_MAX = 300.0
 """Seconds: the longest Retry-After the SDK's retry waits for. A longer one (ARM's 503 with
 `Retry-After: 86400`) is refused at once with exit 1 naming it, instead of a command that sleeps
@@ -200,6 +205,14 @@ def capped_retry_policy(retry_total: Optional[int] = None, retry_backoff_factor:
     from azure.core.pipeline.policies import RetryPolicy
 
     class CappedRetryPolicy(RetryPolicy):  # type: ignore[type-arg]
+        def _is_method_retryable(self, settings: Any, request: Any, response: Any = None) -> bool:
+            # a 429 is a request ARM refused before doing anything: resending is safe for every method
+            # (azure-core resends a PATCH/POST only after 500/503/504, so a single-set command failed on
+            # the first 429 without Retry-After); not after a fleet throttle already gave up on it
+            if response is not None and response.status_code == 429:
+                return not THROTTLE_GAVE_UP.get()
+            return bool(super()._is_method_retryable(settings, request, response=response))
+
         def _sleep_for_retry(self, response: Any, transport: Any) -> bool:
             header = response.http_response.headers.get("Retry-After") if response.http_response else None
             retry_after = self.get_retry_after(response)

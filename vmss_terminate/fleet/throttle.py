@@ -28,7 +28,10 @@ from typing import Any, Dict, Optional, Tuple
 
 from vmss_terminate.clock import SYSTEM_CLOCK, Clock
 from vmss_terminate.control.operations import retry_after_seconds
-from vmss_terminate.control.pipeline import RETRY_AFTER_MAX  # a longer Retry-After closes the gate this long at most
+from vmss_terminate.control.pipeline import (  # a longer Retry-After closes the gate this long at most
+    RETRY_AFTER_MAX,
+    THROTTLE_GAVE_UP,
+)
 from vmss_terminate.errors import AzureError
 
 READS, WRITES = "reads", "writes"
@@ -244,6 +247,7 @@ class SubscriptionThrottle:
                 found = _SUBSCRIPTION.search(http.url.split("?")[0])
                 if not found:
                     return self.next.send(request)
+                THROTTLE_GAVE_UP.set(False)
                 subscription = found.group(1)
                 kind = READS if http.method.upper() in ("GET", "HEAD") else WRITES
                 body = http.body if hasattr(http.body, "seek") else None
@@ -264,6 +268,7 @@ class SubscriptionThrottle:
                     if attempt >= throttle.max_retries:
                         with throttle._changed:
                             throttle.stats.gave_up += 1
+                        THROTTLE_GAVE_UP.set(True)  # the retry policy above does not start over
                         return response
                     attempt += 1
                     throttle.note_retry(subscription)
