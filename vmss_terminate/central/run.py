@@ -18,7 +18,7 @@ from vmss_terminate.control.connection import Connection
 from vmss_terminate.errors import UsageError
 from vmss_terminate.fleet.scope import Scope
 from vmss_terminate.fleet.session import FleetSession
-from vmss_terminate.pipeline.hooks import Run, StepResult
+from vmss_terminate.pipeline.hooks import FAILED, OK, Run, StepResult
 from vmss_terminate.pipeline.journal import StateStore
 
 log = logging.getLogger(__name__)
@@ -82,7 +82,11 @@ def build(scope: Scope, config: HandlerConfig, *, connection: Optional[Connectio
             return central.drains[key]
 
         def drain(event: CentralEvent, vm: str, vm_id: str, run: Run) -> StepResult:
-            return node_drain(event, vm, vm_id).run(run)  # type: ignore[no-any-return]
+            result: StepResult = node_drain(event, vm, vm_id).run(run)
+            if result.outcome == FAILED and result.detail.startswith("no Kubernetes node is this VM"):
+                log.info("event %s: %s is no node of the cluster: skipped", event.event_id, vm)
+                return StepResult(OK, "not a node of the cluster: skipped")
+            return result
 
         def undo(event: CentralEvent, vm: str) -> None:
             scoped = ScopedJournal(journal, event.scale_set, vm)
