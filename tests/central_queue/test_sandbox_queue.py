@@ -81,3 +81,19 @@ def test_source_needs_central() -> None:
     result = subprocess.run([sys.executable, "-m", "vmss_terminate", "sandbox", "--source", "queue"],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 2 and "--source needs --central" in result.stderr
+
+
+def test_demo_central_source_queue_completes_the_story_through_the_queue(azurite_endpoints: Any) -> None:
+    result = subprocess.run([sys.executable, "-m", "vmss_terminate", "demo", "--central", "--source", "queue",
+                             "-o", "json"], capture_output=True, text=True, timeout=170)
+    assert result.returncode == 0, result.stderr[-2000:]
+    report = json.loads(result.stdout)
+    assert report["ok"] and report["options"]["source"] == "queue"
+    assert report["totals"]["central_acknowledged"] == 2 and report["totals"]["agents"] == 0
+    assert any(e["kind"] == "queue_ready" for e in report["timeline"])
+
+
+def test_demo_source_queue_needs_central() -> None:
+    result = subprocess.run([sys.executable, "-m", "vmss_terminate", "demo", "--source", "queue"],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and "--central" in result.stderr

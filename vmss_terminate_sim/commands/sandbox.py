@@ -43,18 +43,25 @@ from vmss_terminate.timeout import to_iso
                    "Run Command for each removed VM (and drains its node with --kubernetes), then acknowledges "
                    "through the Maintenance RP (preview APIs).")
 @click.option("--windows", is_flag=True, help="With --central: a Windows-typed scale set (RunPowerShellScript).")
+@click.option("--source", type=click.Choice(["resourcegraph", "queue"]), default="resourcegraph", show_default=True,
+              help="With --central: queue starts Azurite (installed with python -m vmss_terminate_sim.azurite "
+                   "install) and the handler reads the Event Grid -> Storage queue instead of Resource Graph.")
 @output_option()
 def demo(instances: int, scale_in: int, timeout: int, speed: float, hook: Optional[str], deadline: Optional[float],
-         kubernetes: bool, central: bool, windows: bool, output: str) -> None:
+         kubernetes: bool, central: bool, windows: bool, source: str, output: str) -> None:
     """Run the whole story on local emulators, no Azure: enable terminate notifications and upgrade
     (real control plane and Azure SDK), one real agent per instance with a drain hook, scale in,
     drain, approve, delete. Prints a timeline; exits 1 if the story does not complete."""
+    from vmss_terminate_sim import azurite
     from vmss_terminate_sim.sandbox.demo import DemoOptions, header, render_text, run_demo, shown
     from vmss_terminate_sim.sandbox.timeline import format_entry
 
     options = DemoOptions(instances=instances, scale_in=scale_in, timeout_minutes=timeout, speed=speed,
                           deadline=deadline, hook=hook, kubernetes=kubernetes, central=central,
-                          windows=windows).validated()
+                          windows=windows, source=source).validated()
+    if source == "queue" and not azurite.is_installed():
+        raise VmssTerminateError(f"--source queue runs Azurite, Microsoft's Storage emulator: "
+                                 f"{azurite.missing_azurite_message()}")
     printing = threading.Lock()
 
     def live(entry):  # type: ignore[no-untyped-def]

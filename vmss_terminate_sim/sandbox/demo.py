@@ -64,6 +64,7 @@ class DemoOptions:
     kubernetes: bool = False  # the VMs are Kubernetes nodes; agents run with --kubernetes
     central: bool = False  # no agent in any instance: the central handler drains and acknowledges
     windows: bool = False  # a Windows-typed scale set (central only: Run Command takes RunPowerShellScript)
+    source: str = "resourcegraph"  # central only: "queue" reads an Event Grid -> Storage queue on Azurite
 
     @property
     def real_deadline(self) -> float:
@@ -89,6 +90,10 @@ class DemoOptions:
             raise InvalidValue("deadline", self.deadline, "must be positive")
         if self.hook is not None:
             check_program(split_command(self.hook))
+        if self.source not in ("resourcegraph", "queue"):
+            raise InvalidValue("source", self.source, "expected resourcegraph or queue")
+        if self.source == "queue" and not self.central:
+            raise InvalidValue("source", self.source, "the queue is the central handler's source: add --central")
         if self.windows and not self.central:
             raise InvalidValue("windows", self.windows, "a Windows image runs no agent of ours: add --central")
         return self
@@ -111,7 +116,8 @@ class DemoResult:
             "options": {"instances": self.options.instances, "scale_in": self.options.scale_in,
                         "timeout": to_iso(self.options.timeout_minutes), "speed": self.options.speed,
                         "deadline": self.options.real_deadline, "kubernetes": self.options.kubernetes,
-                        "central": self.options.central, "windows": self.options.windows},
+                        "central": self.options.central, "windows": self.options.windows,
+                        "source": self.options.source},
             "deleted": self.deleted,
             "totals": self.totals,
             "report": self.report,
@@ -211,14 +217,17 @@ def _story(sandbox: Sandbox, options: DemoOptions, deadline: float,  # type: ign
 class _CentralRunning:
     """The in-process central handler of `demo --central`, stopped like the agents."""
 
-    def __init__(self, central: Any, thread: threading.Thread) -> None:
-        self.central, self.thread = central, thread
+    def __init__(self, central: Any, thread: threading.Thread, queue: Any = None) -> None:
+        self.central, self.thread, self.queue = central, thread, queue
 
     def stop(self) -> None:
         self.central.handler.stop()
         self.thread.join(timeout=10)
         self.central.handler.join(timeout=10)
         self.central.close()
+        if self.queue is not None:  # the queue source, then Azurite and the Event Grid delivery
+            self.central.handler.source.close()
+            self.queue.stop()
 
 
 def _central_story(sandbox: Sandbox, options: DemoOptions, deadline: float,  # type: ignore[no-untyped-def]
@@ -254,14 +263,31 @@ def _central_story(sandbox: Sandbox, options: DemoOptions, deadline: float,  # t
             record("central", kind, "", f"event {str(data.get('event_id'))[:8]}: {kind.replace('_', ' ')} "
                                         "through the Maintenance RP", **data)
 
-    central = build(Scope.build(subscriptions=[cfg.subscription], resource_groups=[cfg.resource_group]), config,
-                    connection=connection, kubeconfig=None if cluster is None else cluster.kubeconfig,
-                    clock=sandbox.clock, observe=observe)
+    queue = source = None
+    if options.source == "queue":
+        from vmss_terminate.central.storage_queue import QueueSettings, open_queue_source
+        from vmss_terminate_sim.sandbox.eventgrid_queue import start_queue
+
+        queue = start_queue(sandbox)
+        variable = next(iter(queue.env()))
+        source = open_queue_source(queue.url, variable, QueueSettings(lease_duration=15, visibility=30),
+                                   environ=queue.env())
+        record("demo", "queue_ready", "", f"Azurite started; Event Grid delivers each event change to {queue.url}")
+    try:
+        central = build(Scope.build(subscriptions=[cfg.subscription], resource_groups=[cfg.resource_group]), config,
+                        connection=connection, kubeconfig=None if cluster is None else cluster.kubeconfig,
+                        clock=sandbox.clock, observe=observe, source=source)
+    except BaseException:
+        if queue is not None:
+            queue.stop()
+        raise
     thread = threading.Thread(target=central.handler.run, daemon=True, name="demo-central")
     thread.start()
-    running = _CentralRunning(central, thread)
-    record("demo", "central_ready", "", "no agent in any instance: one central handler polls Resource Graph "
-                                        "(maintenanceresources), runs a hook and Run Command per VM"
+    running = _CentralRunning(central, thread, queue)
+    reads = ("reads the Event Grid -> Storage queue" if queue is not None
+             else "polls Resource Graph (maintenanceresources)")
+    record("demo", "central_ready", "", f"no agent in any instance: one central handler {reads}, "
+                                        "runs a hook and Run Command per VM"
                                         + (", drains its node" if cluster is not None else "")
                                         + ", then acknowledges through the Maintenance RP")
     target = options.instances - options.scale_in
