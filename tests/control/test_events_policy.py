@@ -176,3 +176,13 @@ def test_no_wait_says_which_change_was_accepted(arm: ArmServers, state: ArmState
     assert result.changed and len(_patches(arm)) == 1
     assert result.message.startswith("events policy change to Event Grid and Resource Graph not set; auto-approve: "
                                      "user-reboot accepted by ARM (not waited for)")
+
+
+def test_a_plan_whose_feature_read_is_refused_still_plans(arm: ArmServers, state: ArmState, conn: Connection) -> None:
+    _ss(state, scheduled_events_profile=ON)
+    arm.arm_server.faults.add(status=403, path_contains="Microsoft.Features", times=5)
+    planned = plan(RG, "web", connection=conn, policy=PolicyChange(event_grid=True))
+    assert planned.policy_change and (planned.feature_state or "").startswith("unreadable (")
+    with pytest.raises(AzureError, match=r"--force skips this check"):
+        enable(RG, "web", connection=conn, policy=PolicyChange(event_grid=True))
+    assert writes(arm) == []

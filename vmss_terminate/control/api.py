@@ -251,7 +251,10 @@ def _prepare(
     feature = None
     if check_feature and policy is not None and policy_change and policy.enables_event_grid \
             and not state.events_policy.publishes:
-        feature = client.compute.feature_state(FEATURE_NAMESPACE, FEATURE_NAME)
+        try:
+            feature = client.compute.feature_state(FEATURE_NAMESPACE, FEATURE_NAME)
+        except AzureError as exc:  # a plan still shows what it knows (the real run stops, or --force)
+            feature = f"unreadable ({exc})"
     result = Plan(
         action=action,
         **client.target,
