@@ -18,6 +18,7 @@ import pytest
 
 from vmss_terminate.clock import SYSTEM_CLOCK
 from vmss_terminate.pipeline import DecisionBus, Event, StateStore
+from vmss_terminate.pipeline import decisions as D
 from vmss_terminate.pipeline.decisions import Decision
 from vmss_terminate.pipeline.events import EVERY_LISTED_VM
 from vmss_terminate.pipeline.hooks import OK, Run, StepResult
@@ -129,6 +130,16 @@ def _pipeline(side: CentralSource, journal: StateStore, kubeconfig: Path, hooks:
     return pipeline
 
 
+def undeclared(decisions: List[Decision]) -> List[str]:
+    """Payload keys a decision carries that its kind's TypedDict (decisions.DATA) does not declare."""
+    wrong = []
+    for decision in decisions:
+        shape = D.DATA.get(decision.kind)
+        keys = set() if shape is None else set(shape.__required_keys__) | set(shape.__optional_keys__)
+        wrong += [f"{decision.kind}.{key}" for key in decision.data if key not in keys]
+    return wrong
+
+
 def _finish(pipeline: Pipeline) -> None:
     for job in pipeline.jobs.jobs():
         assert job.done.wait(60), "the event's steps did not end"
@@ -140,7 +151,9 @@ def test_a_second_source_runs_the_pipeline_and_approves_once_after_every_step(
     out = tmp_path / "hook"
     side = CentralSource(_event(), state)
     seen: List[str] = []
+    said: List[Decision] = []
     side.bus.subscribe(lambda d: seen.append(d.kind))
+    side.bus.subscribe(said.append)
     step = RunCommand()
     pipeline = _pipeline(side, StateStore(), kubeconfig, [f'"{sys.executable}" "{PROBE}" "{out}"'], step)
 
@@ -158,6 +171,7 @@ def test_a_second_source_runs_the_pipeline_and_approves_once_after_every_step(
     pipeline.advance(side.event)  # seen again: already approved, nothing runs twice
     _finish(pipeline)
     assert len(side.approvals) == 1 and len(list(out.glob("*.json"))) == 1 and len(step.runs) == 1
+    assert said and undeclared(said) == []  # every payload is its kind's TypedDict (subscribers read those)
 
 
 def test_a_restarted_source_resumes_from_the_journal_and_approves_without_rerunning(
@@ -196,12 +210,14 @@ def test_the_drain_runs_in_process_through_an_injected_transport() -> None:
     state.add_pod("app-0", "node-1", owner="ReplicaSet/app-1", grace=0)
     transport = InProcessTransport(KubeEmulator(state, token="in-process"))
     api = KubeApi(Access(server="http://127.0.0.1:9", source="test", token=lambda: "in-process"), transport=transport)
-    said: List[str] = []
-    drain = NodeDrain(api, StateStore(), lambda kind, eid, message, **data: said.append(kind),
+    said: List[Decision] = []
+    drain = NodeDrain(api, StateStore(),
+                      lambda kind, eid, message, **data: said.append(Decision(kind, eid, None, message, 0.0, data)),
                       lambda event: [DrainTarget.of_vm("web_1", VMS["web_1"])], SYSTEM_CLOCK, reporter=lambda: "test")
     event = replace(_event(), resource_ids=VMS)
     result = drain.run(Run(event, EVERY_LISTED_VM, SYSTEM_CLOCK, lambda: SYSTEM_CLOCK.now() + 300,
                            threading.Event(), threading.Event()))
     assert result.outcome == OK, result.detail
     assert _unschedulable(state, "node-1") and state.pods_on("node-1") == []
-    assert "kube_drained" in said and transport.log.count("POST") >= 1
+    assert "kube_drained" in [d.kind for d in said] and transport.log.count("POST") >= 1
+    assert undeclared(said) == []

@@ -14,7 +14,7 @@ Readiness (`/readyz`, the drain probe): 200, or 503 from the moment an own event
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from vmss_terminate import __version__
 from vmss_terminate.clock import Clock
@@ -66,53 +66,83 @@ class AgentMetrics:
                     self.last_poll = now
 
     def __call__(self, decision: Decision) -> None:
-        data, eid, kind = decision.data, decision.event_id or "", decision.kind
-        with self._lock:
-            if kind == D.EVENT_SEEN:
-                self._count("events_seen_total", (("event_type", str(data.get("event_type", ""))),
-                                                  ("owner", "own" if data.get("ours") else "foreign"),
-                                                  ("event_source", str(data.get("event_source") or ""))))
-            if kind in (D.EVENT_SEEN, D.EVENT_CHANGED, D.EVENT_STARTED) and (data.get("ours") or kind != D.EVENT_SEEN):
-                self._track_own(eid, data)
-            elif kind == D.EVENT_GONE:
-                self._own_pending.pop(eid, None)
-            elif kind == D.HOOK_STARTED:
-                self._count("hooks_run_total", ())
-            elif kind in (D.HOOK_FINISHED, D.HOOK_FAILED):
-                if kind == D.HOOK_FAILED:
-                    self._count("hooks_failed_total", (("outcome", str(data.get("outcome", "failed"))),))
-                if isinstance(data.get("duration"), (int, float)):
-                    self._hooks.observe(float(data["duration"]))
-            elif kind == D.APPROVAL_SENT:
-                self._count("approvals_sent_total", (("event_type", str(data.get("event_type", ""))),))
-            elif kind == D.APPROVAL_FAILED:
-                self._count("approvals_failed_total", ())
-            elif kind == D.DRAIN_STARTED:
-                since = data.get("since")
-                self._draining[eid] = (str(data.get("event_type", "")),
-                                       float(since) if isinstance(since, (int, float)) else decision.at)
-            elif kind == D.DRAIN_ENDED:
-                self._draining.pop(eid, None)
-            elif kind == D.IMDS_ERROR:
-                self.last_error = decision.message
-            elif kind == D.KUBE_EVICTED:
-                self._count("kubernetes_pods_evicted_total", ())
-            elif kind == D.KUBE_EVICTION_REFUSED:
-                self._count("kubernetes_evictions_refused_total", ())
-            elif kind == D.KUBE_CORDONED and data.get("by_us"):
-                self._cordoned[str(data.get("node", ""))] = 1.0
-            elif kind == D.KUBE_UNCORDONED:
-                self._cordoned[str(data.get("node", ""))] = 0.0
-            elif kind in (D.KUBE_DRAINED, D.KUBE_NOT_DRAINED) and isinstance(data.get("seconds"), (int, float)):
-                self._drains.observe(float(data["seconds"]))
-                stayed = len(data.get("not_evicted") or ()) + len(data.get("still_terminating") or ())
-                self._count("kubernetes_pods_not_drained_total", (), stayed)
+        handler = _HANDLERS.get(decision.kind)
+        if handler is not None:
+            with self._lock:
+                handler(self, decision)
+
+    # -- one handler per decision kind (`_HANDLERS`), each reading its kind's typed payload ----------
+
+    def _seen(self, decision: Decision) -> None:
+        data = decision.view(D.EventData)
+        self._count("events_seen_total", (("event_type", str(data.get("event_type", ""))),
+                                          ("owner", "own" if data.get("ours") else "foreign"),
+                                          ("event_source", str(data.get("event_source") or ""))))
+        if data.get("ours"):
+            self._track_own(decision.event_id or "", data)
+
+    def _changed(self, decision: Decision) -> None:
+        self._track_own(decision.event_id or "", decision.view(D.EventData))
+
+    def _gone(self, decision: Decision) -> None:
+        self._own_pending.pop(decision.event_id or "", None)
+
+    def _hook_started(self, decision: Decision) -> None:
+        self._count("hooks_run_total", ())
+
+    def _hook_ended(self, decision: Decision) -> None:
+        data = decision.view(D.HookData)
+        if decision.kind == D.HOOK_FAILED:
+            self._count("hooks_failed_total", (("outcome", str(data.get("outcome", "failed"))),))
+        duration = data.get("duration")
+        if isinstance(duration, (int, float)):
+            self._hooks.observe(float(duration))
+
+    def _approval_sent(self, decision: Decision) -> None:
+        self._count("approvals_sent_total", (("event_type", str(decision.view(D.ApprovalData).get("event_type", ""))),))
+
+    def _approval_failed(self, decision: Decision) -> None:
+        self._count("approvals_failed_total", ())
+
+    def _drain_started(self, decision: Decision) -> None:
+        data = decision.view(D.DrainData)
+        since = data.get("since")
+        self._draining[decision.event_id or ""] = (str(data.get("event_type", "")),
+                                                   float(since) if isinstance(since, (int, float)) else decision.at)
+
+    def _drain_ended(self, decision: Decision) -> None:
+        self._draining.pop(decision.event_id or "", None)
+
+    def _imds_error(self, decision: Decision) -> None:
+        self.last_error = decision.message
+
+    def _kube_evicted(self, decision: Decision) -> None:
+        self._count("kubernetes_pods_evicted_total", ())
+
+    def _kube_refused(self, decision: Decision) -> None:
+        self._count("kubernetes_evictions_refused_total", ())
+
+    def _kube_cordoned(self, decision: Decision) -> None:
+        data = decision.view(D.KubeData)
+        if data.get("by_us"):
+            self._cordoned[str(data.get("node", ""))] = 1.0
+
+    def _kube_uncordoned(self, decision: Decision) -> None:
+        self._cordoned[str(decision.view(D.KubeData).get("node", ""))] = 0.0
+
+    def _kube_drain_ended(self, decision: Decision) -> None:
+        data = decision.view(D.KubeData)
+        seconds = data.get("seconds")
+        if isinstance(seconds, (int, float)):
+            self._drains.observe(float(seconds))
+            stayed = len(data.get("not_evicted") or ()) + len(data.get("still_terminating") or ())
+            self._count("kubernetes_pods_not_drained_total", (), stayed)
 
     def _count(self, name: str, labels: Labels, by: float = 1.0) -> None:
         series = self._counters.setdefault(name, {})
         series[labels] = series.get(labels, 0.0) + by
 
-    def _track_own(self, eid: str, data: Dict[str, Any]) -> None:
+    def _track_own(self, eid: str, data: D.EventData) -> None:
         if data.get("status") != "Scheduled":
             self._own_pending.pop(eid, None)
             return
@@ -246,3 +276,26 @@ def _escape(value: str) -> str:
 
 def _number(value: float) -> str:
     return repr(float(value)) if value != int(value) else f"{int(value)}"
+
+
+_HANDLERS: Dict[str, Callable[[AgentMetrics, Decision], None]] = {
+    D.EVENT_SEEN: AgentMetrics._seen,
+    D.EVENT_CHANGED: AgentMetrics._changed,
+    D.EVENT_STARTED: AgentMetrics._changed,
+    D.EVENT_GONE: AgentMetrics._gone,
+    D.HOOK_STARTED: AgentMetrics._hook_started,
+    D.HOOK_FINISHED: AgentMetrics._hook_ended,
+    D.HOOK_FAILED: AgentMetrics._hook_ended,
+    D.APPROVAL_SENT: AgentMetrics._approval_sent,
+    D.APPROVAL_FAILED: AgentMetrics._approval_failed,
+    D.DRAIN_STARTED: AgentMetrics._drain_started,
+    D.DRAIN_ENDED: AgentMetrics._drain_ended,
+    D.IMDS_ERROR: AgentMetrics._imds_error,
+    D.KUBE_EVICTED: AgentMetrics._kube_evicted,
+    D.KUBE_EVICTION_REFUSED: AgentMetrics._kube_refused,
+    D.KUBE_CORDONED: AgentMetrics._kube_cordoned,
+    D.KUBE_UNCORDONED: AgentMetrics._kube_uncordoned,
+    D.KUBE_DRAINED: AgentMetrics._kube_drain_ended,
+    D.KUBE_NOT_DRAINED: AgentMetrics._kube_drain_ended,
+}
+"""What each decision kind changes in the metrics (a kind not here changes nothing)."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Type, TypedDict, TypeVar, cast
 
 log = logging.getLogger("vmss_terminate.agent")
 
@@ -48,6 +48,87 @@ KUBE_NOT_DRAINED = "kube_not_drained"    # deadline or failures: pods named that
 KUBE_UNCORDONED = "kube_uncordoned"      # the Terminate was cancelled: what this agent did is undone
 KUBE_ERROR = "kube_error"                # a Kubernetes API failure (retried, or the drain stopped)
 
+# -- what each kind carries in `Decision.data` (subscribers read it through `Decision.view`) --------
+
+
+class EventData(TypedDict, total=False):
+    """The event a decision is about (`report(..., event=...)` fills these) and whether it is ours."""
+
+    event_type: str
+    status: str
+    not_before: str
+    resources: List[str]
+    event_source: Optional[str]
+    duration_in_seconds: Optional[int]
+    not_before_in: float
+    ours: bool
+    others: List[str]
+
+
+class HookData(EventData, total=False):
+    """HOOK_*: which step, how it ended, how long it took."""
+
+    hook: Optional[str]
+    outcome: str
+    exit_code: Optional[int]
+    duration: float
+    previous: Any
+    current: List[str]
+
+
+class ApprovalData(EventData, total=False):
+    """APPROVAL_SENT: the hooks' result and how long the drain (/readyz 503) lasted."""
+
+    hooks_result: Optional[str]
+    drain_seconds: float
+
+
+class DrainData(EventData, total=False):
+    """DRAIN_STARTED: since when (journalled: a restart keeps it) and the delay before approval."""
+
+    since: float
+    drain_delay: float
+
+
+class KubeData(TypedDict, total=False):
+    """KUBE_*: the node, a pod, and a drain's outcome (KUBE_DRAINED / KUBE_NOT_DRAINED)."""
+
+    node: str
+    vm: str
+    by_us: bool
+    heir: str
+    pod: str
+    status: int
+    attempt: int
+    skipped: Dict[str, str]
+    evicted: int
+    not_evicted: List[str]
+    still_terminating: List[str]
+    refused: int
+    seconds: float
+
+
+class VersionData(TypedDict, total=False):
+    """API_VERSION: the version chosen and those IMDS offered."""
+
+    api_version: str
+    offered: List[str]
+
+
+DATA: Dict[str, Type[Any]] = {
+    **{kind: EventData for kind in (EVENT_SEEN, EVENT_CHANGED, EVENT_STARTED, EVENT_GONE, NOT_OURS, OBSERVED,
+                                    APPROVAL_WITHHELD, SHARED_NOT_APPROVED, APPROVAL_FAILED, DRAIN_ENDED)},
+    **{kind: HookData for kind in (HOOK_STARTED, HOOK_FINISHED, HOOK_FAILED, HOOK_RERUN, HOOK_SKIPPED,
+                                   HOOKS_CHANGED)},
+    APPROVAL_SENT: ApprovalData, DRAIN_STARTED: DrainData, API_VERSION: VersionData,
+    **{kind: KubeData for kind in (KUBE_NODE, KUBE_NODE_NOT_FOUND, KUBE_CORDONED, KUBE_PODS_SKIPPED, KUBE_EVICTED,
+                                   KUBE_EVICTION_REFUSED, KUBE_EVICTION_FAILED, KUBE_DRAINED, KUBE_NOT_DRAINED,
+                                   KUBE_UNCORDONED, KUBE_ERROR)},
+}
+"""The payload type of each kind (kinds not listed carry no data: VM_NAME, EVENT_UNREADABLE, IMDS_*, STOPPING)."""
+
+T = TypeVar("T")
+
 _WARNING_KINDS = {EVENT_UNREADABLE, HOOK_FAILED, HOOKS_CHANGED, APPROVAL_FAILED, SHARED_NOT_APPROVED, IMDS_ERROR,
                   KUBE_NODE_NOT_FOUND, KUBE_EVICTION_FAILED, KUBE_NOT_DRAINED, KUBE_ERROR}
 
@@ -60,6 +141,10 @@ class Decision:
     message: str
     at: float
     data: Dict[str, Any] = field(default_factory=dict)
+
+    def view(self, shape: Type[T]) -> T:
+        """`data` as the TypedDict its kind carries (`DATA[kind]`), so a subscriber's keys are checked."""
+        return cast(T, self.data)
 
     def to_json(self) -> Dict[str, Any]:
         return {"kind": self.kind, "event_id": self.event_id, "vm_name": self.vm_name,

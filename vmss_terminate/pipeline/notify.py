@@ -34,16 +34,17 @@ ACTIONS: Dict[str, Tuple[str, str, str]] = {
 
 def facts(decision: Decision, event: Dict[str, Any]) -> List[Tuple[str, str]]:
     """The lines every message carries: VM, event, NotBefore, what the agent did."""
-    data = decision.data
+    hook, approval = decision.view(D.HookData), decision.view(D.ApprovalData)
     what = ACTIONS[decision.kind][0]
     rows = [("VM", decision.vm_name or "?"),
             ("Event", f"{event.get('type') or '?'} {decision.event_id or ''}".strip()),
             ("NotBefore", event.get("not_before") or "-"),
             ("Action", what)]
-    if data.get("hook"):
-        rows.append(("Hook", f"{data['hook']} ({data.get('outcome', 'failed')})"))
-    if data.get("drain_seconds") is not None:
-        rows.append(("Drained for", f"{data['drain_seconds']:g} s"))
+    if hook.get("hook"):
+        rows.append(("Hook", f"{hook.get('hook')} ({hook.get('outcome', 'failed')})"))
+    drained = approval.get("drain_seconds")
+    if drained is not None:
+        rows.append(("Drained for", f"{drained:g} s"))
     if event.get("source"):
         rows.append(("Source", str(event["source"])))
     return rows
@@ -115,10 +116,10 @@ class ChatNotifier:
 
     def __call__(self, decision: Decision) -> None:
         eid = decision.event_id
-        if eid is not None and "event_type" in decision.data:
-            self._events[eid] = {"type": decision.data.get("event_type"),
-                                 "not_before": decision.data.get("not_before"),
-                                 "source": decision.data.get("event_source")}
+        event = decision.view(D.EventData)
+        if eid is not None and "event_type" in event:
+            self._events[eid] = {"type": event.get("event_type"), "not_before": event.get("not_before"),
+                                 "source": event.get("event_source")}
         if decision.kind == D.EVENT_GONE and eid is not None:
             self._events.pop(eid, None)  # the agent lives for months: forget what left the document
         if decision.kind not in ACTIONS:
