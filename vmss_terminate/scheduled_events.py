@@ -98,6 +98,7 @@ MAX_VM_NAME = 64        # a VM's own resource name
 MAX_SCALE_SET_NAME = 64  # a scale set's name, which its instances' names start with
 # `{scale set}_{instance id}` (Uniform: a decimal number, no documented bound; 19 digits is int64)
 # or `{scale set}_{8 hex}` (Flexible)
+_SCALE_SET_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")  # control/names.py's rule (length checked apart)
 _INSTANCE_NAME = re.compile(r"^(?P<scale_set>.+)_(?:[0-9]{1,19}|[0-9A-Fa-f]{8})$", re.DOTALL)
 
 
@@ -115,6 +116,11 @@ def vm_name_problem(name: str) -> Optional[str]:
         return "Azure VM names have no spaces, control characters or ~!@#$%^&*()=+[]{}\\|;:'\",<>/?"
     if name[-1] in ".-":
         return "Azure VM names do not end with '.' or '-'"
+    match = _INSTANCE_NAME.match(name)
+    if match is not None and not _SCALE_SET_NAME.match(match.group("scale_set")):
+        # `{scale set}_{id}`: the scale set part follows the scale set rule (control/names.py), ASCII only
+        return ("a scale set instance's name is its scale set's name (ASCII letters, digits, '_', '.' or '-', "
+                "starting with a letter or digit), '_' and its instance id")
     return None
 
 

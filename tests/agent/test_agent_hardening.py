@@ -77,6 +77,7 @@ LONGEST_SCALE_SET = "s" * 63 + "1"  # a scale set's name has up to 64 characters
     (LONGEST_SCALE_SET + "_", "1-64 characters"),
     ("", "1-64 characters"),
     ("a b" + "c" * 61 + "_1234", "no spaces"),  # long as an instance may be: the other rules still apply
+    ("vm\u00df_1", "ASCII letters"),  # issue 28: a scale set's name is ASCII, so its instances' are too
 ])
 def test_vm_names_are_every_name_azure_gives_an_instance(name: str, problem: Optional[str]) -> None:
     found = vm_name_problem(name)

@@ -49,3 +49,33 @@ def test_a_torn_last_line_is_dropped_before_the_resume_appends(tmp_path: Path) -
     Journal(path, "PT10M", "20%").close()
     Journal(path, "PT10M", "20%").close()  # read again: every line is whole JSON (the torn one was glued to)
     assert [json.loads(line)["event"] for line in path.read_text().splitlines()] == ["rollout", "run", "run"]
+
+
+def test_a_full_disk_is_said_in_words(tmp_path: Path) -> None:
+    """Issue 28 item 9: '[Errno 28]' on a full disk; /dev/full answers every write with ENOSPC."""
+    import pytest
+
+    from vmss_terminate.errors import AzureError
+
+    journal = Journal(tmp_path / "rollout.journal", "PT10M", "20%")
+    full = open("/dev/full", "a", encoding="utf-8")
+    assert journal._handle is not None
+    journal._handle.close()
+    journal._handle = full
+    with pytest.raises(AzureError) as caught:
+        journal.record("/subscriptions/x/rg/a", "started")
+    message = str(caught.value)
+    assert "No space left on device" in message and "Errno" not in message and "resume with the same" in message
+    journal.close()
+
+
+def test_a_journal_without_a_timeout_is_not_named_none(tmp_path: Path) -> None:
+    import pytest
+
+    from vmss_terminate.errors import UsageError
+
+    path = tmp_path / "rollout.journal"
+    path.write_text(json.dumps({"event": "rollout", "batch_size": "20%"}) + "\n")
+    with pytest.raises(UsageError) as caught:
+        Journal(path, "PT10M", "20%")
+    assert "None" not in str(caught.value) and "(none recorded)" in str(caught.value)

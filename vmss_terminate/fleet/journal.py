@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Dict, Optional, Set, TextIO, Union
 
 from vmss_terminate.control.arm_errors import describe_json
-from vmss_terminate.errors import UsageError
+from vmss_terminate.errors import AzureError, UsageError
 
 DONE, FAILED, STARTED, INTERRUPTED = "done", "failed", "started", "interrupted"
 MAX_DEPTH = 8
@@ -55,8 +55,9 @@ class Journal:
         try:
             header = self._read()
             if header is not None and header.get("timeout") != timeout:
-                raise UsageError(f"journal {self.path} belongs to a rollout with --timeout {header.get('timeout')}; "
-                                 f"use that timeout to resume it, or another --journal file")
+                raise UsageError(f"journal {self.path} belongs to a rollout with --timeout "
+                                 f"{header.get('timeout') or '(none recorded)'}; use that timeout to resume it, or "
+                                 "another --journal file")
             if header is not None and header.get("policy") != policy:
                 raise UsageError(f"journal {self.path} belongs to a rollout with other scheduled-events policy "
                                  f"options ({header.get('policy') or 'none'}); resume it with the same --event-grid / "
@@ -157,14 +158,26 @@ class Journal:
         entry["at"] = round(time.time(), 3)
         if self._handle is None:
             return
-        self._handle.write(json.dumps(entry) + "\n")
-        self._handle.flush()
+        try:
+            self._handle.write(json.dumps(entry) + "\n")
+            self._handle.flush()
+        except OSError as exc:  # a full disk, a removed mount: said in words, never "[Errno 28]"
+            raise JournalWriteFailed(f"cannot write journal {self.path}: {exc.strerror or exc}; the work this "
+                                     "line would record may be done -- free the space and resume with the same "
+                                     "--journal (a resume re-audits, so nothing is redone blindly)") from None
 
     def close(self) -> None:
         """Close the file, which releases the lock."""
         if self._handle is not None:
-            self._handle.close()
-            self._handle = None
+            handle, self._handle = self._handle, None
+            try:
+                handle.close()
+            except OSError:
+                pass  # its last write failed and was reported then (JournalWriteFailed)
+
+
+class JournalWriteFailed(AzureError):
+    """The journal could not be written (exit 1): its set is reported failed with this message."""
 
 
 def _command() -> str:
