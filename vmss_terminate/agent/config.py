@@ -13,8 +13,8 @@ Adding an option is one field here:
 gives `--kill-grace S` to both parsers, the reference and `AgentConfig(kill_grace=...)`;
 `seconds(...)` also bounds the value in `validated()` (`option(...)` for anything else: a flag
 from a bool default, a choice from `choices=`, text otherwise; `flags=` when the flag is not the
-field's name, as `--hook`, `--approve` and `--no-rerun-interrupted`). Checks beyond a range go in
-`validated()`. Then regenerate docs/cli-reference.md (`python -m vmss_terminate.cli > docs/cli-reference.md`).
+field's name, as `--hook`, `--approve` and `--no-rerun-interrupted`). Checks beyond a range are
+one entry in `CHECKS` (field -> check returning the normalised value). Then regenerate docs/cli-reference.md (`python -m vmss_terminate.cli > docs/cli-reference.md`).
 Options of the `run` command itself rather than of the agent (`--listen`, `--once`, ...) are
 fields of `agent/command.py`'s `RunOptions`, declared the same way.
 """
@@ -26,7 +26,7 @@ import math
 import os
 import re
 from dataclasses import dataclass, replace
-from typing import Any, Collection, FrozenSet, Optional, Sequence, Tuple
+from typing import Any, Callable, Collection, Dict, FrozenSet, Optional, Sequence, Tuple
 
 from vmss_terminate.agent.imds import check_imds_api_version, resolve_imds_url
 from vmss_terminate.errors import UsageError
@@ -149,68 +149,123 @@ class AgentConfig:
         help="--kubernetes: the taint added with the cordon (removed again if the Terminate is cancelled).")
 
     def validated(self) -> "AgentConfig":
-        """A normalised copy; UsageError (exit 2) on any bad value, before any request."""
-        margin = self.safety_margin
-        if isinstance(margin, (int, float)) and not isinstance(margin, bool) and MAX_NOTICE <= margin < math.inf:
-            raise UsageError(f"invalid --safety-margin {margin:g}: expected 0 <= seconds < {MAX_NOTICE:g} "
-                             f"(NotBefore is at most 15 minutes away: hooks would never start)")
+        """A normalised copy; UsageError (exit 2) on any bad value, before any request. Each field
+        is checked by its entry in `CHECKS` (durations by their `seconds(...)` bounds), in that order."""
+        _check_safety_margin(self.safety_margin)
         for field in dataclasses.fields(self):
-            if _SECONDS not in field.metadata:
-                continue
-            name, (low, high, why) = field.name, field.metadata[_SECONDS]
-            value = getattr(self, name)
-            flag = "--" + name.replace("_", "-")
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-                raise UsageError(f"invalid {flag} {value!r}: expected a number of seconds")
-            if not (low < value if low is not None else value >= 0) or not value <= high:
-                bounds = f"{low} < seconds" if low is not None else "0 <= seconds"
-                raise UsageError(f"invalid {flag} {value:g}: expected {bounds} <= {high:g}{why}")
-        if self.webhook_format not in WEBHOOK_FORMATS:
-            raise UsageError(f"invalid --webhook-format {self.webhook_format!r}: use {', '.join(WEBHOOK_FORMATS)}")
-        if self.on_hook_failure not in ON_HOOK_FAILURE:
-            raise UsageError(f"invalid --on-hook-failure {self.on_hook_failure!r}: use approve or wait")
-        if isinstance(self.max_requests_per_second, bool) or not 1 <= int(self.max_requests_per_second) <= 1000:
-            raise UsageError("invalid max_requests_per_second: expected 1..1000")
-        if self.webhook is not None and (not re.match(r"^https?://\S+$", self.webhook)
-                                         or redact_url(self.webhook) == "<unparseable URL>"):
-            # the value is shown only when it is a URL redact_url can strip of credentials and query
-            shown = f" {redact_url(self.webhook)!r}" if re.match(r"^https?://[^/?#@\s]+", self.webhook) else ""
-            reason = "expected an http(s) URL such as https://HOST/PATH"
-            raise UsageError(f"invalid webhook{shown}: {reason}", cli_message=f"invalid --webhook{shown}: {reason}")
-        if self.vm_name is not None and not self.vm_name.strip():
-            raise UsageError("empty --vm-name")
-        if self.vm_name is not None:
-            problem = vm_name_problem(self.vm_name.strip())
-            if problem:
-                raise UsageError(f"invalid --vm-name {self.vm_name!r}: {problem}")
-        if isinstance(self.state_file, str) and not self.state_file.strip():
-            raise UsageError("empty --state-file: pass a file path (or :memory: to keep state in memory only)")
-        parse_taint(self.taint)
-        set_here = {"kubeconfig": self.kubeconfig, "node_name": self.node_name,
-                    "taint": None if self.taint == DEFAULT_TAINT else self.taint}  # the CLI also checks what it named
-        refuse_without_kubernetes([dest for dest, value in set_here.items() if value is not None], self.kubernetes)
-        node_name = self.node_name
-        if node_name is None and self.kubernetes:
-            node_name = os.environ.get(NODE_NAME_ENV, "").strip() or None
-        if node_name is not None and not re.fullmatch(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?", node_name.strip()):
-            raise UsageError(f"invalid --node-name {node_name!r}: expected a Kubernetes node name "
-                             f"(a lower-case DNS name)")
-        if self.kubeconfig is not None and not str(self.kubeconfig).strip():
-            raise UsageError("empty --kubeconfig: pass the kubeconfig file, or leave it out for the "
-                             "in-cluster service account")
-        hooks: Tuple[str, ...] = tuple(self.hooks)
-        for hook in hooks:
-            check_program(split_command(hook))
-        return replace(
-            self,
-            imds_url=resolve_imds_url(self.imds_url),
-            hooks=hooks,
-            hook_events=hook_types(self.hook_events),
-            approve_types=approved_types(self.approve_types),
-            api_version=check_imds_api_version(self.api_version),
-            vm_name=self.vm_name.strip() if self.vm_name else None,
-            node_name=node_name.strip() if node_name else None,
-        )
+            if _SECONDS in field.metadata:
+                _check_seconds(field.name, getattr(self, field.name), *field.metadata[_SECONDS])
+        return replace(self, **{name: check(self, getattr(self, name)) for name, check in CHECKS.items()})
+
+
+# -- the per-field checks `validated()` reads: each returns the field's normalised value ------------
+
+Check = Callable[[AgentConfig, Any], Any]
+
+
+def _check_safety_margin(margin: Any) -> None:
+    if isinstance(margin, (int, float)) and not isinstance(margin, bool) and MAX_NOTICE <= margin < math.inf:
+        raise UsageError(f"invalid --safety-margin {margin:g}: expected 0 <= seconds < {MAX_NOTICE:g} "
+                         f"(NotBefore is at most 15 minutes away: hooks would never start)")
+
+
+def _check_seconds(name: str, value: Any, low: Optional[float], high: float, why: str) -> None:
+    flag = "--" + name.replace("_", "-")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise UsageError(f"invalid {flag} {value!r}: expected a number of seconds")
+    if not (low < value if low is not None else value >= 0) or not value <= high:
+        bounds = f"{low} < seconds" if low is not None else "0 <= seconds"
+        raise UsageError(f"invalid {flag} {value:g}: expected {bounds} <= {high:g}{why}")
+
+
+def _choice(flag: str, allowed: Tuple[str, ...], say: str) -> Check:
+    def check(config: AgentConfig, value: Any) -> Any:
+        if value not in allowed:
+            raise UsageError(f"invalid {flag} {value!r}: use {say}")
+        return value
+    return check
+
+
+def _check_rate(config: AgentConfig, value: Any) -> Any:
+    if isinstance(value, bool) or not 1 <= int(value) <= 1000:
+        raise UsageError("invalid max_requests_per_second: expected 1..1000")
+    return value
+
+
+def _check_webhook(config: AgentConfig, value: Optional[str]) -> Optional[str]:
+    if value is not None and (not re.match(r"^https?://\S+$", value) or redact_url(value) == "<unparseable URL>"):
+        # the value is shown only when it is a URL redact_url can strip of credentials and query
+        shown = f" {redact_url(value)!r}" if re.match(r"^https?://[^/?#@\s]+", value) else ""
+        reason = "expected an http(s) URL such as https://HOST/PATH"
+        raise UsageError(f"invalid webhook{shown}: {reason}", cli_message=f"invalid --webhook{shown}: {reason}")
+    return value
+
+
+def _check_vm_name(config: AgentConfig, value: Optional[str]) -> Optional[str]:
+    if value is not None and not value.strip():
+        raise UsageError("empty --vm-name")
+    if value is not None:
+        problem = vm_name_problem(value.strip())
+        if problem:
+            raise UsageError(f"invalid --vm-name {value!r}: {problem}")
+    return value.strip() if value else None
+
+
+def _check_state_file(config: AgentConfig, value: Optional[str]) -> Optional[str]:
+    if isinstance(value, str) and not value.strip():
+        raise UsageError("empty --state-file: pass a file path (or :memory: to keep state in memory only)")
+    return value
+
+
+def _check_taint(config: AgentConfig, value: str) -> str:
+    parse_taint(value)
+    return value
+
+
+def _check_node_name(config: AgentConfig, value: Optional[str]) -> Optional[str]:
+    """Also refuses the drain's options without --kubernetes (before their own checks), and reads
+    NODE_NAME when --kubernetes comes without --node-name."""
+    set_here = {"kubeconfig": config.kubeconfig, "node_name": value,
+                "taint": None if config.taint == DEFAULT_TAINT else config.taint}  # the CLI also checks what it named
+    refuse_without_kubernetes([dest for dest, given in set_here.items() if given is not None], config.kubernetes)
+    if value is None and config.kubernetes:
+        value = os.environ.get(NODE_NAME_ENV, "").strip() or None
+    if value is not None and not re.fullmatch(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?", value.strip()):
+        raise UsageError(f"invalid --node-name {value!r}: expected a Kubernetes node name (a lower-case DNS name)")
+    return value.strip() if value else None
+
+
+def _check_kubeconfig(config: AgentConfig, value: Optional[str]) -> Optional[str]:
+    if value is not None and not str(value).strip():
+        raise UsageError("empty --kubeconfig: pass the kubeconfig file, or leave it out for the "
+                         "in-cluster service account")
+    return value
+
+
+def _check_hooks(config: AgentConfig, value: Sequence[str]) -> Tuple[str, ...]:
+    hooks = tuple(value)
+    for hook in hooks:
+        check_program(split_command(hook))
+    return hooks
+
+
+CHECKS: Dict[str, Check] = {
+    "webhook_format": _choice("--webhook-format", WEBHOOK_FORMATS, ", ".join(WEBHOOK_FORMATS)),
+    "on_hook_failure": _choice("--on-hook-failure", ON_HOOK_FAILURE, "approve or wait"),
+    "max_requests_per_second": _check_rate,
+    "webhook": _check_webhook,
+    "vm_name": _check_vm_name,
+    "state_file": _check_state_file,
+    "taint": _check_taint,
+    "node_name": _check_node_name,
+    "kubeconfig": _check_kubeconfig,
+    "hooks": _check_hooks,
+    "imds_url": lambda config, value: resolve_imds_url(value),
+    "hook_events": lambda config, value: hook_types(value),
+    "approve_types": lambda config, value: approved_types(value),
+    "api_version": lambda config, value: check_imds_api_version(value),
+}
+"""Field -> its check, in the order bad values are reported (durations first, see `validated`)."""
 
 
 def approved_types(value: Any) -> FrozenSet[str]:
