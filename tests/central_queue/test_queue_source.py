@@ -223,3 +223,20 @@ def test_bad_queue_urls_are_usage_errors_before_any_request(url: str, message: s
 
     with pytest.raises(UsageError, match=message):
         open_queue_source(url, None, credential=object())
+
+
+@pytest.mark.parametrize("final", ["Canceled", "Completed", "Started"])
+def test_a_scheduled_change_delivered_after_the_event_moved_on_is_never_handed_over(world: World, final: str) -> None:
+    # Event Grid does not keep order: the Scheduled change may arrive after the event was
+    # Canceled (or Started, Completed) and that change was settled. Handing it over would drain
+    # and acknowledge an event that is no longer Scheduled.
+    eid = event_id()
+    world.send(eid, status=final, time="2026-11-26T18:05:00Z")
+    source = world.source()
+    [moved_on] = drain(source, 1)
+    assert moved_on.status == final
+    world.send(eid, time="2026-11-26T18:00:00Z")  # the Scheduled change, late
+    other = world.source()  # any replica, after any restart: the event's blob decides
+    for replica in (source, other):
+        assert poll_until(lambda replica=replica: (replica.poll().events == [] and world.depth() == 0))
+    assert source.poll().events == [] and other.poll().events == []

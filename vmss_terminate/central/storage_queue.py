@@ -334,7 +334,10 @@ class QueueSource:
             self._hide(message, self.settings.lease_duration)
             return
         record = lease.record()
-        if record.handled.get(note.change):
+        moved_on = note.event.pending and any(not c.startswith(f"{note.status}|") for c in record.handled)
+        if record.handled.get(note.change) or moved_on:
+            # moved_on: Event Grid does not keep order, and a Scheduled change arriving after the
+            # event's Started/Completed/Canceled change was settled is stale: never acted on.
             self._remember(note.dedup_key)
             lease.release()
             self._drop_duplicate(message)
