@@ -3,6 +3,7 @@ read every command line alike, refuse the same bad ones, and end in the same `ru
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from typing import List
@@ -79,5 +80,11 @@ def test_bad_input_on_the_fast_path_is_one_line_exit_2() -> None:
 
 
 def test_help_and_other_commands_still_go_to_click() -> None:
-    done = _entry("agent", "run", "--help")
+    done = _entry("agent", "run", "--once", "--help")  # help among other arguments: click decides
     assert done.stdout.split()[-2:] == ["CLICK", "0"] and "--drain-delay" in done.stdout
+    # `agent run --help` alone is click's text kept in commands/helptexts.py: printed without click
+    kept = subprocess.run([sys.executable, "-c", "import sys\nfrom vmss_terminate.entry import main\n"
+                           "try:\n    main(sys.argv[1:])\nexcept SystemExit as exc:\n    code = exc.code\n"
+                           "print('CLICK' if 'click' in sys.modules else 'NO-CLICK', code)\n", "agent", "run", "--help"],
+                          capture_output=True, text=True, timeout=60, cwd=str(REPO), env=dict(os.environ, COLUMNS="100"))
+    assert kept.stdout.split()[-2:] == ["NO-CLICK", "0"] and "--drain-delay" in kept.stdout
