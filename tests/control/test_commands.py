@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import io
 import json
+import threading
+import time
 from typing import Any, Dict, List
 
 import pytest
 
+from vmss_terminate.clock import ManualClock
 from vmss_terminate.commands import control as commands
 from vmss_terminate.commands.progress import terminal_progress
 from vmss_terminate.control import UpgradeIncomplete, body
@@ -357,11 +360,26 @@ def test_progress_line_is_ended_before_a_failure_is_reported(monkeypatch: pytest
     assert tty.getvalue().count("\r") == 2 and tty.getvalue().endswith("\n")
 
 
-def test_enable_wait_on_rolling_policy_until_current(arm: ArmServers, state: ArmState) -> None:
-    # real seconds (system clock): long enough to outlast the PATCH operation wait (two polls, backing off)
-    ss = _ss(state, capacity=3, upgrade_policy="Rolling", rolling_delay=0.6)
+def test_enable_wait_on_rolling_policy_until_current(arm: ArmServers) -> None:
+    # the emulator's rolling upgrade ends only when the test moves its clock, once the command is seen
+    # waiting (a second instance list read): 0.6 real seconds of delay ran out before the wait began on
+    # a loaded machine (issue 28), and then nothing was stale to wait for
+    clock = ManualClock()
+    state = ArmState(clock=clock)
+    arm.reset(state)
+    ss = _ss(state, capacity=3, upgrade_policy="Rolling", rolling_delay=60)
+
+    def finish_when_waiting() -> None:
+        deadline = time.monotonic() + 120
+        while len(arm.arm_server.log.find("GET", "/virtualMachines")) < 2 and time.monotonic() < deadline:
+            threading.Event().wait(0.02)
+        clock.advance(61)
+
+    helper = threading.Thread(target=finish_when_waiting, daemon=True)
+    helper.start()
     result = run("enable", "-g", RG, "-n", "web", "--timeout", "10m", "--wait", "--poll-interval", "0.05",
-                 "--wait-timeout", "30", "-o", "json")
+                 "--wait-timeout", "300", "-o", "json")
+    helper.join(5)
     assert result.exit_code == 0, result.output
     upgrade = json.loads(result.stdout)["upgrade"]
     assert upgrade["mode"] == "platform" and upgrade["waited"] and upgrade["complete"]
