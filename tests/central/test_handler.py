@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Iterator, List
 
 import pytest
-from helpers import serve_arm_state
+from helpers import poll_until, serve_arm_state
 
 from vmss_terminate.central.handler import HandlerConfig
 from vmss_terminate.central.run import Central, build
@@ -112,3 +112,22 @@ def test_a_restart_reruns_no_finished_step_and_acknowledges_once(live_arm: ArmSe
         central.handler.poll_once(wait=True)
     assert _hooked(tmp_path) == []  # the steps were recorded finished: not run again
     assert [a.event_id for a in live.state.maintenance.acknowledgements if a.accepted] == [eid]
+
+
+def test_an_event_canceled_while_its_actions_run_is_never_acknowledged(live_arm: ArmServers, live: Estate,
+                                                                     tmp_path: Path) -> None:
+    eid = live.groups["lin"].add_event("Terminate", ["lin_1"], not_before=SYSTEM_CLOCK.now() + 600)
+    started, go = tmp_path / "started", tmp_path / "go"
+    script = tmp_path / "hold.py"
+    script.write_text("import os, sys, time\nopen(sys.argv[1], 'w').close()\n"
+                      "while not os.path.exists(sys.argv[2]):\n    time.sleep(0.01)\n")
+    hook = f"{sys.executable} {script} {started} {go}"
+    for central in _central(live_arm, tmp_path, Scope.build(subscriptions=[SUB]), hooks=(hook,), run_command=None):
+        assert [e.event_id for e in central.handler.poll_once()] == [eid]
+        assert poll_until(started.exists)
+        live.groups["lin"].remove_event(eid)  # the scale-in is cancelled while the hook runs
+        central.handler.poll_once()  # Resource Graph shows it Canceled now
+        go.touch()
+        central.handler.join()
+        central.handler.poll_once(wait=True)
+    assert [a.event_id for a in live.state.maintenance.acknowledgements] == []

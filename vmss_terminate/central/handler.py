@@ -20,6 +20,7 @@ per event which steps finished and whether the acknowledgement was sent. After k
 started but not recorded finished runs again (at least once); no event is acknowledged before its
 steps are recorded finished; an acknowledged event is never run again. An event that is no longer
 Scheduled (Started: someone acknowledged it, or NotBefore passed) is never acted on again.
+A Canceled event whose job still runs stops its drain (undone) and is never acknowledged.
 One replica: the journal is a local file; the templates run one replica (docs/central.md).
 """
 
@@ -126,6 +127,7 @@ class CentralHandler:
         self.observe = observe or (lambda kind, **data: None)
         self.stopping = threading.Event()
         self._jobs: Dict[str, threading.Thread] = {}
+        self._canceled: Dict[str, threading.Event] = {}  # event key -> set once a poll saw it Canceled
         self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="central-vm")
         self._steps = [CommandHook(cmd, i) for i, cmd in enumerate(config.hooks)]  # validated now
@@ -149,6 +151,9 @@ class CentralHandler:
                         batch.problem)
         handled = [e for e in batch.events if e.event_type in self.config.handle_types]
         pending = [e for e in handled if e.pending and not self._finished(e)]
+        for event in batch.events:
+            if event.status == CANCELED and self._running(event):  # its job stops its drain, never acknowledges
+                self._canceled_flag(event).set()
         canceled = [e for e in batch.events if e.status == CANCELED and self._drained_somewhere(e)]
         infos: Dict[str, ScaleSetInfo] = {}
         if pending or canceled:
@@ -181,9 +186,7 @@ class CentralHandler:
             # Tell the source which events are done with (a queue deletes their messages then):
             # not pending (Started/Completed/Canceled), acknowledged or withheld, of a type this
             # handler does not act on, or of a scale set outside the scope. Never one still running.
-            with self._lock:
-                running = event.key in self._jobs and self._jobs[event.key].is_alive()
-            if running:
+            if self._running(event):
                 continue
             if (not event.pending or self._finished(event) or event.event_type not in self.config.handle_types
                     or (event in pending and event.scale_set.key not in infos)):
@@ -230,6 +233,9 @@ class CentralHandler:
                 self.source.settle(event)  # at once: a queue deletes the message now, not a poll later
         except Exception:  # a job must never take the loop down: logged, retried next poll
             log.exception("handling event %s of %s failed", event.event_id, event.scale_set)
+        finally:
+            with self._lock:
+                self._canceled.pop(event.key, None)
 
     def handle(self, event: CentralEvent, info: ScaleSetInfo) -> Outcome:
         """Run the actions for every VM the event lists, then acknowledge it (once)."""
@@ -278,6 +284,11 @@ class CentralHandler:
             log.warning("event %s: %s", event.event_id, outcome.withheld)
             self.journal.update(event.key, withheld=outcome.withheld)
             return outcome
+        if self._canceled_flag(event).is_set():
+            outcome.withheld = "the event was canceled while its actions ran: not acknowledged"
+            log.warning("event %s: %s", event.event_id, outcome.withheld)
+            self.journal.update(event.key, withheld=outcome.withheld)
+            return outcome
         answer = self._acknowledge(event.scale_set, [event.event_id])[0]
         outcome.acknowledged = answer
         if answer.ok:
@@ -299,7 +310,8 @@ class CentralHandler:
                  deadline: Callable[[], Optional[float]]) -> Run:
         raw = dict(event.fields(), VmName=vm, VmId=info.vm_id(vm) if vm else "", ScaleSetId=event.scale_set.id,
                    VmIds={name: info.vm_id(name) for name in event.resources})
-        return Run(Event.from_json(raw), vm, self.clock, deadline, self.stopping, threading.Event())
+        return Run(Event.from_json(raw), vm, self.clock, deadline, self.stopping, threading.Event(),
+                   gone=self._canceled_flag(event).is_set)
 
     def _hook(self, event: CentralEvent, info: ScaleSetInfo, vm: str, step: CommandHook,
               deadline: Callable[[], Optional[float]]) -> Tuple[str, StepResult]:
@@ -330,6 +342,14 @@ class CentralHandler:
     def _finished(self, event: CentralEvent) -> bool:
         record = self.journal.get(event.key)
         return bool(record.get("acknowledged") or record.get("withheld"))
+
+    def _running(self, event: CentralEvent) -> bool:
+        with self._lock:
+            return event.key in self._jobs and self._jobs[event.key].is_alive()
+
+    def _canceled_flag(self, event: CentralEvent) -> threading.Event:
+        with self._lock:
+            return self._canceled.setdefault(event.key, threading.Event())
 
     def _drained_somewhere(self, event: CentralEvent) -> bool:
         return any(self.journal.get(f"{event.key}@{vm}").get("kube_node") for vm in event.resources)
