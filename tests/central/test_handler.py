@@ -131,3 +131,28 @@ def test_an_event_canceled_while_its_actions_run_is_never_acknowledged(live_arm:
         central.handler.join()
         central.handler.poll_once(wait=True)
     assert [a.event_id for a in live.state.maintenance.acknowledgements] == []
+
+
+def test_a_vm_added_to_the_event_while_its_actions_run_is_handled_before_the_acknowledgement(
+        live_arm: ArmServers, live: Estate, tmp_path: Path) -> None:
+    group = live.groups["lin"]
+    eid = group.add_event("Terminate", ["lin_1"], not_before=SYSTEM_CLOCK.now() + 600)
+    go = tmp_path / "go"
+    script = tmp_path / "hold.py"
+    script.write_text("import json, os, sys, time\nvm = json.load(sys.stdin)['VmName']\n"
+                      "open(os.path.join(sys.argv[1], vm + '.started'), 'w').close()\n"
+                      "while vm == 'lin_1' and not os.path.exists(sys.argv[2]):\n    time.sleep(0.01)\n"
+                      "open(os.path.join(sys.argv[1], vm + '.done'), 'w').close()\n")
+    hook = f"{sys.executable} {script} {tmp_path} {go}"
+    for central in _central(live_arm, tmp_path, Scope.build(subscriptions=[SUB]), hooks=(hook,), run_command=None):
+        assert [e.event_id for e in central.handler.poll_once()] == [eid]
+        assert poll_until((tmp_path / "lin_1.started").exists)
+        group.update_event(eid, resources=["lin_1", "lin_2"])  # Azure adds a VM to the event
+        central.handler.poll_once()  # Resource Graph lists both now
+        go.touch()
+        for job in list(central.handler._jobs.values()):  # (not handler.join(): it ends the worker pool)
+            job.join(timeout=60)
+        assert live.state.maintenance.acknowledgements == [] or (tmp_path / "lin_2.done").exists()
+        central.handler.poll_once(wait=True)  # lin_2's actions run, then the one acknowledgement
+    acks = live.state.maintenance.acknowledgements
+    assert [a.event_id for a in acks] == [eid] and (tmp_path / "lin_2.done").exists()

@@ -128,6 +128,7 @@ class CentralHandler:
         self.stopping = threading.Event()
         self._jobs: Dict[str, threading.Thread] = {}
         self._canceled: Dict[str, threading.Event] = {}  # event key -> set once a poll saw it Canceled
+        self._listed: Dict[str, Tuple[str, ...]] = {}  # event key -> Resources as the latest poll read them
         self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="central-vm")
         self._steps = [CommandHook(cmd, i) for i, cmd in enumerate(config.hooks)]  # validated now
@@ -152,6 +153,9 @@ class CentralHandler:
         handled = [e for e in batch.events if e.event_type in self.config.handle_types]
         pending = [e for e in handled if e.pending and not self._finished(e)]
         for event in batch.events:
+            if self._running(event):
+                with self._lock:
+                    self._listed[event.key] = event.resources
             if event.status == CANCELED and self._running(event):  # its job stops its drain, never acknowledges
                 self._canceled_flag(event).set()
         canceled = [e for e in batch.events if e.status == CANCELED and self._drained_somewhere(e)]
@@ -236,6 +240,7 @@ class CentralHandler:
         finally:
             with self._lock:
                 self._canceled.pop(event.key, None)
+                self._listed.pop(event.key, None)
 
     def handle(self, event: CentralEvent, info: ScaleSetInfo) -> Outcome:
         """Run the actions for every VM the event lists, then acknowledge it (once)."""
@@ -283,6 +288,13 @@ class CentralHandler:
             outcome.withheld = f"a step failed ({', '.join(outcome.failed)}) and --on-failure wait: not acknowledged"
             log.warning("event %s: %s", event.event_id, outcome.withheld)
             self.journal.update(event.key, withheld=outcome.withheld)
+            return outcome
+        with self._lock:
+            listed = self._listed.get(event.key, event.resources)
+        grown = sorted(set(listed) - set(event.resources))
+        if grown:  # acknowledging would release VMs whose actions never ran: the next poll's job runs them
+            outcome.withheld = f"the event now also lists {', '.join(grown)}: not acknowledged yet"
+            log.warning("event %s: %s", event.event_id, outcome.withheld)
             return outcome
         if self._canceled_flag(event).is_set():
             outcome.withheld = "the event was canceled while its actions ran: not acknowledged"
