@@ -35,3 +35,19 @@ def test_unknown_subscription_name_is_bad_input_in_control_and_fleet_alike(arm: 
     assert (single.exit_code, fleet.exit_code) == (2, 2), (single.output, fleet.output)
     assert single.stderr.strip() == fleet.stderr.strip()
     assert single.stderr.strip().startswith("error: invalid --subscription 'Nope': no subscription named 'Nope'")
+
+
+def test_a_name_matching_nothing_among_many_shows_ten_and_counts_the_rest() -> None:
+    """Issue 28 item 10: every visible subscription was printed on one line (thousands in an estate)."""
+    import pytest
+
+    from vmss_terminate.control.subscriptions import match_subscription
+    from vmss_terminate.errors import UsageError
+
+    visible = [{"displayName": f"team-{i}", "subscriptionId": f"{i:08d}-0000-0000-0000-000000000000"}
+               for i in range(2500)]
+    with pytest.raises(UsageError) as caught:
+        match_subscription(visible, "Nope")
+    message = str(caught.value)
+    assert "team-9 " in message and "team-10 " not in message and "and 2490 more" in message
+    assert len(message) < 1200

@@ -35,6 +35,8 @@ def match_subscription(visible: List[Dict[str, Any]], name: str) -> str:
         raise InvalidValue("subscription_id", name, f"{len(matches)} subscriptions have this name ({ids}): "
                            "pass the id", option="--subscription")
     shown = ", ".join(f"{s.get('displayName')} ({s.get('subscriptionId')})" for s in visible[:10]) or "none"
+    if len(visible) > 10:  # thousands in an estate: a bounded line, and how many it left out
+        shown += f" and {len(visible) - 10} more (`az account list` shows them all)"
     raise InvalidValue("subscription_id", name, f"no subscription named {name!r} is visible to this credential "
                        f"(visible: {shown})", option="--subscription")
 
