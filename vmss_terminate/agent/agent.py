@@ -33,6 +33,7 @@ from vmss_terminate.clock import SYSTEM_CLOCK, Clock
 from vmss_terminate.errors import UsageError
 from vmss_terminate.pipeline import decisions as D
 from vmss_terminate.pipeline import policy
+from vmss_terminate.pipeline.backoff import Backoff
 from vmss_terminate.pipeline.decisions import Decision, DecisionBus
 from vmss_terminate.pipeline.events import EVENT_TYPES, Event, EventsDocument, canonical_type, same_name
 from vmss_terminate.pipeline.journal import StateStore, resolve_state_file
@@ -81,6 +82,10 @@ class Agent:
                                                      report=self._decide, once=self._once),
                                  self.state, self.bus, clock, me=lambda: self.vm_name or "")
         self.jobs = self.pipeline.jobs
+        self.cluster_problem: Optional[str] = None  # --kubernetes: why the cluster cannot be used now (/healthz)
+        self._cluster_retry_at = 0.0
+        self._cluster_backoff = Backoff(base=5.0, cap=60.0)
+        self._own_target: Any = None  # --kubernetes: this VM's node (a DrainTarget)
         if self.config.kubernetes:
             self.pipeline.drain = self._node_drain()
         self._stop = threading.Event()   # the caller's: stop polling (then the stop grace runs)
@@ -123,8 +128,12 @@ class Agent:
         try:
             if not self._ensure_vm_name(retry_for=None):
                 return
+            if self.pipeline.drain is not None:
+                self._check_cluster(first=True)  # a refused configuration ends the agent here (exit 2)
             while not self._stop.is_set():
                 began = self.clock.now()
+                if self.cluster_problem is not None and began >= self._cluster_retry_at:
+                    self._check_cluster()
                 try:
                     self.poll(retry_for=None)
                 except Exception as exc:  # a bug or an absurd answer must not end the agent
@@ -385,9 +394,40 @@ class Agent:
 
         access = load_access(self.config.kubeconfig)
         log.info("--kubernetes: draining the node through %s (%s)", access.server, access.source)
-        own = DrainTarget(identity=self._identity, node_name=self.config.node_name)  # this VM's node, only
+        own = self._own_target = DrainTarget(identity=self._identity, node_name=self.config.node_name)  # ours only
         return NodeDrain(KubeApi(access), self.state, self._decide, lambda event: [own], self.clock,
                          lambda: self.vm_name or "", taint=self.config.taint, live=self.live)
+
+    def _check_cluster(self, first: bool = False) -> None:
+        """--kubernetes: reach the cluster and find this VM's node. A refusal of the credentials
+        (401/403) at start-up is bad input (UsageError: exit 2); anything that may pass (unreachable,
+        5xx, node not registered yet) is said, makes /healthz 503 naming it, and is looked at again
+        with backoff (5 s doubling to 60 s)."""
+        from vmss_terminate.pipeline.kubernetes.api import KubeError
+
+        try:
+            node, how = self.pipeline.drain.check(self._own_target, self._stop)
+        except UsageError as exc:
+            if first:
+                raise
+            problem = str(exc)
+        except (KubeError, ImdsError, Stopped) as exc:
+            problem = str(exc)
+        else:
+            if first or self.cluster_problem is not None:
+                self._decide(D.KUBE_NODE, None, f"this VM is Kubernetes node {node} ({how}; API server "
+                                                f"{self.pipeline.drain.api.server})", node=node)
+            self.cluster_problem = None
+            self._cluster_backoff.reset()
+            return
+        if self._stop.is_set():
+            return
+        delay = self._cluster_backoff.next()
+        if problem != self.cluster_problem:
+            self._decide(D.KUBE_ERROR, None, f"--kubernetes: cannot use the cluster yet: {problem}; "
+                                             f"/healthz answers 503; looking again in {delay:.0f} s")
+        self.cluster_problem = problem
+        self._cluster_retry_at = self.clock.now() + delay
 
     def _identity(self) -> Tuple[str, str]:
         """(compute.resourceId, osProfile.computerName) from instance metadata: how the drain finds its node."""

@@ -156,6 +156,9 @@ class AgentMetrics:
         """(healthy, reason): the poll loop runs and IMDS answered recently."""
         if not self.agent.running.is_set():
             return False, "the poll loop is not running"
+        problem = getattr(self.agent, "cluster_problem", None)
+        if problem:
+            return False, f"--kubernetes: {problem}"
         now = self.clock.now()
         with self._lock:
             last, error = self.last_answer, self.last_error

@@ -52,6 +52,10 @@ class KubeError(VmssTerminateError):
     """A request that got no usable answer (connection, timeout, redirect, unreadable body)."""
 
 
+class KubeRedirect(KubeError):
+    """The server answered a 3xx: never followed; the configured URL is not the API server."""
+
+
 @dataclass(frozen=True)
 class Answer:
     """One HTTP answer: the status and the JSON body (None when empty or not JSON)."""
@@ -169,8 +173,8 @@ class KubeApi:
         except requests.RequestException as exc:
             raise KubeError(f"{method} {api_path}: cannot reach {self.server}: {_reason(exc)}") from None
         if 300 <= status < 400:
-            raise KubeError(f"{method} {api_path}: {self.server} answered a {status} redirect; "
-                            f"redirects are never followed")
+            raise KubeRedirect(f"{method} {api_path}: {self.server} answered a {status} redirect; "
+                               f"redirects are never followed")
         try:
             parsed = json.loads(content) if content else None
         except ValueError:

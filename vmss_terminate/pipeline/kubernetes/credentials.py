@@ -22,7 +22,9 @@ import atexit
 import base64
 import os
 import shutil
+import stat
 import tempfile
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, Mapping, Optional, Tuple, Union
@@ -99,13 +101,51 @@ def _reader(path: Path) -> Callable[[], Optional[str]]:
     return read
 
 
+MAX_KUBECONFIG_BYTES = 4 << 20  # kubeconfigs are a few KB; a multi-cluster one with CAs tens of KB
+READ_SECONDS = 10.0  # real seconds a kubeconfig may take to read (a hung network mount)
+
+
+def _read_regular(where: Path, what: str) -> str:
+    """The text of a regular file, read within READ_SECONDS. A FIFO would block the open (and the
+    agent, deaf to SIGTERM: Python retries the interrupted call) until a writer comes; a hung mount
+    would block the read. Opened without blocking and checked to be a regular file; read in a
+    daemon thread so that a hang costs READ_SECONDS and one line, not the agent."""
+    result: Dict[str, Any] = {}
+
+    def read() -> None:
+        try:
+            fd = os.open(str(where), os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+            try:
+                if not stat.S_ISREG(os.fstat(fd).st_mode):
+                    result["error"] = "not a regular file (a FIFO, socket or device?)"
+                    return
+                os.set_blocking(fd, True)
+                with os.fdopen(fd, "rb", closefd=False) as handle:
+                    result["text"] = handle.read(MAX_KUBECONFIG_BYTES + 1).decode("utf-8")
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            result["error"] = exc.strerror or str(exc)
+        except UnicodeDecodeError:
+            result["error"] = "not UTF-8 text"
+
+    reader = threading.Thread(target=read, name="read-kubeconfig", daemon=True)
+    reader.start()
+    reader.join(READ_SECONDS)
+    if reader.is_alive():
+        raise UsageError(f"cannot read {what}: no answer from the file system in {READ_SECONDS:g} s (a hung mount?)")
+    if "error" in result:
+        raise UsageError(f"cannot read {what}: {result['error']}")
+    text = str(result["text"])
+    if len(text) > MAX_KUBECONFIG_BYTES:
+        raise UsageError(f"cannot read {what}: larger than {MAX_KUBECONFIG_BYTES} bytes")
+    return text
+
+
 def from_kubeconfig(path: str) -> Access:
     """The current context of the kubeconfig at `path` (UsageError when it cannot be used)."""
     where = Path(path).expanduser()
-    try:
-        text = where.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise UsageError(f"cannot read --kubeconfig {path}: {exc.strerror or exc}") from None
+    text = _read_regular(where, f"--kubeconfig {path}")
     try:
         config = loads(text)
     except YamlSubsetError as exc:

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Set, Tuple
 
 from vmss_terminate.clock import Clock
+from vmss_terminate.errors import UsageError
 from vmss_terminate.pipeline import decisions as D
 from vmss_terminate.pipeline import policy
 from vmss_terminate.pipeline.backoff import Backoff
@@ -46,7 +47,7 @@ from vmss_terminate.pipeline.events import Event
 from vmss_terminate.pipeline.hooks import CANCELLED, DEADLINE, FAILED, GONE, OK, Run, StepResult
 from vmss_terminate.pipeline.journal import StateStore, event_of
 from vmss_terminate.pipeline.kubernetes import rules
-from vmss_terminate.pipeline.kubernetes.api import MERGE_PATCH, Answer, KubeApi, KubeError, path
+from vmss_terminate.pipeline.kubernetes.api import MERGE_PATCH, Answer, KubeApi, KubeError, KubeRedirect, path
 
 log = logging.getLogger(__name__)
 
@@ -173,11 +174,22 @@ class NodeDrain:
         record = self.journal.get(key)
         node_name = record.get("kube_node")
         if not isinstance(node_name, str) or not node_name:
-            found = self._find_node(run, target)
-            if found is None:
+            # not found (not registered yet, instance metadata or the API unavailable) may change:
+            # a required target is looked for again until the deadline, never given up at once (the
+            # VM approved undrained); an optional one (a central source's listed VM) is skipped
+            backoff = Backoff(base=1.0, cap=10.0, rng=self._rng)
+            said_at: Optional[float] = None
+            while True:
+                say = said_at is None or self.clock.now() - said_at >= WARN_EVERY
+                found = self._find_node(run, target, say=say)
+                if found is not None:
+                    break
                 if not target.required:
                     return StepResult(OK, "no node of the cluster: skipped")
-                return StepResult(FAILED, "no Kubernetes node is this VM (see the kube_node_not_found line)")
+                said_at = self.clock.now() if say else said_at
+                why = self._sleep(run, backoff.next())
+                if why is not None:
+                    raise _Stop(why)
             node_name, how = found
             who = f"VM {target.vm_name} is" if target.key else "this VM is"
             self.report(D.KUBE_NODE, eid, f"{who} Kubernetes node {node_name} ({how})", node=node_name)
@@ -222,37 +234,81 @@ class NodeDrain:
 
     # -- node --------------------------------------------------------------------------------------
 
-    def _find_node(self, run: Run, target: DrainTarget) -> Optional[Tuple[str, str]]:
+    def check(self, target: DrainTarget, stop: Optional[threading.Event] = None) -> Tuple[str, str]:
+        """Find this VM's node now (the agent's start-up): (its name, how it was found). UsageError when the cluster
+        refuses these credentials (401/403: a wrong kubeconfig or missing RBAC, docs/kubernetes.md);
+        KubeError when it may work later (unreachable, 5xx, the node not registered yet, instance
+        metadata unavailable)."""
+        try:
+            return self._check(target, stop)
+        except KubeRedirect as exc:  # the kubeconfig's server is not the API server (or something intercepts)
+            raise UsageError(f"--kubernetes: {exc} (is the kubeconfig's server the API server?)") from None
+
+    def _check(self, target: DrainTarget, stop: Optional[threading.Event]) -> Tuple[str, str]:
+        with self.api.bounded(lambda: None, stop):
+            if target.node_name:
+                answer = self.api.request("GET", path("api", "v1", "nodes", target.node_name))
+                self._refused(answer, f"GET node {target.node_name}")
+                if answer.status == 404:
+                    raise KubeError(f"no node named {target.node_name} (--node-name / NODE_NAME) yet")
+                if not answer.ok:
+                    raise KubeError(f"GET node {target.node_name}: {answer.message()}")
+                return target.node_name, "--node-name"
+            try:
+                resource_id, computer_name = target.identity()
+            except Exception as exc:  # IMDS: its own retries are over
+                raise KubeError(f"instance metadata unavailable ({exc}): which node this VM is is unknown") from None
+            answer = self.api.request("GET", path("api", "v1", "nodes"))
+            self._refused(answer, "list nodes")
+            items = answer.body.get("items") if answer.ok and isinstance(answer.body, dict) else None
+            if not isinstance(items, list):
+                raise KubeError(f"cannot list nodes: {answer.message()}")
+            found = rules.match_node([n for n in items if isinstance(n, dict)], resource_id, computer_name)
+            if found is None:
+                raise KubeError(f"no node is this VM yet: none of {len(items)} has spec.providerID "
+                                f"azure://{resource_id} or the name {computer_name.lower()!r} (not registered "
+                                f"yet? else pass --node-name)")
+            return found
+
+    def _refused(self, answer: Answer, what: str) -> None:
+        if answer.status in (401, 403):
+            raise UsageError(f"--kubernetes: the API server {self.api.server} refused to {what}: {answer.message()} "
+                             f"(401: the kubeconfig's credentials; 403: the RBAC in docs/kubernetes.md)")
+
+    def _find_node(self, run: Run, target: DrainTarget, say: bool = True) -> Optional[Tuple[str, str]]:
         eid = run.event.event_id
+        report = self.report if say else (lambda *args, **kwargs: None)
         if target.node_name:
             node = self._get_node(run, target.node_name)
             if node is None:
-                self.report(D.KUBE_NODE_NOT_FOUND, eid, f"no Kubernetes node named {target.node_name} "
-                                                        f"(--node-name / NODE_NAME); nothing to drain",
-                            node=target.node_name)
+                report(D.KUBE_NODE_NOT_FOUND, eid, f"no Kubernetes node named {target.node_name} "
+                                                   f"(--node-name / NODE_NAME) yet; looking again until the deadline",
+                       node=target.node_name)
                 return None
             return target.node_name, "--node-name"
         try:
             resource_id, computer_name = target.identity()
         except Exception as exc:  # IMDS unavailable: the node cannot be known
-            self.report(D.KUBE_NODE_NOT_FOUND, eid, f"cannot tell which Kubernetes node this VM is: instance "
-                                                    f"metadata unavailable ({exc}); pass --node-name")
+            report(D.KUBE_NODE_NOT_FOUND, eid, f"cannot tell which Kubernetes node this VM is: instance "
+                                                    f"metadata unavailable ({exc}); looking again until the deadline "
+                                               f"(--node-name avoids it)")
             return None
         answer = self._call(run, "GET", path("api", "v1", "nodes"))
         items = answer.body.get("items") if answer.ok and isinstance(answer.body, dict) else None
         if not isinstance(items, list):
-            self.report(D.KUBE_NODE_NOT_FOUND, eid, f"cannot list Kubernetes nodes: {answer.message()}")
+            report(D.KUBE_NODE_NOT_FOUND, eid, f"cannot list Kubernetes nodes: {answer.message()}")
             return None
         found = rules.match_node([n for n in items if isinstance(n, dict)], resource_id, computer_name)
         if found is None and target.key:
-            self.report(D.KUBE_NODE_NOT_FOUND, eid, f"VM {target.vm_name} is no node of this cluster: none of "
-                                                    f"{len(items)} node(s) has spec.providerID azure://{resource_id}"
-                                                    + ("" if target.required else "; skipped"),
-                        vm=target.vm_name)
+            report(D.KUBE_NODE_NOT_FOUND, eid, f"VM {target.vm_name} is no node of this cluster: none of "
+                                               f"{len(items)} node(s) has spec.providerID azure://{resource_id}"
+                                               + ("" if target.required else "; skipped"),
+                   vm=target.vm_name)
         elif found is None:
-            self.report(D.KUBE_NODE_NOT_FOUND, eid, f"no Kubernetes node is this VM: none of {len(items)} node(s) "
+            report(D.KUBE_NODE_NOT_FOUND, eid, f"no Kubernetes node is this VM: none of {len(items)} node(s) "
                                                     f"has spec.providerID azure://{resource_id} or the name "
-                                                    f"{computer_name.lower()!r}; pass --node-name if it is one")
+                                                    f"{computer_name.lower()!r} (not registered yet?); looking again "
+                                               f"until the deadline (--node-name if it is named otherwise)")
         return found
 
     def _get_node(self, run: Run, name: str) -> Optional[Dict[str, Any]]:
