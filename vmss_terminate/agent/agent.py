@@ -394,7 +394,8 @@ class Agent:
 
         access = load_access(self.config.kubeconfig)
         log.info("--kubernetes: draining the node through %s (%s)", access.server, access.source)
-        own = self._own_target = DrainTarget(identity=self._identity, node_name=self.config.node_name)  # ours only
+        own = self._own_target = DrainTarget(identity=self._identity, node_name=self.config.node_name,
+                                             wait_for_node=True)  # this VM's node, only
         return NodeDrain(KubeApi(access), self.state, self._decide, lambda event: [own], self.clock,
                          lambda: self.vm_name or "", taint=self.config.taint, live=self.live)
 

@@ -80,6 +80,8 @@ class DrainTarget:
     key: str = ""
     required: bool = True
     vm_name: str = ""
+    wait_for_node: bool = False  # not found: look again until the deadline (an agent's own node may
+    # register late, the API or instance metadata come back) instead of failing the step at once
 
     @classmethod
     def of_vm(cls, vm_name: str, resource_id: str, required: bool = False) -> "DrainTarget":
@@ -175,8 +177,8 @@ class NodeDrain:
         node_name = record.get("kube_node")
         if not isinstance(node_name, str) or not node_name:
             # not found (not registered yet, instance metadata or the API unavailable) may change:
-            # a required target is looked for again until the deadline, never given up at once (the
-            # VM approved undrained); an optional one (a central source's listed VM) is skipped
+            # a target that waits for its node (the agent's own) is looked for again until the deadline,
+            # never given up at once (the VM approved undrained); an optional one is skipped
             backoff = Backoff(base=1.0, cap=10.0, rng=self._rng)
             said_at: Optional[float] = None
             while True:
@@ -186,6 +188,8 @@ class NodeDrain:
                     break
                 if not target.required:
                     return StepResult(OK, "no node of the cluster: skipped")
+                if not target.wait_for_node:
+                    return StepResult(FAILED, "no Kubernetes node is this VM (see the kube_node_not_found line)")
                 said_at = self.clock.now() if say else said_at
                 why = self._sleep(run, backoff.next())
                 if why is not None:
@@ -278,25 +282,24 @@ class NodeDrain:
     def _find_node(self, run: Run, target: DrainTarget, say: bool = True) -> Optional[Tuple[str, str]]:
         eid = run.event.event_id
         report = self.report if say else (lambda *args, **kwargs: None)
+        then = "; looking again until the deadline" if target.wait_for_node else "; nothing to drain"
         if target.node_name:
             node = self._get_node(run, target.node_name)
             if node is None:
                 report(D.KUBE_NODE_NOT_FOUND, eid, f"no Kubernetes node named {target.node_name} "
-                                                   f"(--node-name / NODE_NAME) yet; looking again until the deadline",
-                       node=target.node_name)
+                                                   f"(--node-name / NODE_NAME){then}", node=target.node_name)
                 return None
             return target.node_name, "--node-name"
         try:
             resource_id, computer_name = target.identity()
         except Exception as exc:  # IMDS unavailable: the node cannot be known
             report(D.KUBE_NODE_NOT_FOUND, eid, f"cannot tell which Kubernetes node this VM is: instance "
-                                                    f"metadata unavailable ({exc}); looking again until the deadline "
-                                               f"(--node-name avoids it)")
+                                               f"metadata unavailable ({exc}){then} (--node-name avoids it)")
             return None
         answer = self._call(run, "GET", path("api", "v1", "nodes"))
         items = answer.body.get("items") if answer.ok and isinstance(answer.body, dict) else None
         if not isinstance(items, list):
-            report(D.KUBE_NODE_NOT_FOUND, eid, f"cannot list Kubernetes nodes: {answer.message()}")
+            report(D.KUBE_NODE_NOT_FOUND, eid, f"cannot list Kubernetes nodes: {answer.message()}{then}")
             return None
         found = rules.match_node([n for n in items if isinstance(n, dict)], resource_id, computer_name)
         if found is None and target.key:
@@ -306,9 +309,9 @@ class NodeDrain:
                    vm=target.vm_name)
         elif found is None:
             report(D.KUBE_NODE_NOT_FOUND, eid, f"no Kubernetes node is this VM: none of {len(items)} node(s) "
-                                                    f"has spec.providerID azure://{resource_id} or the name "
-                                                    f"{computer_name.lower()!r} (not registered yet?); looking again "
-                                               f"until the deadline (--node-name if it is named otherwise)")
+                                               f"has spec.providerID azure://{resource_id} or the name "
+                                               f"{computer_name.lower()!r} (not registered yet?){then} "
+                                               f"(--node-name if it is named otherwise)")
         return found
 
     def _get_node(self, run: Run, name: str) -> Optional[Dict[str, Any]]:
