@@ -84,6 +84,9 @@ class QueueSettings:
     batch: int = 32
     lease_container: str = DEFAULT_CONTAINER
     metrics_interval: float = 15.0
+    max_held: int = 32
+    """Events held at once: no more is received until one is settled. Bounds the keeper's renewals
+    (two requests per held event every third of a lease), which must finish well within a lease."""
 
     def __post_init__(self) -> None:
         if not 15 <= self.lease_duration <= 60:
@@ -235,10 +238,13 @@ class QueueSource:
         try:
             self._prepare()
             self._measure()
-            received = list(self._queue.receive_messages(max_messages=self.settings.batch,
-                                                         messages_per_page=self.settings.batch,
-                                                         visibility_timeout=self.settings.visibility))
-            requests += 1
+            with self._lock:
+                room = min(self.settings.batch, self.settings.max_held - len(self._held))
+            received = []
+            if room > 0:
+                received = list(self._queue.receive_messages(max_messages=room, messages_per_page=room,
+                                                             visibility_timeout=self.settings.visibility))
+                requests += 1
             for message in received:
                 self.metrics.received += 1
                 self._take(message)
