@@ -156,3 +156,17 @@ def test_a_vm_added_to_the_event_while_its_actions_run_is_handled_before_the_ack
         central.handler.poll_once(wait=True)  # lin_2's actions run, then the one acknowledgement
     acks = live.state.maintenance.acknowledgements
     assert [a.event_id for a in acks] == [eid] and (tmp_path / "lin_2.done").exists()
+
+
+def test_handle_event_is_the_python_api_for_one_event(live_arm: ArmServers, live: Estate, tmp_path: Path) -> None:
+    from vmss_terminate.central import ScaleSetRef, event_from_fields
+    from vmss_terminate.central.run import handle_event
+
+    group = live.groups["win"]
+    eid = group.add_event("Terminate", ["win_2"], not_before=SYSTEM_CLOCK.now() + 600)
+    event = event_from_fields(ScaleSetRef.parse(live.set_id("win")), group.get(eid).to_imds())  # type: ignore[union-attr]
+    outcome = handle_event(event, HandlerConfig(run_command="Write-Host bye"),
+                           connection=Connection(arm_endpoint=live_arm.arm_url))
+    assert outcome.acknowledged is not None and outcome.acknowledged.ok
+    assert outcome.steps == {"run-command@win_2": "ok"}
+    assert [r.vm_name for r in live.state.run_commands.records] == ["win_2"]
