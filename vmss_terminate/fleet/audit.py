@@ -111,10 +111,10 @@ def audit(
             chunks = [[]]
         read_at = clock.now()
         for chunk in chunks:
-            result = session.query_rows(scope.query(), chunk, list(scope.management_groups))
+            result = session.query_rows(scope.query(), chunk, list(scope.management_groups),
+                                        on_row=lambda row: _keep(records, parse_row(row, names), scope))
             calls["graph_pages"] += result.pages
             calls["duplicate_rows"] = calls.get("duplicate_rows", 0) + result.duplicates
-            records.extend(r for r in (parse_row(row, names) for row in result.rows) if scope.selects_tags(r.tags))
         count_stale(session, scope, chunks, [r for r in records if r.enabled], concurrency, calls)
         stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(read_at))
         for record in records:
@@ -125,6 +125,12 @@ def audit(
     finally:
         if owned:
             session.close()
+
+
+def _keep(records: List[ScaleSetAudit], record: ScaleSetAudit, scope: Scope) -> None:
+    """Each row becomes its record as its page is read (the rows themselves are not kept)."""
+    if scope.selects_tags(record.tags):
+        records.append(record)
 
 
 def _subscriptions(session: FleetSession, scope: Scope, calls: Dict[str, int]) -> "tuple[List[str], Dict[str, str]]":

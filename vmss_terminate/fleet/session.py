@@ -8,9 +8,10 @@ a token per set, and separate throttles could not slow a whole subscription down
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import threading
-from typing import Any, Dict, List, Optional, Set
+from typing import Any, Callable, Dict, List, Optional, Set
 
 from vmss_terminate.clock import SYSTEM_CLOCK, Clock
 from vmss_terminate.control.arm_errors import arm_errors, json_object
@@ -39,9 +40,11 @@ class GraphResult:
     duplicates: int = 0  # rows answered again (same id, any case), dropped
 
 
-def _same_row(first: Dict[str, Any], again: Dict[str, Any]) -> bool:
-    """Two rows of one resource say the same (ids compared as ARM compares them, case-insensitively)."""
-    return dict(first, id=str(first.get("id") or "").lower()) == dict(again, id=str(again.get("id") or "").lower())
+def _digest(row: Dict[str, Any], key: str) -> bytes:
+    """What a row says, in 16 bytes (its id as ARM compares ids, case-insensitively): a repeat of
+    the row is checked against this instead of against a kept copy of the first row."""
+    text = json.dumps(dict(row, id=key), sort_keys=True, separators=(",", ":"), default=repr)
+    return hashlib.blake2b(text.encode("utf-8"), digest_size=16).digest()
 
 
 def _short(token: str) -> str:
@@ -101,7 +104,8 @@ class FleetSession:
         with arm_errors("listing subscriptions", "subscriptions"):
             return list_subscriptions(self.graph())
 
-    def query_rows(self, query: str, subscriptions: List[str], management_groups: List[str]) -> "GraphResult":
+    def query_rows(self, query: str, subscriptions: List[str], management_groups: List[str],
+                   on_row: Optional[Callable[[Dict[str, Any]], None]] = None) -> "GraphResult":
         """Every row of `query` (objectArray), following `$skipToken` to the end, or AzureError:
         an answer that is incomplete (fewer distinct rows than its `totalRecords`, a truncated
         page with no `$skipToken`) or pages in a loop (a `$skipToken` answered twice, more than
@@ -109,16 +113,21 @@ class FleetSession:
         case-insensitively as ARM compares ids (Resource Graph repeats rows when the estate
         changes between pages): a repeat with the same contents is counted (`duplicates`; it is one
         of `totalRecords`, so completeness counts every row answered), a repeat that disagrees with
-        the first copy fails the answer (which one is current cannot be told)."""
+        the first copy fails the answer (which one is current cannot be told).
+
+        With `on_row`, each distinct row is handed to it as its page is read and not kept
+        (`rows` stays empty): a 10,000-set audit holds its records, not the rows too. Only each
+        row's id and a digest of its contents are kept, for the repeat check."""
         result = GraphResult()
-        seen_ids: Dict[str, Dict[str, Any]] = {}
+        seen_ids: Dict[str, bytes] = {}
+        distinct = 0
         seen_tokens: Set[str] = set()
         skip_token: Optional[str] = None
         total: Optional[int] = None
         while True:
             if result.pages >= MAX_GRAPH_PAGES:
                 raise AzureError(f"Azure Resource Graph paging did not end after {MAX_GRAPH_PAGES} pages "
-                                 f"({len(result.rows)} rows): refusing an incomplete audit. Narrow the scope "
+                                 f"({distinct} rows): refusing an incomplete audit. Narrow the scope "
                                  "(--subscription, -g, --name) and re-run")
             options: Dict[str, Any] = {"$top": 1000, "resultFormat": "objectArray"}
             if skip_token:
@@ -131,7 +140,7 @@ class FleetSession:
             with arm_errors("querying Azure Resource Graph", "resources"):
                 response = self._graph_page(request)
             result.pages += 1
-            data = response.get("data")
+            data = response.pop("data", None)  # the page's rows go with this loop turn, not held to the end
             if not isinstance(data, list):
                 raise AzureError(f"Azure Resource Graph answered page {result.pages} with data that is not a "
                                  f"list of rows ({type(data).__name__}): refusing an incomplete audit")
@@ -140,15 +149,21 @@ class FleetSession:
                     raise AzureError(f"Azure Resource Graph answered a row that is not an object "
                                      f"({type(row).__name__}) on page {result.pages}: refusing an incomplete audit")
                 key = str(row.get("id") or "").lower()
+                digest = _digest(row, key)
                 if key and key in seen_ids:
-                    if not _same_row(seen_ids[key], row):
+                    if seen_ids[key] != digest:
                         raise AzureError(f"Azure Resource Graph answered {row.get('id')} twice with different contents "
                                          "(the estate changed while it was read): which copy is current cannot be "
                                          "told; refusing the answer -- re-run")
                     result.duplicates += 1
                     continue
-                seen_ids[key] = row
-                result.rows.append(row)
+                seen_ids[key] = digest
+                distinct += 1
+                if on_row is None:
+                    result.rows.append(row)
+                else:
+                    on_row(row)
+            del data
             records = response.get("totalRecords")
             if isinstance(records, bool) or not isinstance(records, int):
                 raise AzureError(f"Azure Resource Graph answered page {result.pages} without totalRecords "
@@ -159,17 +174,17 @@ class FleetSession:
             skip_token = str(token) if token else None
             if skip_token and skip_token in seen_tokens:
                 raise AzureError(f"Azure Resource Graph paging loop: $skipToken {_short(skip_token)} was answered "
-                                 f"again on page {result.pages} ({len(result.rows)} rows read): refusing an "
+                                 f"again on page {result.pages} ({distinct} rows read): refusing an "
                                  "incomplete audit")
             if not skip_token:
                 break
             seen_tokens.add(skip_token)
         truncated = str(response.get("resultTruncated") or "").lower() == "true"
-        answered = len(result.rows) + result.duplicates  # totalRecords counts the repeats too
+        answered = distinct + result.duplicates  # totalRecords counts the repeats too
         missing = total - answered if total is not None and answered < total else 0
         if truncated:
             raise AzureError(
-                f"Azure Resource Graph truncated the result ({len(result.rows)} of {total if total is not None else '?'} "
+                f"Azure Resource Graph truncated the result ({distinct} of {total if total is not None else '?'} "
                 "rows) and gave no $skipToken to read the rest: refusing an incomplete audit. Narrow the scope "
                 "(--subscription, -g, --name) and re-run")
         if missing:
