@@ -20,7 +20,7 @@ from click.core import ParameterSource
 
 from vmss_terminate.commands.control import DetailedExitCommand, endpoint_options
 from vmss_terminate.commands.fields import declared_options, grouped
-from vmss_terminate.commands.output import echo_json, output_option, tsv_lines, work_done
+from vmss_terminate.commands.output import echo_json, echo_json_list, output_option, tsv_lines, work_done
 from vmss_terminate.commands.progress import ProgressBar, terminal_progress
 from vmss_terminate.control.commandline import command
 from vmss_terminate.control.connection import Connection
@@ -74,7 +74,7 @@ def audit_command(scope: Scope, connection: Connection, options: AuditOptions, o
     work_done()  # the work is done: a late signal changes neither the report nor the exit code
     records = report.scale_sets
     if output == "json":
-        echo_json([r.to_dict() for r in records])
+        echo_json_list(r.to_dict() for r in records)  # streamed: 10,000 sets' dicts are never held at once
     elif output == "csv":
         click.echo(_csv([r.to_dict() for r in records]), nl=False)
     elif output == "tsv":
