@@ -8,7 +8,7 @@ Checked with `importlib.util.find_spec`, so asking costs no Azure SDK import.
 from __future__ import annotations
 
 import importlib.util
-from typing import Dict, List, Tuple
+from typing import Dict, List, Set, Tuple
 
 from vmss_terminate.errors import UsageError
 
@@ -19,6 +19,12 @@ MODULES: Dict[str, Tuple[str, ...]] = {
     CONTROL: ("azure.core", "azure.identity", "azure.mgmt.compute", "azure.mgmt.resourcegraph", "azure.storage.queue",
               "azure.storage.blob"),
 }
+
+
+_INSTALLED: Set[str] = set()
+"""Extras already found complete in this process: an installed module does not go away while the
+process runs, and `find_spec` scans sys.path (a stat per entry, under the import lock) -- a fleet
+rollout builds a client per scale set, and asked six times per set (issue 29's rollout CPU)."""
 
 
 class MissingExtraError(UsageError):
@@ -36,10 +42,13 @@ def missing_modules(extra: str) -> List[str]:
 
 def require(extra: str, what: str) -> None:
     """Raise MissingExtraError naming the install command unless `extra` is installed."""
+    if extra in _INSTALLED:
+        return
     missing = missing_modules(extra)
     if missing:
         raise MissingExtraError(
             f"{what} needs the [{extra}] extra (missing {', '.join(missing)}): {install_command(extra)}")
+    _INSTALLED.add(extra)
 
 
 def _importable(name: str) -> bool:
