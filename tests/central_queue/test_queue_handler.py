@@ -96,3 +96,60 @@ def test_events_from_the_queue_are_acknowledged_once_and_their_messages_deleted(
     finally:
         central.close()
         central.handler.source.close()
+
+
+class PausableClock:
+    """Real time whose monotonic reading a test can push forward: the replica 'paused' that long."""
+
+    speed = 1.0
+
+    def __init__(self) -> None:
+        self.offset = 0.0
+
+    def now(self) -> float:
+        return SYSTEM_CLOCK.now() + self.offset
+
+    def monotonic(self) -> float:
+        return SYSTEM_CLOCK.monotonic() + self.offset
+
+    def sleep(self, seconds: float) -> None:
+        SYSTEM_CLOCK.sleep(seconds)
+
+    def wait(self, event: Any, seconds: float) -> bool:
+        return SYSTEM_CLOCK.wait(event, seconds)
+
+
+def test_a_job_whose_lease_expired_meanwhile_never_acknowledges(
+        world: World, arm: ArmServers, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The replica is paused past the lease's expiry while a hook runs: another replica may hold the
+    event by now, so this job stops and never acknowledges (review: two replicas handled one event)."""
+    import sys
+
+    eid = world.group.add_event("Terminate", ["web_1"], not_before=SYSTEM_CLOCK.now() + 600)
+    assert world.delivery.flush()
+    started, go = tmp_path / "started", tmp_path / "go"
+    script = tmp_path / "hold.py"
+    script.write_text("import os, sys, time\nopen(sys.argv[1], 'w').close()\n"
+                      "while not os.path.exists(sys.argv[2]):\n    time.sleep(0.01)\n")
+    clock = PausableClock()
+    monkeypatch.setenv("QUEUE_CS", world.cs)
+    source = open_queue_source(world.url, "QUEUE_CS", QueueSettings(lease_container=world.container,
+                                                                    lease_duration=15, metrics_interval=0),
+                               clock=clock)
+    central = build(Scope.build(subscriptions=[SUB]),
+                    HandlerConfig(poll_interval=0.05, hooks=(f"{sys.executable} {script} {started} {go}",)),
+                    connection=Connection(arm_endpoint=arm.arm_url, retry_total=2, retry_backoff_factor=0.0),
+                    state_file=str(tmp_path / "state.json"), source=source)
+    try:
+        assert poll_until(lambda: any(e.event_id == eid for e in central.handler.poll_once()), timeout=60)
+        assert poll_until(started.exists, timeout=60)
+        clock.offset += 16  # paused longer than the 15 s lease: it lapsed without a renewal
+        go.touch()
+        for job in list(central.handler._jobs.values()):
+            job.join(timeout=60)
+        assert world.state.maintenance.acknowledgements == []
+        assert not source.holds(next(e for e in central.handler.last_batch.events  # type: ignore[union-attr]
+                                     if e.event_id == eid))
+    finally:
+        central.close()
+        source.close()

@@ -240,3 +240,50 @@ def test_a_scheduled_change_delivered_after_the_event_moved_on_is_never_handed_o
     for replica in (source, other):
         assert poll_until(lambda replica=replica: (replica.poll().events == [] and world.depth() == 0))
     assert source.poll().events == [] and other.poll().events == []
+
+
+class _FailingRenewal:
+    """The SDK's lease client, with its next renewal answered 503 (a transient Storage failure)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner, self.failures = inner, 1
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def renew(self, **kwargs: Any) -> None:
+        from azure.core.exceptions import HttpResponseError
+
+        if self.failures:
+            self.failures -= 1
+            error = HttpResponseError(message="Server Busy")
+            error.status_code = 503
+            raise error
+        self.inner.renew(**kwargs)
+
+
+def test_a_transient_renewal_failure_keeps_the_event_held_and_is_retried(world: World) -> None:
+    eid = event_id()
+    world.send(eid)
+    source = world.source()
+    [event] = source.poll().events
+    held = source._held[event.key]
+    held.lease._lease = _FailingRenewal(held.lease._lease)
+    source.keep_alive()  # 503: still held (the lease has most of its 15 s left), not counted lost
+    assert source.holds(event) and source.metrics.lost == 0 and source.poll().events == [event]
+    source.keep_alive()  # the retry renews it
+    assert source.holds(event) and source.metrics.lost == 0
+
+
+def test_a_lease_taken_over_is_lost_at_the_next_renewal(world: World) -> None:
+    from azure.storage.blob import BlobLeaseClient, ContainerClient
+
+    eid = event_id()
+    world.send(eid)
+    source = world.source()
+    [event] = source.poll().events
+    blob = ContainerClient.from_connection_string(world.cs, world.container).get_blob_client(eid.lower())
+    BlobLeaseClient(blob).break_lease(lease_break_period=0)  # another replica broke and took it
+    BlobLeaseClient(blob).acquire(lease_duration=15)
+    source.keep_alive()
+    assert not source.holds(event) and source.metrics.lost == 1 and source.poll().events == []

@@ -21,6 +21,11 @@ started but not recorded finished runs again (at least once); no event is acknow
 steps are recorded finished; an acknowledged event is never run again. An event that is no longer
 Scheduled (Started: someone acknowledged it, or NotBefore passed) is never acted on again.
 A Canceled event whose job still runs stops its drain (undone) and is never acknowledged.
+A source that leases its events to one replica (the queue: `holds(event)`) may lose an event's
+lease while its job runs (a renewal refused, or the replica paused past the lease's expiry): the
+job then takes the cancel path -- its drain stops and undoes its cordon, no further stage starts --
+and the acknowledgement is withheld (not journaled: the replica holding the lease now handles it).
+The lease is checked again right before the acknowledgement is sent.
 One replica: the journal is a local file; the templates run one replica (docs/central.md).
 """
 
@@ -284,6 +289,8 @@ class CentralHandler:
             if self.stopping.is_set():
                 outcome.withheld = "handler stopping (the event is handled again on restart)"
                 return outcome
+            if not self._holds(event):
+                return self._lost(outcome)
         if failed and self.config.on_failure == "wait":
             outcome.withheld = f"a step failed ({', '.join(outcome.failed)}) and --on-failure wait: not acknowledged"
             log.warning("event %s: %s", event.event_id, outcome.withheld)
@@ -301,6 +308,8 @@ class CentralHandler:
             log.warning("event %s: %s", event.event_id, outcome.withheld)
             self.journal.update(event.key, withheld=outcome.withheld)
             return outcome
+        if not self._holds(event):  # checked last: a lease lost while the stages ran, or just now
+            return self._lost(outcome)
         answer = self._acknowledge(event.scale_set, [event.event_id])[0]
         outcome.acknowledged = answer
         if answer.ok:
@@ -314,6 +323,23 @@ class CentralHandler:
                         answer.status, answer.message)
         return outcome
 
+    def _holds(self, event: CentralEvent) -> bool:
+        """Whether this replica may still act on `event`: always, unless the source leases events
+        to one replica (`holds`) and no longer holds this one's lease."""
+        holds: Optional[Callable[[CentralEvent], bool]] = getattr(self.source, "holds", None)
+        return holds is None or holds(event)
+
+    def _gone(self, event: CentralEvent) -> bool:
+        """The job must stop (the cancel path): the event was Canceled, or its lease was lost."""
+        return self._canceled_flag(event).is_set() or not self._holds(event)
+
+    def _lost(self, outcome: Outcome) -> Outcome:
+        event = outcome.event
+        outcome.withheld = "lost the event's lease (another replica may handle it): not acknowledged"
+        log.warning("event %s: %s", event.event_id, outcome.withheld)
+        self.observe("lease_lost", event_type=event.event_type)
+        return outcome
+
     def _deadline(self, event: CentralEvent) -> Callable[[], Optional[float]]:
         limit = None if event.not_before is None else event.not_before - self.config.safety_margin
         return lambda: limit
@@ -323,7 +349,7 @@ class CentralHandler:
         raw = dict(event.fields(), VmName=vm, VmId=info.vm_id(vm) if vm else "", ScaleSetId=event.scale_set.id,
                    VmIds={name: info.vm_id(name) for name in event.resources})
         return Run(Event.from_json(raw), vm, self.clock, deadline, self.stopping, threading.Event(),
-                   gone=self._canceled_flag(event).is_set)
+                   gone=lambda: self._gone(event))
 
     def _hook(self, event: CentralEvent, info: ScaleSetInfo, vm: str, step: CommandHook,
               deadline: Callable[[], Optional[float]]) -> Tuple[str, StepResult]:

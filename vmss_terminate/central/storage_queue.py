@@ -163,6 +163,7 @@ class _Held:
     lease: Lease
     messages: List[Tuple[Any, str]] = field(default_factory=list)  # (QueueMessage, change)
     event_time: str = ""
+    expires: float = 0.0  # the source clock's monotonic reading when the lease lapses unless renewed
 
 
 class QueueSource:
@@ -334,6 +335,7 @@ class QueueSource:
             if note.dedup_key in self._settled:
                 self._drop_duplicate(message)
                 return
+        asked_at = self._clock.monotonic()  # the lease runs from (at the latest) when it was asked for
         lease = self._leases.acquire(note.event_id)
         if lease is None:
             self.metrics.busy_elsewhere += 1
@@ -349,7 +351,8 @@ class QueueSource:
             self._drop_duplicate(message)
             return
         with self._lock:
-            self._held[key] = _Held(note.event, note.change, lease, [(message, note.change)], note.event_time)
+            self._held[key] = _Held(note.event, note.change, lease, [(message, note.change)], note.event_time,
+                                    asked_at + lease.duration)
             self.metrics.held = len(self._held)
 
     def _drop_duplicate(self, message: Any) -> None:
@@ -395,20 +398,46 @@ class QueueSource:
 
     # --- keeping held events ------------------------------------------------------------------
 
+    def holds(self, event: CentralEvent) -> bool:
+        """True while this replica still holds `event`'s lease: held, and its expiry (counted on the
+        injectable clock from before the last successful acquire/renew) not passed. The handler asks
+        before it acknowledges and while its job runs; False means another replica may take the
+        event over, so this one must stop and never acknowledge it."""
+        with self._lock:
+            held = self._held.get(event.key)
+            return held is not None and self._clock.monotonic() < held.expires
+
     def keep_alive(self) -> None:
-        """Renew every held lease and extend its messages' visibility; drop what was lost."""
-        from azure.core.exceptions import HttpResponseError
+        """Renew every held lease and extend its messages' visibility; drop what was lost.
+
+        A lease is lost when its renewal is refused for good (a 4xx: taken over, broken, its blob
+        gone) or when its expiry passed without a successful renewal (the replica was paused, or
+        every renewal failed). A transient failure (5xx, 408, 429, no answer) keeps the hold: the
+        next round (every `keep_alive_every` seconds, a third of the lease) tries again while the
+        lease's remaining time lasts."""
+        from azure.core.exceptions import AzureError, HttpResponseError
 
         with self._lock:
             for key, held in list(self._held.items()):
+                asked_at = self._clock.monotonic()
+                if asked_at >= held.expires:
+                    self._lose(key, held, "its expiry passed without a renewal")
+                    continue
                 try:
                     held.lease.renew()
                 except HttpResponseError as exc:
-                    log.warning("lost the lease of event %s (%s): another replica may take it over",
-                                held.event.event_id, _brief(exc))
-                    self.metrics.lost += 1
-                    del self._held[key]
+                    status = exc.status_code or 0
+                    if 400 <= status < 500 and status not in (408, 429):
+                        self._lose(key, held, _brief(exc))
+                    else:
+                        log.warning("renewing the lease of event %s failed (%s): retried while it lasts",
+                                    held.event.event_id, _brief(exc))
                     continue
+                except AzureError as exc:  # no answer (connection refused, timeout): transient
+                    log.warning("renewing the lease of event %s failed (%s): retried while it lasts",
+                                held.event.event_id, _brief(exc))
+                    continue
+                held.expires = asked_at + held.lease.duration
                 kept = []
                 for message, change in held.messages:
                     updated = self._hide(message, self.settings.visibility)
@@ -422,6 +451,12 @@ class QueueSource:
                     held.lease.release()
                     del self._held[key]
             self.metrics.held = len(self._held)
+
+    def _lose(self, key: str, held: _Held, why: str) -> None:
+        log.warning("lost the lease of event %s (%s): another replica may take it over; this one stops it "
+                    "and never acknowledges it", held.event.event_id, why)
+        self.metrics.lost += 1
+        del self._held[key]
 
     def _keep_alive_loop(self) -> None:
         while not self._clock.wait(self._stop, self.settings.keep_alive_every):
