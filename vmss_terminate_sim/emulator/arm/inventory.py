@@ -460,7 +460,10 @@ class ArmState:
         """Add the scale sets of a seed (file path or dict; format in the module docstring)."""
         if not isinstance(seed, dict):
             with open(seed, encoding="utf-8") as handle:
-                seed = json.load(handle)
+                try:
+                    seed = json.load(handle)
+                except RecursionError:  # a document nested deeper than the parser's stack
+                    raise ValueError("JSON nested too deeply") from None
         if not isinstance(seed, dict):
             raise ValueError("seed must be a JSON object with a 'scaleSets' list")
         if "pageSize" in seed:

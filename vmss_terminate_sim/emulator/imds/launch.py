@@ -47,6 +47,8 @@ def load_scenario(path: str) -> List[Dict[str, Any]]:
         raise UsageError(f"cannot read scenario {path}: {exc.strerror}") from None
     except ValueError as exc:
         raise UsageError(f"scenario {path} is not valid JSON: {exc}") from None
+    except RecursionError:  # a document nested deeper than the parser's stack
+        raise UsageError(f"scenario {path} is not valid JSON: nested too deeply") from None
     events = data.get("Events", data.get("events")) if isinstance(data, dict) else data
     if not isinstance(events, list):
         raise UsageError(f"scenario {path}: expected a list of events or {{\"Events\": [...]}}")

@@ -44,7 +44,10 @@ def load_seed(state: KubeState, seed: Seed) -> None:
     data: Any = seed
     if isinstance(seed, (str, Path)):
         with open(seed, encoding="utf-8") as handle:
-            data = json.load(handle)
+            try:
+                data = json.load(handle)
+            except RecursionError:  # a document nested deeper than the parser's stack
+                raise ValueError("JSON nested too deeply") from None
     if isinstance(data, list):
         data = {"items": data}
     if not isinstance(data, dict):
