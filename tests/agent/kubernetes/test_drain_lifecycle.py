@@ -218,3 +218,26 @@ def test_a_pod_list_refused_while_waiting_is_warned_about_once_a_minute_not_ever
         faults.clear()
     warned = [r for r in caplog.records if "waiting for evicted pods" in r.getMessage()]
     assert 1 <= len(warned) <= 3  # about 100 refused lists: said once, then once a minute
+
+
+def test_the_deadline_during_a_pod_list_still_says_which_pods_were_left(cluster: Cluster) -> None:
+    """The deadline that comes while a pod list is in flight ends the wait as one between lists
+    does: kube_not_drained names the pod (under load, a list spanning the deadline said only 'hook
+    failed: deadline' -- the wait's outcome depended on the machine's speed)."""
+    cluster.state.add_pod("solo", NODE, grace=1)
+    faults = cluster.kube.server.faults
+    agent = cluster.agent(safety_margin=30)
+
+    def hold_lists(decision: Decision) -> None:  # once evicted, every pod list hangs past the deadline
+        if decision.kind == D.KUBE_EVICTED:
+            faults.add(delay=3600, times=None, method="GET", path_contains="/api/v1/pods")
+
+    agent.subscribe(hold_lists)
+    eid = cluster.group.add_event("Terminate", [VM], not_before=cluster.clock.now() + 150)
+    try:
+        with Running(agent) as running:
+            assert running.decisions.wait_kind(D.KUBE_NOT_DRAINED, eid, timeout=60)
+            not_drained = [d for d in running.decisions.items if d.kind == D.KUBE_NOT_DRAINED]
+    finally:
+        faults.clear()
+    assert [d.data["still_terminating"] for d in not_drained] == [["default/solo"]]

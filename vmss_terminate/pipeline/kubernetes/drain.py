@@ -503,6 +503,10 @@ class NodeDrain:
                 return waiting
             try:
                 waiting = rules.still_there(waiting, self._pods(run, node_name))
+            except _Stop as stop:  # the deadline came during a list (its retries): what is left, as between lists
+                if stop.outcome != DEADLINE:
+                    raise
+                return waiting
             except KubeError as exc:  # said when it changes, then at most once a minute
                 if str(exc) != said or self.clock.now() - said_at >= WARN_EVERY:
                     said, said_at = str(exc), self.clock.now()
