@@ -211,3 +211,33 @@ def test_start_kube_refuses_an_answer_fault_over_http_and_from_python() -> None:
         with pytest.raises(FaultSpecError):
             servers.server.faults.add(foreign_link="http://127.0.0.2:1")
         assert servers.server.faults.queued() == []
+
+
+@needs_kubectl
+def test_a_token_over_http_prints_no_kubectl_line_and_says_why(tmp_path: Path) -> None:
+    """Issue 28 item 7: `--token X` over http printed `kubectl --server http://... --token X`, which
+    kubectl refuses (it sends bearer tokens over HTTPS only) and the server then answers 401; the
+    banner now prints no kubectl line and says what would work."""
+    env = {k: v for k, v in os.environ.items() if "PROXY" not in k.upper() and not k.startswith("KUBE")}
+    env["HOME"] = str(tmp_path)
+    proc = subprocess.Popen([sys.executable, "-m", "vmss_terminate", "emulator", "kube", "--token", "s3cret"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        assert proc.stdout is not None
+        lines: List[str] = []
+        for line in proc.stdout:
+            lines.append(line)
+            if line.startswith("Press Ctrl-C"):
+                break
+        text = "".join(lines)
+        url = lines[0].split()[3]
+        assert not [line for line in lines if line.strip().startswith("kubectl ")], text
+        assert "No kubectl command works" in text and "--tls-cert" in text and "drop --token" in text
+        # why: the line it used to print fails against this very server
+        done = subprocess.run([str(KUBECTL), "--server", url, "--token", "s3cret", "--cache-dir",
+                               str(tmp_path / "cache"), "get", "nodes", "--request-timeout=20s"],
+                              capture_output=True, text=True, env=env, timeout=60)
+        assert done.returncode != 0, done.stdout
+    finally:
+        code = interrupt(proc)
+    assert code == 0

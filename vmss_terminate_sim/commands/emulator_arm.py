@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING, Dict, Optional, Tuple
 
@@ -68,18 +69,39 @@ def _load_state(seed: Optional[Path], page_size: Optional[int], generate: Option
     return state
 
 
+def _ca_bundle(arm_url: str, tls_cert: Path, tls_ca: Optional[Path]) -> Optional[Path]:
+    """The file a client needs in REQUESTS_CA_BUNDLE to trust this emulator: --tls-ca, else the
+    certificate file itself when a handshake with it as the only trust anchor works (a self-signed
+    certificate); None when neither is known to work."""
+    if tls_ca is not None:
+        return tls_ca
+    import socket
+    import ssl
+    from urllib.parse import urlsplit
+
+    url = urlsplit(arm_url)
+    try:
+        context = ssl.create_default_context(cafile=str(tls_cert))
+        with socket.create_connection((url.hostname or "127.0.0.1", url.port or 443), timeout=10) as raw:
+            with context.wrap_socket(raw, server_hostname=url.hostname):
+                return tls_cert
+    except (OSError, ssl.SSLError, ValueError):
+        return None
+
+
 def _document(state: ArmState, arm_url: str, token_url: str, connect: Dict[str, str],
-              status: Optional[str], az: Optional[str]) -> Dict[str, object]:
+              status: Optional[str], az: Optional[str], ca_bundle: Optional[Path] = None) -> Dict[str, object]:
     """`-o json`: what the banner says, as one document (every scale set, not only the first ten)."""
     return {"url": arm_url, "tokenUrl": token_url, "env": connect, "statusCommand": status,
-            "tls": {"azCommand": az, "caBundleEnv": "REQUESTS_CA_BUNDLE"} if az is not None else None,
+            "tls": {"azCommand": az, "caBundleEnv": "REQUESTS_CA_BUNDLE",
+                    "caBundle": str(ca_bundle) if ca_bundle is not None else None} if az is not None else None,
             "scaleSets": [{"id": ss.resource_id, "orchestration": ss.orchestration,
                            "upgradePolicy": ss.upgrade_policy, "instances": len(ss.instances)}
                           for ss in state.scale_sets()]}
 
 
 def _banner(state: ArmState, arm_url: str, token_url: str, connect: Dict[str, str],
-            status: Optional[str], az: Optional[str]) -> None:
+            status: Optional[str], az: Optional[str], ca_bundle: Optional[Path] = None) -> None:
     click.echo(f"ARM emulator:    {arm_url}")
     click.echo(f"token endpoint:  {token_url}")
     for ss in state.scale_sets()[:BANNER_SETS]:
@@ -94,11 +116,16 @@ def _banner(state: ArmState, arm_url: str, token_url: str, connect: Dict[str, st
         click.echo(f"  export {name}={value}")
     if status is not None:
         click.echo("  " + status)
+    elif state.scale_sets():  # HTTPS with no CA known to work: no line that would fail as printed
+        click.echo("  (a status command needs the CA that signed --tls-cert: pass --tls-ca FILE)")
     else:  # a status command needs a set: say how to have one rather than print one that fails
         click.echo("  (no scale sets yet: start with --seed FILE or --generate SETS/SUBSCRIPTIONS, "
                    "or create one with a PUT, then run vmss-terminate status -g GROUP -n NAME)")
     if az is not None:
-        click.echo("Point the Azure CLI at it (with the exports above and REQUESTS_CA_BUNDLE=<CA file>):")
+        if ca_bundle is None:
+            click.echo("Point the Azure CLI at it (with the exports above and REQUESTS_CA_BUNDLE=<CA file>):")
+        else:
+            click.echo("Point the Azure CLI at it (with the exports above):")
         click.echo("  " + az)
     click.echo("env as JSON: " + json.dumps(connect))
 
@@ -116,6 +143,9 @@ def _banner(state: ArmState, arm_url: str, token_url: str, connect: Dict[str, st
                    "(e.g. REQUESTS_CA_BUNDLE). The token endpoint stays http, like App Service's.")
 @click.option("--tls-key", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="PEM private key for --tls-cert (omit if the certificate file holds it).")
+@click.option("--tls-ca", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="PEM CA that signed --tls-cert: the printed commands carry it as REQUESTS_CA_BUNDLE "
+                   "(default: the certificate itself when it is self-signed).")
 @click.option("--lro-retry-after", type=int_range("lro-retry-after", 1, 3600), metavar="S",
               help="Send Retry-After: S on long-running-operation answers, so clients that wait 30 s "
                    "between polls by default (az) poll every S seconds. An emulator convenience, not "
@@ -140,7 +170,8 @@ def _banner(state: ArmState, arm_url: str, token_url: str, connect: Dict[str, st
                    "as one JSON document.")
 @fault_option(answer_faults=True)
 def arm_command(host: str, port: int, token_port: int, seed: Optional[Path], page_size: Optional[int],
-                tls_cert: Optional[Path], tls_key: Optional[Path], lro_retry_after: Optional[int],
+                tls_cert: Optional[Path], tls_key: Optional[Path], tls_ca: Optional[Path],
+                lro_retry_after: Optional[int],
                 generate: Optional[str], quotas: Tuple[str, ...], latency: int, unregistered: Tuple[str, ...],
                 output: str, faults: Tuple[Fault, ...]) -> None:
     """Serve a local Azure Resource Manager for scale sets, plus a token endpoint for
@@ -149,6 +180,8 @@ def arm_command(host: str, port: int, token_port: int, seed: Optional[Path], pag
 
     state = _load_state(seed, page_size, generate, quotas, unregistered)
     context = tls_server_context(tls_cert, tls_key)
+    if tls_ca is not None and context is None:
+        raise UsageError("--tls-ca needs --tls-cert")
     with Foreground() as foreground:  # before start: a SIGTERM during start-up still stops the servers
         try:
             servers = start_arm(state, host=host, port=port, token_port=token_port, ssl_context=context,
@@ -162,18 +195,22 @@ def arm_command(host: str, port: int, token_port: int, seed: Optional[Path], pag
             connect = dict(servers.env, VMSS_TERMINATE_ARM_ENDPOINT=servers.arm_url)
             if example is not None:
                 connect["AZURE_SUBSCRIPTION_ID"] = example.subscription
+            ca_bundle = _ca_bundle(servers.arm_url, tls_cert, tls_ca) if tls_cert is not None else None
+            # over HTTPS the printed lines carry the CA they need, so they run as printed
+            trust = f"REQUESTS_CA_BUNDLE={shlex.quote(str(ca_bundle.resolve()))} " if ca_bundle is not None else ""
             status = None
-            if example is not None:
-                status = command("status", "-g", example.resource_group, "-n", example.name, "--subscription",
-                                 example.subscription, "--arm-endpoint", servers.arm_url)
+            if example is not None and (context is None or ca_bundle is not None):
+                status = trust + command("status", "-g", example.resource_group, "-n", example.name,
+                                         "--subscription", example.subscription, "--arm-endpoint", servers.arm_url)
             az = None
             if context is not None:  # az needs HTTPS (docs/emulators.md)
-                az = (f"az cloud register -n VmssTerminateLocal --endpoint-resource-manager {servers.arm_url}/"
+                az = ((f"export {trust.strip()} && " if trust else "") +
+                      f"az cloud register -n VmssTerminateLocal --endpoint-resource-manager {servers.arm_url}/"
                       f" && az cloud set -n VmssTerminateLocal && az login --identity")
             if output == "json":
-                echo_json(_document(state, servers.arm_url, servers.token_url, connect, status, az))
+                echo_json(_document(state, servers.arm_url, servers.token_url, connect, status, az, ca_bundle))
             else:
-                _banner(state, servers.arm_url, servers.token_url, connect, status, az)
+                _banner(state, servers.arm_url, servers.token_url, connect, status, az, ca_bundle)
             foreground.wait()
         finally:
             servers.stop()

@@ -96,8 +96,6 @@ def _banner(servers: "object", kubeconfig_out: Optional[Path], tls_ca: Optional[
     assert isinstance(servers, KubeServers)
     nodes = servers.state.list(NODES)
     click.echo(f"Kubernetes API emulator: {servers.url}" + (" (bearer token required)" if servers.token else ""))
-    if servers.token and servers.url.startswith("http:"):
-        click.echo("  note: kubectl sends bearer tokens over HTTPS only; serve --tls-cert/--tls-key for kubectl")
     for node in nodes[:BANNER_NODES]:
         click.echo(f"node:  {node['metadata']['name']}  ({len(servers.state.pods_on(node['metadata']['name']))} pods)")
     if len(nodes) > BANNER_NODES:
@@ -107,6 +105,14 @@ def _banner(servers: "object", kubeconfig_out: Optional[Path], tls_ca: Optional[
         click.echo(json.dumps(servers.kubeconfig(), indent=2))
     else:
         click.echo(f"kubeconfig written to {kubeconfig_out}")
+    if servers.token and servers.url.startswith("http:"):
+        # kubectl refuses to send a bearer token over plain http, and this server answers 401 without
+        # one: no kubectl line can work, so say why instead of printing one that fails
+        click.echo("No kubectl command works with this server: kubectl sends a bearer token over HTTPS only, "
+                   "and --token makes every request need one. For kubectl, drop --token (plain http, no "
+                   "authentication) or serve HTTPS with --tls-cert/--tls-key.")
+        click.echo("Press Ctrl-C to stop.")
+        return
     click.echo("Try it:")
     kubectl = f"kubectl {_connection(servers, kubeconfig_out, tls_ca)}"
     click.echo(f"  {kubectl} get nodes")
