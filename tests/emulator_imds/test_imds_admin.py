@@ -45,6 +45,11 @@ def test_add_event_with_rfc1123_not_before_and_own_id(vm, imds) -> None:
     {"EventType": "Terminate", "Resources": ["myvmss_3"], "Bogus": 1},
     {"EventType": "Terminate", "Resources": ["myvmss_3"], "NotBefore": "tomorrow"},
     {"EventType": "Terminate", "Resources": ["myvmss_3"], "NotBeforeIn": "soon"},
+    {"EventType": "Terminate", "Resources": ["myvmss_3"], "NotBeforeIn": 1e30},
+    {"EventType": "Terminate", "Resources": ["myvmss_3"], "NotBeforeIn": -1e30},
+    {"EventType": "Terminate", "Resources": ["myvmss_3"], "NotBeforeIn": True},
+    {"EventType": "Terminate", "Resources": ["myvmss_3"], "NotBefore": 1e30},
+    {"EventType": "Terminate", "Resources": ["myvmss_3"], "NotBefore": -1},
     {"EventType": "Terminate", "Resources": ["myvmss_3"], "EventSource": "Alien"},
     ["not", "an", "object"],
 ])
@@ -52,6 +57,8 @@ def test_bad_admin_input_is_400(vm, imds, group, body) -> None:
     reply = imds.admin("POST", vm, "/events", json=body)
     assert reply.status_code == 400 and reply.json()["error"]
     assert group.events() == []
+    # the refused input left the emulator serving (an out-of-range time used to mean 500 forever)
+    assert imds.admin("GET", vm, "/events").status_code == 200
 
 
 def test_patch_start_delete(vm, imds, group) -> None:

@@ -168,6 +168,7 @@ def test_fault_flag_breaks_each_vm_endpoint_as_asked(imds) -> None:
     (["--vm-name", "a", "--event", "Explode:a"], "invalid --event"),
     (["--vm-name", "a", "--event", "Terminate"], "invalid --event"),
     (["--vm-name", "a", "--event", "Terminate:a@soon"], "@SECONDS"),
+    (["--vm-name", "a", "--event", "Terminate:a@1e30"], "@SECONDS"),
     (["--vm-name", "a", "--vm-name", "a"], "must be different"),
     (["--vm-name", " "], "must not be empty"),
     (["--vm-name", "a", "--vm-name", "b", "--port", "65535"], "no room"),
@@ -183,7 +184,8 @@ def test_bad_input_is_one_line_and_exit_2(args, message) -> None:
 def test_bad_scenario_content(tmp_path: Path) -> None:
     path = tmp_path / "s.json"
     for content, message in [("{", "not valid JSON"), ('{"Events": 3}', "expected a list"),
-                             ('[{"EventType": "Terminate"}]', "needs Resources")]:
+                             ('[{"EventType": "Terminate"}]', "needs Resources"),
+                             ('[{"EventType": "Terminate", "Resources": ["a"], "NotBeforeIn": 1e30}]', "NotBeforeIn")]:
         path.write_text(content)
         with pytest.raises(UsageError, match=message):
             load_scenario(str(path))

@@ -28,6 +28,7 @@ from typing import Any, Callable, Deque, Dict, List, Mapping, Optional, Sequence
 
 from vmss_terminate.clock import SYSTEM_CLOCK, Clock
 from vmss_terminate.errors import UsageError
+from vmss_terminate.params import strict_decimal
 from vmss_terminate.scheduled_events import (  # re-exported: the emulator's public names
     EVENT_SOURCES,
     EVENT_TYPES,
@@ -45,10 +46,22 @@ Listener = Callable[[str, "EmulatedEvent"], None]
 TimeLike = Union[float, int, datetime, str, None]
 
 
+#: NotBefore must be writable as RFC 1123 (years 1970..9999): a time out of range would make every
+#: later read of the placement group fail (500) instead of refusing the bad input once.
+LATEST_NOT_BEFORE = 253402300799.0  # Fri, 31 Dec 9999 23:59:59 GMT
+#: The largest |NotBeforeIn| accepted: a year is far beyond any real notice (PT15M at most).
+MAX_NOT_BEFORE_IN = 366 * 86400.0
+
+
 def parse_time(value: TimeLike) -> Optional[float]:
     """Epoch seconds from a number, an aware datetime or an RFC 1123 string (None stays None)."""
-    if value is None or isinstance(value, (int, float)) and not isinstance(value, bool):
-        return None if value is None else float(value)
+    if value is None:
+        return None
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        number = strict_decimal(value)
+        if number is None or not 0 <= number <= LATEST_NOT_BEFORE:
+            raise UsageError(f"invalid NotBefore {value!r}: epoch seconds must be between 0 and {LATEST_NOT_BEFORE:.0f}")
+        return number
     if isinstance(value, datetime):
         return value.timestamp()
     if isinstance(value, str):
@@ -433,8 +446,13 @@ def event_fields_from_mapping(data: Mapping[str, Any], clock: Clock = SYSTEM_CLO
         raise UsageError(f"an event needs {' and '.join(missing)}")
     out = {names[k]: v for k, v in data.items() if k in names}
     if "NotBeforeIn" in data:
-        try:
-            out["not_before"] = clock.now() + float(data["NotBeforeIn"])
-        except (TypeError, ValueError):
-            raise UsageError(f"invalid NotBeforeIn {data['NotBeforeIn']!r}: seconds from now") from None
+        out["not_before"] = clock.now() + check_not_before_in(data["NotBeforeIn"], "NotBeforeIn")
     return out
+
+
+def check_not_before_in(value: Any, name: str) -> float:
+    """Seconds from now as a finite number within +-MAX_NOT_BEFORE_IN; UsageError (one line) if not."""
+    seconds = None if isinstance(value, bool) else strict_decimal(value)
+    if seconds is None or abs(seconds) > MAX_NOT_BEFORE_IN:
+        raise UsageError(f"invalid {name} {value!r}: seconds from now, at most {MAX_NOT_BEFORE_IN:.0f} (a year)")
+    return seconds

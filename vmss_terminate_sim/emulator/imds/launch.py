@@ -15,7 +15,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 from vmss_terminate.errors import UsageError
 from vmss_terminate.params import shown, strict_decimal
 from vmss_terminate_sim.emulator.imds.app import EVENT_TYPES, EmulatedEvent, ImdsEmulator, PlacementGroup
-from vmss_terminate_sim.emulator.imds.events import event_fields_from_mapping
+from vmss_terminate_sim.emulator.imds.events import check_not_before_in, event_fields_from_mapping
 from vmss_terminate_sim.emulator.server import EmulatorServer, RunningServers, stop_servers
 
 
@@ -34,7 +34,7 @@ def parse_event_spec(spec: str) -> Dict[str, Any]:
         seconds = strict_decimal(delay)  # ASCII digits, bounded: no nan, inf or full-width digits
         if seconds is None:
             raise UsageError(f"invalid --event {shown(spec)}: @SECONDS must be a number such as 60")
-        fields["not_before_in"] = seconds
+        fields["not_before_in"] = check_not_before_in(seconds, "--event @SECONDS")
     return fields
 
 
