@@ -62,6 +62,7 @@ DEFAULT_SAFETY_MARGIN = 15.0
 class HandlerConfig:
     hooks: Tuple[str, ...] = ()
     webhook: Optional[str] = None
+    webhook_format: str = "json"  # json: the event POSTed as a step; slack / teams: chat notices (never a step)
     run_command: Optional[str] = None  # the script's text (--run-command FILE's content)
     kubernetes: bool = False
     handle_types: Tuple[str, ...] = ("Terminate",)
@@ -137,7 +138,12 @@ class CentralHandler:
         self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="central-vm")
         self._steps = [CommandHook(cmd, i) for i, cmd in enumerate(config.hooks)]  # validated now
-        self._webhook = WebhookHook(config.webhook) if config.webhook else None
+        self._webhook = WebhookHook(config.webhook) if config.webhook and config.webhook_format == "json" else None
+        self.notifier: Any = None  # --webhook-format slack|teams: a subscriber, never delaying the acknowledgement
+        if config.webhook and config.webhook_format != "json":
+            from vmss_terminate.central.notices import CentralNotices
+
+            self.notifier = CentralNotices(config.webhook, config.webhook_format, clock)
         self.ready = False
         self.last_poll: Optional[float] = None
         self.last_batch: Optional[SourceBatch] = None
@@ -232,6 +238,8 @@ class CentralHandler:
         for thread in threads:
             thread.join(timeout)
         self._pool.shutdown(wait=False)
+        if self.notifier is not None:
+            self.notifier.close()
 
     # -- one event --------------------------------------------------------------------------------
 
@@ -248,7 +256,17 @@ class CentralHandler:
                 self._listed.pop(event.key, None)
 
     def handle(self, event: CentralEvent, info: ScaleSetInfo) -> Outcome:
-        """Run the actions for every VM the event lists, then acknowledge it (once)."""
+        """Run the actions for every VM the event lists, then acknowledge it (once); chat notices
+        (`webhook_format` slack/teams) say it was seen, which actions failed, and how it ended."""
+        if self.notifier is None:
+            return self._handle(event, info)
+        if not self.journal.get(event.key).get("acknowledged"):
+            self.notifier.seen(event)
+        outcome = self._handle(event, info)
+        self.notifier.ended(outcome)
+        return outcome
+
+    def _handle(self, event: CentralEvent, info: ScaleSetInfo) -> Outcome:
         outcome = Outcome(event)
         record = self.journal.get(event.key)
         if record.get("acknowledged"):

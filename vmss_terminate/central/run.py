@@ -35,6 +35,8 @@ class Central:
 
     def close(self) -> None:
         self.handler.stop()
+        if self.handler.notifier is not None:  # chat notices still queued are sent (bounded)
+            self.handler.notifier.close()
         self.session.close()
 
 

@@ -7,7 +7,9 @@ from typing import Optional, Sequence, Tuple
 
 import click
 
+from vmss_terminate.agent.config import AgentConfig
 from vmss_terminate.commands.control import endpoint_options
+from vmss_terminate.commands.fields import chosen_options, click_options
 from vmss_terminate.commands.fleet import scope_options
 from vmss_terminate.commands.output import echo_json, output_option, tsv_lines, work_done
 from vmss_terminate.control.connection import Connection
@@ -97,6 +99,9 @@ def central_group() -> None:
               help="Run CMD (no shell) for every VM the event lists; event in VMSS_TERMINATE_* variables and "
                    "stdin JSON (with VmName, VmId, ScaleSetId, VmIds). Repeatable, in order.")
 @click.option("--webhook", metavar="URL", help="POST each event as JSON to URL (once per event).")
+@click_options(chosen_options(AgentConfig, only=["webhook_format"], help={"webhook_format": (
+    "json: the event, as an action before the acknowledgement; slack / teams: incoming-webhook chat "
+    "messages of what the handler did (event seen, action failed, acknowledged or withheld), never delaying it.")}))
 @click.option("--kubernetes", is_flag=True,
               help="Cordon and drain every node the event names (found by providerID, cluster-wide).")
 @click.option("--kubeconfig", metavar="FILE", help="With --kubernetes: this kubeconfig (default: in-cluster).")
@@ -117,7 +122,7 @@ def central_group() -> None:
 @click.option("--once", is_flag=True, help="One pass (act on what is pending, wait for it), then exit.")
 def run_command(scope: Scope, connection: Connection, scale_sets: Tuple[str, ...], source: str,
                 queue_url: Optional[str], queue_connection_string_env: Optional[str], hooks: Tuple[str, ...],
-                webhook: Optional[str], kubernetes: bool, kubeconfig: Optional[str], run_command: Optional[str],
+                webhook: Optional[str], webhook_format: str, kubernetes: bool, kubeconfig: Optional[str], run_command: Optional[str],
                 types: str, safety_margin: float, on_failure: str, poll_interval: float, state_file: Optional[str],
                 listen: Optional[str], listen_any: bool, once: bool) -> None:
     """Handle scheduled events of every scale set in scope from here: hooks, webhook, node drain,
@@ -143,7 +148,7 @@ def run_command(scope: Scope, connection: Connection, scale_sets: Tuple[str, ...
     if source != "queue" and (queue_url or queue_connection_string_env):
         raise UsageError("--queue-url / --queue-connection-string-env need --source queue")
     address = parse_listen(listen, listen_any) if listen else None
-    config = HandlerConfig(hooks=hooks, webhook=webhook, run_command=read_script(run_command), kubernetes=kubernetes,
+    config = HandlerConfig(hooks=hooks, webhook=webhook, webhook_format=webhook_format, run_command=read_script(run_command), kubernetes=kubernetes,
                            handle_types=handled, safety_margin=safety_margin, on_failure=on_failure,
                            poll_interval=poll_interval)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")

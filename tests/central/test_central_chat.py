@@ -1,0 +1,116 @@
+"""`central run --webhook URL --webhook-format slack|teams`: a chat notice per handled event (seen,
+failed actions, acknowledged or withheld), received by a loopback HTTP server; never a step."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, Dict, Iterator, List
+
+import pytest
+from helpers import poll_until, serve_arm_state
+
+from vmss_terminate.central.handler import HandlerConfig
+from vmss_terminate.central.run import build
+from vmss_terminate.clock import SYSTEM_CLOCK
+from vmss_terminate.control import Connection
+from vmss_terminate.fleet.scope import Scope
+from vmss_terminate_sim.emulator.arm.app import ArmServers
+
+from .conftest import SUB, Estate, make_estate
+
+
+class Receiver(ThreadingHTTPServer):
+    """An incoming-webhook endpoint on loopback (as tests/agent/test_chat_webhook.py's): records each JSON body."""
+
+    daemon_threads = True
+
+    def __init__(self) -> None:
+        self.bodies: List[Dict[str, Any]] = []
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length", "0"))
+                receiver.bodies.append(json.loads(self.rfile.read(length)))
+                self.send_response(200)
+                self.send_header("Content-Length", "2")
+                self.end_headers()
+                self.wfile.write(b"ok")
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        super().__init__(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server_address[1]}/services/T000/B000/secret-token"
+        threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True).start()
+
+
+@pytest.fixture
+def live() -> Estate:
+    return make_estate(SYSTEM_CLOCK)
+
+
+@pytest.fixture
+def live_arm(shared_arm: ArmServers, live: Estate, monkeypatch: pytest.MonkeyPatch) -> ArmServers:
+    return serve_arm_state(shared_arm, live.state, monkeypatch)
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    server = Receiver()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+def test_central_run_posts_slack_notices_seen_then_acknowledged(live_arm: ArmServers, live: Estate,
+                                                                receiver: Receiver, tmp_path: Path) -> None:
+    eid = live.groups["lin"].add_event("Terminate", ["lin_0", "lin_1"], not_before=SYSTEM_CLOCK.now() + 600)
+    command = [sys.executable, "-m", "vmss_terminate", "central", "run", "--subscription", SUB, "--once",
+               "--hook", f"{sys.executable} -c pass", "--webhook", receiver.url, "--webhook-format", "slack",
+               "--state-file", str(tmp_path / "state.json")]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=120, env=dict(os.environ))
+    assert result.returncode == 0, result.stderr
+    assert [(a.event_id, a.accepted) for a in live.state.maintenance.acknowledgements] == [(eid, True)]
+    assert len(receiver.bodies) == 2, receiver.bodies  # sent before the process exits
+    seen, acknowledged = receiver.bodies
+    for body in (seen, acknowledged):
+        text = json.dumps(body)
+        assert eid in text and "lin_0, lin_1" in text and "Terminate" in text
+    assert "draining" in seen["text"] and "approved" in acknowledged["text"]
+    assert "acknowledged; actions: hook#1:" in json.dumps(acknowledged) and "@lin_1 ok" in json.dumps(acknowledged)
+    assert "secret-token" not in result.stderr  # the chat URL's path is its token
+
+
+def test_failed_action_and_withheld_acknowledgement_are_teams_cards(live_arm: ArmServers, live: Estate,
+                                                                     receiver: Receiver, tmp_path: Path) -> None:
+    eid = live.groups["lin"].add_event("Terminate", ["lin_1"], not_before=SYSTEM_CLOCK.now() + 600)
+    config = HandlerConfig(hooks=(f"{sys.executable} -c \"raise SystemExit(3)\"",), webhook=receiver.url,
+                           webhook_format="teams", on_failure="wait", poll_interval=0.05)
+    central = build(Scope.build(subscriptions=[SUB]), config,
+                    connection=Connection(arm_endpoint=live_arm.arm_url, retry_total=2, retry_backoff_factor=0.0))
+    try:
+        assert [e.event_id for e in central.handler.poll_once(wait=True)] == [eid]
+    finally:
+        central.close()
+    assert live.state.maintenance.acknowledgements == []
+    assert poll_until(lambda: len(receiver.bodies) == 3)
+    cards: List[Dict[str, Any]] = [b["attachments"][0]["content"] for b in receiver.bodies]
+    titles = [card["body"][0]["text"] for card in cards]
+    assert titles == ["vmss-terminate on lin_1: draining", "vmss-terminate on lin_1: hook failed",
+                      "vmss-terminate on lin_1: approval withheld"]
+    facts = {f["title"]: f["value"] for f in cards[1]["body"][1]["facts"]}
+    assert facts["Event"] == f"Terminate {eid}" and facts["Hook"].endswith("@lin_1 (failed)")
+    assert "not acknowledged: a step failed" in cards[2]["body"][2]["text"]
+
+
+def test_json_stays_the_default_and_chat_formats_are_the_agents(live_arm: ArmServers) -> None:
+    result = subprocess.run([sys.executable, "-m", "vmss_terminate", "central", "run", "--webhook-format", "xml"],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and "json" in result.stderr and "teams" in result.stderr
