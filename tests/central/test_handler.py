@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
 from pathlib import Path
 from typing import Iterator, List
 
@@ -170,3 +171,54 @@ def test_handle_event_is_the_python_api_for_one_event(live_arm: ArmServers, live
     assert outcome.acknowledged is not None and outcome.acknowledged.ok
     assert outcome.steps == {"run-command@win_2": "ok"}
     assert [r.vm_name for r in live.state.run_commands.records] == ["win_2"]
+
+
+class SteppedClock:
+    """Real time whose wall clock a test can step (NTP's makestep); monotonic time is untouched."""
+
+    speed = 1.0
+
+    def __init__(self) -> None:
+        self.offset = 0.0
+
+    def now(self) -> float:
+        return SYSTEM_CLOCK.now() + self.offset
+
+    def monotonic(self) -> float:
+        return SYSTEM_CLOCK.monotonic()
+
+    def sleep(self, seconds: float) -> None:
+        SYSTEM_CLOCK.sleep(seconds)
+
+    def wait(self, event: threading.Event, seconds: float) -> bool:
+        return SYSTEM_CLOCK.wait(event, seconds)
+
+
+def test_a_wall_clock_step_while_a_hook_runs_does_not_cut_it_short(live_arm: ArmServers, live: Estate,
+                                                                    tmp_path: Path) -> None:
+    """The deadline is anchored when the event is first seen and counted on the monotonic clock
+    (as the agent's jobs): the wall clock jumping an hour ahead during the first hook leaves the
+    second its 585 s (on the wall clock it would start past NotBefore and be stopped at once)."""
+    eid = live.groups["lin"].add_event("Terminate", ["lin_1"], not_before=SYSTEM_CLOCK.now() + 600)
+    started, go = tmp_path / "started", tmp_path / "go"
+    script = tmp_path / "hold.py"
+    script.write_text("import os, sys, time\nopen(sys.argv[1], 'w').close()\n"
+                      "while not os.path.exists(sys.argv[2]):\n    time.sleep(0.01)\n")
+    clock = SteppedClock()
+    central = build(Scope.build(subscriptions=[SUB]),
+                    HandlerConfig(hooks=(f"{sys.executable} {script} {started} {go}",
+                                         f"{sys.executable} {script} {tmp_path / 'second'} {go}"), on_failure="wait",
+                                  poll_interval=0.05),
+                    connection=Connection(arm_endpoint=live_arm.arm_url, retry_total=2, retry_backoff_factor=0.0),
+                    state_file=str(tmp_path / "state.json"), clock=clock)
+    try:
+        assert [e.event_id for e in central.handler.poll_once()] == [eid]
+        assert poll_until(started.exists)
+        clock.offset += 3600  # the VM's clock steps an hour ahead while the hook runs
+        go.touch()
+        for job in list(central.handler._jobs.values()):
+            job.join(timeout=60)
+    finally:
+        central.close()
+    assert [a.event_id for a in live.state.maintenance.acknowledgements] == [eid]
+    assert (tmp_path / 'second').exists()

@@ -135,6 +135,7 @@ class CentralHandler:
         self._jobs: Dict[str, threading.Thread] = {}
         self._canceled: Dict[str, threading.Event] = {}  # event key -> set once a poll saw it Canceled
         self._listed: Dict[str, Tuple[str, ...]] = {}  # event key -> Resources as the latest poll read them
+        self._anchors: Dict[str, Tuple[Optional[float], float, float]] = {}  # key -> (NotBefore, wall, mono)
         self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="central-vm")
         self._steps = [CommandHook(cmd, i) for i, cmd in enumerate(config.hooks)]  # validated now
@@ -163,6 +164,7 @@ class CentralHandler:
                         batch.problem)
         handled = [e for e in batch.events if e.event_type in self.config.handle_types]
         pending = [e for e in handled if e.pending and not self._finished(e)]
+        self._anchor_all(pending, forget_others=batch.complete)
         for event in batch.events:
             if self._running(event):
                 with self._lock:
@@ -358,9 +360,33 @@ class CentralHandler:
         self.observe("lease_lost", event_type=event.event_type)
         return outcome
 
+    def _anchor_all(self, pending: Sequence[CentralEvent], forget_others: bool) -> None:
+        """Anchor each pending event's time when it is first seen (the wall and monotonic clocks read
+        together; a changed NotBefore re-anchors). `forget_others`: a complete answer -- events
+        missing from it drop their anchors (the dict stays as large as the pending events)."""
+        with self._lock:
+            for event in pending:
+                anchor = self._anchors.get(event.key)
+                if anchor is None or anchor[0] != event.not_before:
+                    self._anchors[event.key] = (event.not_before, self.clock.now(), self.clock.monotonic())
+            if forget_others:
+                keep = {e.key for e in pending} | set(self._jobs)
+                for key in [k for k in self._anchors if k not in keep]:
+                    del self._anchors[key]
+
     def _deadline(self, event: CentralEvent) -> Callable[[], Optional[float]]:
-        limit = None if event.not_before is None else event.not_before - self.config.safety_margin
-        return lambda: limit
+        """NotBefore minus the safety margin, judged once against the wall clock when the event was
+        first seen and counted since on the monotonic clock (as pipeline/jobs.py's Anchor): a wall
+        clock stepped by NTP while a hook runs neither cuts the actions short nor lets them run past
+        NotBefore. Said in the wall clock of the moment it is read, so `deadline() - clock.now()` is
+        the real time left (what `Run.wait` and Run Command compare)."""
+        if event.not_before is None:
+            return lambda: None
+        self._anchor_all([event], forget_others=False)
+        with self._lock:
+            _, wall, mono = self._anchors[event.key]
+        limit = mono + (event.not_before - self.config.safety_margin - wall)  # on the monotonic clock
+        return lambda: self.clock.now() + (limit - self.clock.monotonic())
 
     def _run_for(self, event: CentralEvent, info: ScaleSetInfo, vm: str,
                  deadline: Callable[[], Optional[float]]) -> Run:
