@@ -162,6 +162,26 @@ def test_eviction_grace_period_option_overrides_the_pods(api: requests.Session, 
     assert state.find(PODS, "default", "solo") is None
 
 
+def test_dry_run_in_the_body_of_an_eviction_or_delete_changes_nothing(
+        api: requests.Session, state: KubeState) -> None:
+    """kubectl drain/delete --dry-run=server put dryRun in the Eviction's deleteOptions / the
+    DeleteOptions body, not the query: it must be honoured like ?dryRun=All."""
+    _web(state, replicas=2)
+    state.add_pdb("web", selector={"app": "web"}, min_available=1)
+    version = state.resource_version
+    assert _evict(api, "web-0", dryRun=["All"]).status_code == 200
+    assert _evict(api, "web-1", dryRun=["All"]).status_code == 200  # nothing was evicted, the budget still allows one
+    deleted = api.delete(_url(api, "/api/v1/namespaces/default/pods/web-0"), json={"dryRun": ["All"]}, timeout=5)
+    assert deleted.status_code == 200 and deleted.json()["metadata"]["name"] == "web-0"
+    assert state.resource_version == version
+    for name in ("web-0", "web-1"):
+        assert "deletionTimestamp" not in state.find(PODS, "default", name)["metadata"]
+    assert _evict(api, "web-0", dryRun=["Some"]).status_code == 400  # validated like the query parameter
+    assert api.delete(_url(api, "/api/v1/namespaces/default/pods/web-0"), json={"dryRun": "All"},
+                      timeout=5).status_code == 400
+    assert "deletionTimestamp" not in state.find(PODS, "default", "web-0")["metadata"]
+
+
 def _budget_answer(api: requests.Session, state: KubeState, **spec: Any) -> requests.Response:
     _web(state, replicas=3)
     state.add_pdb("web", selector={"app": "web"}, **spec)

@@ -250,7 +250,11 @@ class KubeEmulator:
         named = (body.get("metadata") or {}).get("name")
         if named and named != name:
             raise bad_request("name in URL does not match name in Eviction object")
-        self.state.evict(namespace, name, body, dry_run=_dry_run(request))
+        options = body.get("deleteOptions")
+        if options is not None and not isinstance(options, dict):
+            raise bad_request("deleteOptions of an Eviction must be a DeleteOptions object")
+        # kubectl drain --dry-run=server sends dryRun in the Eviction's deleteOptions, not the query
+        self.state.evict(namespace, name, body, dry_run=_dry_run(request, (options or {}).get("dryRun")))
         return Response.json(200, success(200))
 
     def _replace(self, request: Request, version: str, rest: str, group: str = "") -> Response:
@@ -287,7 +291,8 @@ class KubeEmulator:
             seconds = None if grace is None else int(grace)
         except ValueError:
             raise bad_request(f"invalid gracePeriodSeconds {grace!r}") from None
-        obj = self.state.delete(kind, namespace, name, seconds, options.get("preconditions"), _dry_run(request))
+        obj = self.state.delete(kind, namespace, name, seconds, options.get("preconditions"),
+                                _dry_run(request, options.get("dryRun")))
         if kind is PODS or kind is NODES:
             return Response.json(200, obj)  # the API server answers a delete with the object
         return Response.json(200, success(200, {"name": name, "group": kind.group, "kind": kind.plural,
@@ -349,8 +354,14 @@ def _check_body_kind(kind: Kind, body: Dict[str, Any]) -> None:
                           f"{sent_version}, Kind={sent_kind} is not the kind served at this path ({kind.kind})")
 
 
-def _dry_run(request: Request) -> bool:
-    values = request.query.get("dryRun") or []
+def _dry_run(request: Request, sent: Any = None) -> bool:
+    """`dryRun` from the query and, for deletes and evictions, from the body's DeleteOptions (where
+    kubectl's `--dry-run=server` puts it): either one makes the request change nothing."""
+    values = list(request.query.get("dryRun") or [])
+    if sent is not None:
+        if not isinstance(sent, list) or not all(isinstance(value, str) for value in sent):
+            raise bad_request(f"Invalid dryRun value {sent!r}: a list of strings, supported value: \"All\"")
+        values += sent
     if any(value != "All" for value in values):
         raise bad_request(f"Invalid dryRun value {values!r}: supported value: \"All\"")
     return bool(values)
