@@ -182,6 +182,32 @@ def test_dry_run_in_the_body_of_an_eviction_or_delete_changes_nothing(
     assert "deletionTimestamp" not in state.find(PODS, "default", "web-0")["metadata"]
 
 
+def test_the_disruption_allowed_condition_has_a_last_transition_time_that_moves_only_on_a_flip(
+        api: requests.Session, state: KubeState, clock: ManualClock) -> None:
+    """metav1.Condition requires lastTransitionTime (typed clients refuse a PDB without it)."""
+    from datetime import datetime, timezone
+
+    def condition() -> Json:
+        pdb = api.get(_url(api, "/apis/policy/v1/namespaces/default/poddisruptionbudgets/web"), timeout=5).json()
+        [found] = pdb["status"]["conditions"]
+        return found
+
+    _web(state, replicas=2, grace=30)
+    state.add_pdb("web", selector={"app": "web"}, min_available=1)
+    first = condition()
+    assert first["status"] == "True"
+    assert datetime.strptime(first["lastTransitionTime"], "%Y-%m-%dT%H:%M:%SZ").replace(
+        tzinfo=timezone.utc).timestamp() == int(clock.now())
+    clock.advance(60)
+    assert condition()["lastTransitionTime"] == first["lastTransitionTime"]  # no flip, no change
+    assert _evict(api, "web-0").status_code == 200
+    flipped = condition()
+    assert flipped["status"] == "False" and flipped["lastTransitionTime"] != first["lastTransitionTime"]
+    clock.advance(10)
+    listed = api.get(_url(api, "/apis/policy/v1/namespaces/default/poddisruptionbudgets"), timeout=5).json()
+    assert listed["items"][0]["status"]["conditions"][0]["lastTransitionTime"] == flipped["lastTransitionTime"]
+
+
 def _budget_answer(api: requests.Session, state: KubeState, **spec: Any) -> requests.Response:
     _web(state, replicas=3)
     state.add_pdb("web", selector={"app": "web"}, **spec)

@@ -111,6 +111,8 @@ class KubeState:
         self._objects: Dict[Tuple[str, str], Dict[Tuple[str, str], Obj]] = {kind.key: {} for kind in KINDS}
         # a NEW_EVENTS object is stored in core v1 shape (events.py) under EVENTS' key
         self._removal_at: Dict[str, float] = {}  # pod uid -> clock time it leaves
+        # PDB uid -> (DisruptionAllowed status, its lastTransitionTime): the time moves only on a flip
+        self._pdb_transitions: Dict[str, Tuple[str, str]] = {}
         self._version = 1000
         self._changes: Deque[Tuple[int, str, Tuple[str, str], Obj]] = collections.deque(maxlen=CHANGES_KEPT)
         self._lock = threading.RLock()
@@ -160,6 +162,7 @@ class KubeState:
         if kind is PDBS:
             view["status"] = self._budget(obj).status(
                 int(obj["metadata"].get("generation", 1)), self._terminating(obj))
+            self._stamp_transition(obj, view["status"]["conditions"][0])
         elif kind is DAEMON_SETS:
             count = sum(1 for pod in self._owned(obj, "DaemonSet"))
             view["status"] = {"currentNumberScheduled": count, "desiredNumberScheduled": count,
@@ -545,6 +548,20 @@ class KubeState:
     def _record(self, namespace: str, name: str, uid: str, code: int, budget: Optional[str] = None) -> None:
         self.evictions.append(EvictionRecord(namespace, name, uid, code, self.clock.now(), budget))
         self.changed.notify_all()
+
+    def _stamp_transition(self, pdb: Obj, condition: Obj) -> None:
+        """Set the condition's required `lastTransitionTime`: when its status last flipped (first seen
+        at a read: the emulator computes PDB status on demand, as the disruption controller would)."""
+        with self._lock:
+            uid = pdb["metadata"]["uid"]
+            known = self._pdb_transitions.get(uid)
+            if known is None or known[0] != condition["status"]:
+                known = (condition["status"], rfc3339(self.clock.now()))
+                self._pdb_transitions[uid] = known
+                live = {obj["metadata"]["uid"] for obj in self._objects[PDBS.key].values()}
+                if len(self._pdb_transitions) > 2 * len(live) + 16:  # forget deleted budgets
+                    self._pdb_transitions = {k: v for k, v in self._pdb_transitions.items() if k in live}
+            condition["lastTransitionTime"] = known[1]
 
     def _budget(self, pdb: Obj) -> disruption.Budget:
         pods = [pod for pod in self._objects[PODS.key].values()
