@@ -177,6 +177,7 @@ def arm_command(host: str, port: int, token_port: int, seed: Optional[Path], pag
     """Serve a local Azure Resource Manager for scale sets, plus a token endpoint for
     DefaultAzureCredential (App Service managed identity). Stop with Ctrl+C."""
     from vmss_terminate_sim.emulator.arm.app import start_arm
+    from vmss_terminate_sim.emulator.server import PortUnavailable
 
     state = _load_state(seed, page_size, generate, quotas, unregistered)
     context = tls_server_context(tls_cert, tls_key)
@@ -187,7 +188,8 @@ def arm_command(host: str, port: int, token_port: int, seed: Optional[Path], pag
             servers = start_arm(state, host=host, port=port, token_port=token_port, ssl_context=context,
                                 lro_retry_after=lro_retry_after, latency=latency / 1000.0)
         except OSError as exc:
-            raise UsageError(f"cannot listen on {host}: {exc}") from None
+            raise UsageError(str(exc) if isinstance(exc, PortUnavailable)
+                             else f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
         for fault in faults:
             servers.arm_server.faults.add(fault)
         try:

@@ -17,11 +17,12 @@ import click
 from vmss_terminate.commands.foreground import Foreground
 from vmss_terminate.commands.options import decimal_range, int_range
 from vmss_terminate.commands.output import echo_json, output_option
+from vmss_terminate.errors import UsageError
 from vmss_terminate_sim.commands.options import fault_option
 from vmss_terminate_sim.emulator.faults import Fault
 from vmss_terminate_sim.emulator.imds.app import Approval, EmulatedEvent, ImdsEmulator, PlacementGroup
 from vmss_terminate_sim.emulator.imds.launch import load_scenario, parse_event_spec, start_imds
-from vmss_terminate_sim.emulator.server import EmulatorServer
+from vmss_terminate_sim.emulator.server import EmulatorServer, PortUnavailable
 
 DEFAULT_VM_NAME = "myvmss_0"
 SCHEDULED_EVENTS_QUERY = "/metadata/scheduledevents?api-version=2019-01-01"
@@ -159,8 +160,11 @@ def imds_command(vm_names: Tuple[str, ...], host: str, port: int, vmss_name: Opt
     as_json = output == "json"
     console = _Console(err=as_json)
     with Foreground() as foreground:  # before start: a SIGTERM during start-up still stops the servers
-        running = start_imds(vm_names, host, port, vmss_name, first_call_delay, rate_limit or None,
-                             started_ttl, not no_auto_start, seeded, listener=console.on_change)
+        try:
+            running = start_imds(vm_names, host, port, vmss_name, first_call_delay, rate_limit or None,
+                                 started_ttl, not no_auto_start, seeded, listener=console.on_change)
+        except PortUnavailable as exc:
+            raise UsageError(str(exc)) from None
         group, servers = running.group, running.servers
         for server in servers:  # each VM's endpoint gets its own copy (a fault counts its uses)
             for fault in faults:

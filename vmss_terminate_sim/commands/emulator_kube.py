@@ -57,6 +57,7 @@ def kube_command(host: str, port: int, seed: Optional[Path], kubeconfig_out: Opt
     kubectl --kubeconfig kubeconfig drain NODE --ignore-daemonsets --delete-emptydir-data
     """
     from vmss_terminate_sim.emulator.kube import KubeState, load_seed, start_kube
+    from vmss_terminate_sim.emulator.server import PortUnavailable
 
     state = KubeState()
     if seed is not None:
@@ -74,7 +75,8 @@ def kube_command(host: str, port: int, seed: Optional[Path], kubeconfig_out: Opt
         try:
             servers = start_kube(state, host=host, port=port, token=token, ssl_context=context, ca_pem=ca_pem)
         except OSError as exc:
-            raise UsageError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+            raise UsageError(str(exc) if isinstance(exc, PortUnavailable)
+                             else f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
         for fault in faults:
             servers.server.faults.add(fault)
         try:

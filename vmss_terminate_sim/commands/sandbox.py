@@ -115,6 +115,7 @@ def sandbox(instances: int, timeout: int, no_feature: bool, speed: float, port_b
     environment that points the CLI, the Azure SDK and agents at it, to try your own hooks.
     Deleting instances (scale-in, delete) publishes Terminate events; the timeline is printed live."""
     from vmss_terminate_sim import azurite
+    from vmss_terminate_sim.emulator.server import PortUnavailable
     from vmss_terminate_sim.sandbox.agents import demo_hook_command
     from vmss_terminate_sim.sandbox.environment import Sandbox, SandboxConfig
     from vmss_terminate_sim.sandbox.eventgrid_queue import SandboxQueue, start_queue
@@ -149,6 +150,11 @@ def sandbox(instances: int, timeout: int, no_feature: bool, speed: float, port_b
             if kubernetes:
                 cluster = SandboxCluster(box).start()
                 cluster.add_demo_workload()
+        except PortUnavailable as exc:  # a busy --port-base is the operator's input, as for the emulators
+            box.stop()
+            if queue is not None:
+                queue.stop()
+            raise UsageError(str(exc)) from None
         except OSError as exc:
             box.stop()
             if queue is not None:

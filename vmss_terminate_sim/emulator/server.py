@@ -224,10 +224,25 @@ class _Handler(BaseHTTPRequestHandler):
     do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = _dispatch
 
 
+class PortUnavailable(OSError):
+    """The address an emulator was told to listen on cannot be bound (a busy port, an address this machine
+    does not have): its message names host and port, the same for every emulator and the sandbox."""
+
+    def __str__(self) -> str:
+        return str(self.strerror)
+
+
 class _HTTPServer(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
     host: "EmulatorServer"
+
+    def server_bind(self) -> None:
+        try:
+            super().server_bind()
+        except OSError as exc:
+            host, port = self.server_address[:2]
+            raise PortUnavailable(exc.errno, f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         """A client hanging up before its answer is written (its read timeout during an injected delay
