@@ -242,6 +242,7 @@ class _HTTPServer(ThreadingHTTPServer):
             super().server_bind()
         except OSError as exc:
             host, port = self.server_address[:2]
+            host = host.decode() if isinstance(host, bytes) else host
             raise PortUnavailable(exc.errno, f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
 
     def handle_error(self, request: Any, client_address: Any) -> None:
