@@ -27,6 +27,11 @@ COMMAND_IDS = {"Windows": "RunPowerShellScript", "Linux": "RunShellScript"}
 RUN_COMMAND_API = "2024-11-01"
 _EXIT = re.compile(r"exit status=(-?\d+)")
 POLL_INTERVAL = 2.0
+MAX_WAIT = 90 * 60.0
+"""Seconds a Run Command is followed when the event gives no deadline (no NotBefore): Run Command's
+documented limit -- "The maximum time a script can run is 90 minutes, after which it will time out"
+(Learn, "Run scripts in your Linux/Windows VM by using action Run Commands", Restrictions). Past it
+the step fails instead of polling forever."""
 
 
 @dataclass
@@ -67,8 +72,8 @@ class RunCommandClient:
     """Runs one script on VMs of scale sets, bounded by a deadline."""
 
     def __init__(self, session: FleetSession, script: str, clock: Clock = SYSTEM_CLOCK,
-                 poll_interval: float = POLL_INTERVAL) -> None:
-        self.session, self.clock, self.poll_interval = session, clock, poll_interval
+                 poll_interval: float = POLL_INTERVAL, max_wait: float = MAX_WAIT) -> None:
+        self.session, self.clock, self.poll_interval, self.max_wait = session, clock, poll_interval, max_wait
         self.lines: List[str] = script.splitlines()
 
     def run(self, info: ScaleSetInfo, vm_name: str, deadline: Callable[[], Optional[float]],
@@ -88,8 +93,12 @@ class RunCommandClient:
                 raise AzureError(f"Run Command on {vm_name}: ARM answered {answer.status_code} without a link to "
                                  "follow")
             monitor = "Location" in answer.headers
+            give_up = self.clock.monotonic() + self.max_wait  # every wait ends, with or without NotBefore
             while True:
                 limit = deadline()
+                if self.clock.monotonic() >= give_up:
+                    return CommandOutput(vm_name, False, detail=f"no result after {self.max_wait:g} s (Run Command's "
+                                                                "documented limit): given up")
                 if stopped():
                     return CommandOutput(vm_name, False, detail="handler stopping")
                 if limit is not None and self.clock.now() >= limit:
@@ -103,8 +112,9 @@ class RunCommandClient:
                         return CommandOutput(vm_name, False, detail=f"Run Command {data.get('status')}: "
                                                                     f"{data.get('error')}")
                     return parse_result(vm_name, (data.get("properties") or {}).get("output"))
-                wait = self.poll_interval if limit is None else max(0.0, min(self.poll_interval,
-                                                                             limit - self.clock.now()))
+                wait = min(self.poll_interval, max(0.0, give_up - self.clock.monotonic()))
+                if limit is not None:
+                    wait = max(0.0, min(wait, limit - self.clock.now()))
                 self.clock.sleep(wait)
 
 
