@@ -17,7 +17,7 @@ from typing import Any, Iterator, List, Tuple
 import pytest
 
 from vmss_terminate.agent.metrics import AgentMetrics
-from vmss_terminate.agent.probes import MAX_CONNECTIONS, MAX_PER_PEER, ProbeServer
+from vmss_terminate.pipeline.probes import MAX_CONNECTIONS, MAX_PER_PEER, ProbeServer
 
 from .conftest import VM, Imds, agent_cli, make_agent, wait_until
 from .test_hooks import probe, runs

@@ -11,11 +11,12 @@ import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-from vmss_terminate.agent.probes import ProbeServer, parse_listen, serve
+from vmss_terminate.agent.probes import serve
 from vmss_terminate.clock import ManualClock, ScaledClock
 from vmss_terminate.errors import UsageError
 from vmss_terminate.pipeline import decisions as D
 from vmss_terminate.pipeline.decisions import Decision
+from vmss_terminate.pipeline.probes import ProbeServer, parse_listen
 from vmss_terminate_sim.emulator.imds.app import ImdsEmulator, PlacementGroup
 
 from .conftest import VM, Imds, Recorder, Running, make_agent

@@ -27,9 +27,9 @@ sys.path.insert(0, str(ROOT / "tests"))
 from helpers import cli_command, invoke_cli, poll_until  # noqa: E402
 from kube_helpers import KUBECTL, Kubectl, needs_kubectl, serve_for_kubectl  # noqa: E402
 
-from vmss_terminate.agent.probes import parse_listen  # noqa: E402
 from vmss_terminate.cli import main  # noqa: E402
 from vmss_terminate.iac import kubernetes  # noqa: E402
+from vmss_terminate.pipeline.probes import parse_listen  # noqa: E402
 from vmss_terminate_sim.emulator.kube import NODES, KubeState, start_kube  # noqa: E402
 from vmss_terminate_sim.emulator.kube.kinds import SECRETS  # noqa: E402
 

@@ -135,7 +135,7 @@ def check_options(config: AgentConfig, options: RunOptions, given: Collection[st
 
     check_retry_for(options.retry_for)
     if options.listen is not None:
-        from vmss_terminate.agent.probes import parse_listen
+        from vmss_terminate.pipeline.probes import parse_listen
 
         parse_listen(options.listen, any_port=False)  # bad input before the agent starts; port 0 refused
     if not options.once and "retry_for" in given:

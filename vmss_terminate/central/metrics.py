@@ -11,11 +11,9 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, List, Optional, Tuple
 
-from vmss_terminate.errors import UsageError
-from vmss_terminate.net import is_loopback_host
+from vmss_terminate.pipeline import probes
 
 BUCKETS = (1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 900.0)
 
@@ -84,38 +82,27 @@ class CentralMetrics:
 
 
 def parse_listen(text: str, allow_remote: bool = False) -> Tuple[str, int]:
-    host, sep, port = text.rpartition(":")
-    host = host.strip("[]") or "127.0.0.1"
-    if not sep or not port.isascii() or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise UsageError(f"invalid --listen {text!r}: use [HOST]:PORT")
-    if not allow_remote and not is_loopback_host(host):
-        raise UsageError(f"invalid --listen {text!r}: not a loopback address (pass --listen-any to serve {host})")
-    return host, int(port)
+    """`--listen` as the agent reads it (`pipeline.probes.parse_listen`); a non-loopback host needs `--listen-any`."""
+    return probes.parse_listen(text, loopback_only=None if allow_remote else "--listen-any")
 
 
-def serve(metrics: CentralMetrics, host: str, port: int) -> ThreadingHTTPServer:
-    """Serve /metrics, /healthz, /readyz on a daemon thread; `.shutdown()` stops it."""
+class _CentralProbes:
+    """`CentralMetrics` as the pipeline listener's `Probes`: the same paths and answers as before."""
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            path = self.path.split("?", 1)[0]
-            routes: Dict[str, Tuple[int, str]] = {
-                "/metrics": (200, metrics.text()),
-                "/healthz": (200, "ok\n") if metrics.healthy() else (503, "poll loop stalled\n"),
-                "/readyz": (200, "ok\n") if metrics.ready() else (503, "no complete answer from the source yet\n"),
-            }
-            status, body = routes.get(path, (404, "not found\n"))
-            data = body.encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "text/plain; version=0.0.4" if path == "/metrics" else "text/plain")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+    def __init__(self, metrics: CentralMetrics) -> None:
+        self.metrics = metrics
 
-        def log_message(self, format: str, *args: Any) -> None:
-            """Quiet: probes every few seconds would flood the log."""
+    def render(self) -> str:
+        return self.metrics.text()
 
-    server = ThreadingHTTPServer((host, port), Handler)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True, name="central-probes").start()
-    return server
+    def health(self) -> Tuple[bool, str]:
+        return (True, "ok") if self.metrics.healthy() else (False, "poll loop stalled")
+
+    def readiness(self) -> Tuple[bool, str]:
+        return (True, "ok") if self.metrics.ready() else (False, "no complete answer from the source yet")
+
+
+def serve(metrics: CentralMetrics, host: str, port: int) -> probes.ProbeServer:
+    """Serve /metrics, /healthz, /readyz with the pipeline's probe listener (its connection limits,
+    one daemon thread); `.close()` stops it."""
+    return probes.ProbeServer(_CentralProbes(metrics), host, port).start()

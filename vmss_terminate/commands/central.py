@@ -171,7 +171,7 @@ def run_command(scope: Scope, connection: Connection, scale_sets: Tuple[str, ...
         central.handler.stop()
         central.handler.join(timeout=5.0)
         if server is not None:
-            server.shutdown()
+            server.close()
         if queue is not None:
             queue.close()
         central.close()
