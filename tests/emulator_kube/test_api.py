@@ -11,7 +11,7 @@ import pytest
 import requests
 
 from vmss_terminate.clock import ManualClock
-from vmss_terminate_sim.emulator.kube import NEW_EVENTS, NODES, PODS, KubeServers, KubeState
+from vmss_terminate_sim.emulator.kube import NEW_EVENTS, NODES, PODS, KubeServers, KubeState, start_kube
 
 Json = Dict[str, Any]
 
@@ -355,7 +355,7 @@ def test_events_are_created_and_validated(api: requests.Session, state: KubeStat
 
 def _watch(api: requests.Session, **params: str) -> List[Json]:
     answer = api.get(_url(api, "/api/v1/namespaces/default/pods"), timeout=10,
-                     params={"watch": "true", "timeoutSeconds": "0", **params})
+                     params={"watch": "true", "timeoutSeconds": "1", **params})
     assert answer.status_code == 200, answer.text
     return [json.loads(line) for line in answer.text.splitlines()]
 
@@ -376,6 +376,32 @@ def test_a_watch_sees_an_eviction_and_the_pod_leaving(api: requests.Session, sta
     assert [e["type"] for e in changes] == ["MODIFIED", "DELETED"]
     assert changes[0]["object"]["metadata"]["deletionTimestamp"]
     assert int(changes[1]["object"]["metadata"]["resourceVersion"]) > int(changes[0]["object"]["metadata"]["resourceVersion"])
+
+
+def test_a_watch_stays_open_streaming_changes_until_the_server_stops(state: KubeState) -> None:
+    """kubectl get -w: one answer carries the first objects and every later change; no timeoutSeconds
+    means the server's default (minutes), and stopping the server ends the stream cleanly."""
+    state.add_node("n1")
+    state.add_pod("p", "n1")
+    with start_kube(state, token="t") as servers:
+        answer = requests.get(servers.url + "/api/v1/namespaces/default/pods", stream=True, timeout=30,
+                              headers={"Authorization": "Bearer t"}, params={"watch": "true"})
+        assert answer.status_code == 200 and answer.headers["Transfer-Encoding"] == "chunked"
+        lines = answer.iter_lines()
+        assert [json.loads(next(lines))["type"]] == ["ADDED"]
+        state.patch(PODS, "default", "p", "application/merge-patch+json", {"metadata": {"labels": {"x": "1"}}})
+        modified = json.loads(next(lines))
+        assert (modified["type"], modified["object"]["metadata"]["labels"]) == ("MODIFIED", {"x": "1"})
+        state.add_pod("q", "n1")
+        assert json.loads(next(lines))["object"]["metadata"]["name"] == "q"
+        servers.stop()
+        assert list(lines) == []  # the closing chunk came: a clean end, no ChunkedEncodingError
+
+
+def test_a_watch_timeout_must_be_a_non_negative_number(api: requests.Session) -> None:
+    for value in ("soon", "-1"):
+        answer = api.get(_url(api, "/api/v1/pods"), params={"watch": "true", "timeoutSeconds": value}, timeout=5)
+        assert answer.status_code == 400
 
 
 def test_a_watch_on_one_object_path_is_refused(api: requests.Session, state: KubeState) -> None:

@@ -33,6 +33,7 @@ FAULTS_ROUTE = "/emulator/faults"
 # How often a background server looks for stop(): the stdlib's 0.5 s made every stop() wait that
 # long (tests and the sandbox start and stop hundreds); an idle look costs microseconds.
 STOP_POLL = 0.02
+STREAM_SLICE = 0.5  # real seconds at most between a stream's items (how soon it ends on stop())
 
 JsonValue = Union[Dict[str, Any], List[Any], str, int, float, bool, None]
 
@@ -71,6 +72,9 @@ class Response:
     reset: bool = False   # fault: reset the connection instead of answering
     # headers sent once per value (Compute sends one x-ms-ratelimit-remaining-resource per policy)
     repeated: List["tuple[str, str]"] = field(default_factory=list)
+    # a streamed body (chunked), e.g. a Kubernetes watch: b"" items send nothing but let the server
+    # end the stream on stop(), so the iterator must yield at least every STREAM_SLICE seconds
+    stream: Optional[Iterator[bytes]] = None
 
     @classmethod
     def json(cls, status: int, payload: JsonValue, headers: Optional[Dict[str, str]] = None) -> "Response":
@@ -198,6 +202,9 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_response(response.status)
         for name, value in [*response.headers.items(), *response.repeated]:
             self.send_header(name, value)
+        if response.stream is not None:
+            self._send_stream(response.stream)
+            return
         self.send_header("Content-Length", str(len(response.body)))
         self.end_headers()
         if self.command == "HEAD":
@@ -211,6 +218,27 @@ class _Handler(BaseHTTPRequestHandler):
             if self.server.host.faults.delay(response.drip):
                 self.wfile.write(response.body[i + 1:])
                 return
+
+    def _send_stream(self, chunks: Iterator[bytes]) -> None:
+        """A chunked body until the iterator ends or the server stops; then the closing chunk."""
+        host = self.server.host
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        host.stream_opened()
+        try:
+            for chunk in chunks:
+                if chunk:
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                    self.wfile.flush()
+                if host.stopping:
+                    break
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+        finally:
+            close = getattr(chunks, "close", None)
+            if close is not None:
+                close()
+            host.stream_closed()
 
     def _reset_connection(self) -> None:
         """Close with SO_LINGER 0: the client sees a TCP reset (ECONNRESET), not a clean close."""
@@ -282,6 +310,7 @@ class EmulatorServer:
         self._in_flight = 0
         self._idle = threading.Condition()
         self._connections: Set[socket.socket] = set()
+        self._streams = 0  # streamed answers being sent (watches): stop() lets them end cleanly
         self.stopping = False
 
     @property
@@ -344,6 +373,15 @@ class EmulatorServer:
         with self._idle:
             self._connections.discard(connection)
 
+    def stream_opened(self) -> None:
+        with self._idle:
+            self._streams += 1
+
+    def stream_closed(self) -> None:
+        with self._idle:
+            self._streams -= 1
+            self._idle.notify_all()
+
     @property
     def in_flight(self) -> int:
         """Requests being answered right now."""
@@ -401,7 +439,8 @@ class EmulatorServer:
             self._thread.join(timeout=5)
             self._thread = None
         self._httpd.server_close()
-        with self._idle:
+        with self._idle:  # streams see `stopping` within STREAM_SLICE and send their closing chunk
+            self._idle.wait_for(lambda: self._streams == 0, STREAM_SLICE * 4)
             connections = list(self._connections)
         for connection in connections:
             with contextlib.suppress(OSError):  # already closed by the client or its handler

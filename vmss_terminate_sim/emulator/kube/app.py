@@ -17,11 +17,11 @@ What is served:
 * `Accept: application/json;as=Table;...` (what `kubectl get` asks for): a meta.k8s.io/v1 Table
   with the columns kubectl prints for nodes and pods, NAME/AGE for the rest (`table.py`).
 
-Watch (`?watch=true` on a collection) is a long poll: the changes after `resourceVersion` (the
-current objects as ADDED without one), waiting up to `WATCH_WAIT` seconds for the first, one JSON
-object a line, then the answer ends and client-go watches again from where it got to (a BOOKMARK
-says where when `allowWatchBookmarks` is asked); too old a resourceVersion is an ERROR event with
-a 410 Expired Status, so the client lists again.
+Watch (`?watch=true` on a collection) streams: the changes after `resourceVersion` (the current
+objects as ADDED without one), then each change as it happens, one JSON object a line in a chunked
+answer open until `timeoutSeconds` (default WATCH_DEFAULT, at most WATCH_MAX) or the server stops
+(a BOOKMARK after the first batch when `allowWatchBookmarks` is asked); too old a resourceVersion
+is an ERROR event with a 410 Expired Status, so the client lists again.
 
 Not served: server-side apply,
 protobuf, OpenAPI documents (`/openapi/v2`, `/openapi/v3` are 404: use `kubectl --validate=false`).
@@ -37,7 +37,8 @@ from __future__ import annotations
 import base64
 import hmac
 import json
-from typing import Any, Callable, Dict, Optional, Tuple
+import time
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from vmss_terminate_sim.emulator.kube import discovery, protobuf, table
 from vmss_terminate_sim.emulator.kube.kinds import GROUPS, NODES, PODS, Kind, find_kind
@@ -54,14 +55,15 @@ from vmss_terminate_sim.emulator.kube.status import (
     unsupported_media_type,
 )
 from vmss_terminate_sim.emulator.routes import Route, match_route, path_params, path_pattern
-from vmss_terminate_sim.emulator.server import Request, Response
+from vmss_terminate_sim.emulator.server import STREAM_SLICE, Request, Response
 
 __all__ = ["KubeEmulator"]
 
 _OPEN = ("/healthz", "/livez", "/readyz", "/version")
 _VERBS = {"GET": "get", "POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}
 _COLLECTION_VERBS = {"GET": "list", "POST": "create", "DELETE": "deletecollection"}
-WATCH_WAIT = 1.0  # real seconds a watch waits for a change before answering (and the client re-watches)
+WATCH_DEFAULT = 300.0  # real seconds a watch stays open without timeoutSeconds (or with 0), as the API server's
+WATCH_MAX = 1800.0     # default request timeout; and the most a watch may ask for (its --min-request-timeout)
 _RESOURCE = r"(?P<rest>(?:/[^/]+){1,5})"
 CORE = path_pattern(r"/api/(?P<version>v1)" + _RESOURCE + "/?")
 GROUPED = path_pattern(r"/apis/(?P<group>[^/]+)/(?P<version>[^/]+)" + _RESOURCE + "/?")
@@ -187,27 +189,50 @@ class KubeEmulator:
         return Response.json(200, obj)
 
     def _watch(self, request: Request, kind: Kind, namespace: str) -> Response:
-        """A watch answered as a long poll: the changes after `resourceVersion` (waiting up to
-        WATCH_WAIT seconds for the first), newline-delimited, then the response ends and the client
-        watches again from where it got to (client-go does; a BOOKMARK tells it where, when asked)."""
+        """A watch: the changes after `resourceVersion` (the current objects as ADDED without one), then
+        every later change as it happens, newline-delimited in one chunked answer that stays open
+        until `timeoutSeconds` (WATCH_DEFAULT when absent or 0, at most WATCH_MAX) or the server
+        stops; a BOOKMARK after the first batch when `allowWatchBookmarks` is asked."""
         try:
-            timeout = float(request.param("timeoutSeconds") or WATCH_WAIT)
+            asked = float(request.param("timeoutSeconds") or 0)
         except ValueError:
             raise bad_request("timeoutSeconds must be a number") from None
+        if not asked >= 0:  # negative or nan
+            raise bad_request("timeoutSeconds must not be negative")
+        timeout = min(asked or WATCH_DEFAULT, WATCH_MAX)
+        deadline = time.monotonic() + timeout
+        where = _selection(request, kind)
+        state = self.state
+        bookmarks = request.param("allowWatchBookmarks") in ("true", "1")
         try:
-            changes, version = self.state.watch(kind, namespace or None, request.param("resourceVersion"),
-                                                _selection(request, kind), min(max(timeout, 0.0), WATCH_WAIT))
+            changes, version = state.watch(kind, namespace or None, request.param("resourceVersion"), where, 0.0)
         except ApiError as error:
             if error.code != 410:
                 raise
-            lines = [{"type": "ERROR", "object": error.body()}]
-        else:
+            return Response(200, _lines([{"type": "ERROR", "object": error.body()}]),
+                            {"Content-Type": "application/json"})
+
+        def stream() -> Iterator[bytes]:
+            since = version
             lines = [{"type": change, "object": obj} for change, obj in changes]
-            if request.param("allowWatchBookmarks") in ("true", "1"):
+            if bookmarks:
                 lines.append({"type": "BOOKMARK", "object": {"kind": kind.kind, "apiVersion": kind.api_version,
-                                                             "metadata": {"resourceVersion": version}}})
-        body = "".join(json.dumps(line) + "\n" for line in lines).encode("utf-8")
-        return Response(200, body, {"Content-Type": "application/json"})
+                                                             "metadata": {"resourceVersion": since}}})
+            yield _lines(lines)
+            while True:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return
+                try:
+                    found, since_next = state.watch(kind, namespace or None, since, where,
+                                                    min(remaining, STREAM_SLICE))
+                except ApiError as error:  # fell behind the changes kept: the client lists again
+                    yield _lines([{"type": "ERROR", "object": error.body()}])
+                    return
+                since = since_next
+                yield _lines([{"type": change, "object": obj} for change, obj in found])
+
+        return Response(200, headers={"Content-Type": "application/json"}, stream=stream())
 
     def _list(self, request: Request, kind: Kind, namespace: str) -> Response:
         items = self.state.list(kind, namespace or None, _selection(request, kind))
@@ -297,6 +322,10 @@ class KubeEmulator:
             return Response.json(200, obj)  # the API server answers a delete with the object
         return Response.json(200, success(200, {"name": name, "group": kind.group, "kind": kind.plural,
                                                 "uid": obj["metadata"]["uid"]}))
+
+
+def _lines(events: List[Dict[str, Any]]) -> bytes:
+    return "".join(json.dumps(event) + "\n" for event in events).encode("utf-8")
 
 
 def _selection(request: Request, kind: Kind) -> Callable[[Dict[str, Any]], bool]:
