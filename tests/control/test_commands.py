@@ -48,6 +48,22 @@ def test_status_table_output(arm: ArmServers, state: ArmState) -> None:
     assert "2, 0 not on the latest model" in result.stdout
 
 
+def test_status_tsv_has_a_header_and_the_terminate_notification(arm: ArmServers, state: ArmState) -> None:
+    """Issue 28 item 10: the tsv row dropped the notification's facts (an object) and had no header."""
+    _ss(state, capacity=2, scheduled_events_profile={"terminateNotificationProfile": {"enable": True,
+                                                                                       "notBeforeTimeout": "PT7M"}})
+    result = run("status", "-g", RG, "-n", "web", "-o", "tsv")
+    assert result.exit_code == 0, result.output
+    header, row, *rest = result.stdout.splitlines()
+    assert rest == []
+    cells = dict(zip(header.split("\t"), row.split("\t")))
+    assert len(header.split("\t")) == len(row.split("\t"))
+    assert cells["terminate_notification.enabled"] == "True"
+    assert cells["terminate_notification.timeout"] == "PT7M"
+    assert cells["terminate_notification.timeout_minutes"] == "7"
+    assert cells["orchestration_mode"] == "Uniform" and cells["instance_count"] == "2"
+
+
 def test_status_pages_through_all_instances(arm: ArmServers, state: ArmState) -> None:
     state.page_size = 2
     _ss(state, capacity=5)

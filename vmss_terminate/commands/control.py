@@ -6,7 +6,7 @@ one documented function of `vmss_terminate.control` and prints its result as tex
 
 from __future__ import annotations
 
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 import click
 
@@ -187,7 +187,30 @@ def retime_command(resource_group: str, name: str, connection: Connection, outpu
 def status_command(resource_group: str, name: str, connection: Connection, output: str) -> None:
     """Show orchestration mode, upgrade policy, the terminate-notification profile, the
     scheduled-events policy and which instances run the latest model."""
-    emit(control.status(resource_group, name, connection=connection), output)
+    result = control.status(resource_group, name, connection=connection)
+    if output != "tsv":
+        emit(result, output)
+        return
+    work_done()
+    row = status_row(result.to_dict())
+    click.echo("\t".join(row))  # a header line: the columns are named, the notification's facts included
+    click.echo("\t".join(_tsv_cell(value) for value in row.values()))
+
+
+def status_row(data: Dict[str, Any]) -> Dict[str, Any]:
+    """`status -o tsv`'s one row: every scalar field, an object's fields as `object.field` (the
+    terminate notification's enabled and timeout), lists (the instances) left out."""
+    row: Dict[str, Any] = {}
+    for key, value in data.items():
+        if isinstance(value, dict):
+            row.update({f"{key}.{k}": v for k, v in value.items() if not isinstance(v, (dict, list))})
+        elif not isinstance(value, list):
+            row[key] = value
+    return row
+
+
+def _tsv_cell(value: Any) -> str:
+    return "" if value is None else " ".join(str(value).replace("\t", " ").splitlines())
 
 
 @click.command("upgrade")
