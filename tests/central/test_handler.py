@@ -222,3 +222,31 @@ def test_a_wall_clock_step_while_a_hook_runs_does_not_cut_it_short(live_arm: Arm
         central.close()
     assert [a.event_id for a in live.state.maintenance.acknowledgements] == [eid]
     assert (tmp_path / 'second').exists()
+
+
+def test_a_spent_resource_graph_quota_delays_the_next_poll_instead_of_a_429(
+        arm: ArmServers, estate: Estate, tmp_path: Path) -> None:
+    """x-ms-user-quota-remaining: 0 -> the next poll waits x-ms-user-quota-resets-after on the
+    handler's clock, and is answered (never 429); the wait is counted in the metrics."""
+    from vmss_terminate.central.metrics import CentralMetrics
+    from vmss_terminate_sim.emulator.arm.graphquota import GraphUserQuota
+
+    clock = estate.clock
+    quota = estate.state.graph_quota = GraphUserQuota(clock, limit=2, window=5.0)
+    metrics = CentralMetrics(5.0)
+    central = build(Scope.build(subscriptions=[SUB]), HandlerConfig(poll_interval=5.0),
+                    connection=Connection(arm_endpoint=arm.arm_url, retry_total=2, retry_backoff_factor=0.0),
+                    clock=clock, observe=metrics.observe)
+    try:
+        central.handler.poll_once()
+        central.handler.poll_once()  # the window's last query: remaining 0, resets after 00:00:05
+        before = clock.monotonic()
+        central.handler.poll_once()
+        waited = clock.monotonic() - before
+        assert central.handler.last_batch is not None and central.handler.last_batch.complete
+    finally:
+        central.close()
+    assert quota.refused == 0  # no query was sent to be answered 429
+    assert 4.0 <= waited <= 6.0
+    assert "vmss_terminate_central_source_quota_waits_total 1" in metrics.text()
+    assert "vmss_terminate_central_source_throttled_total 0" in metrics.text()

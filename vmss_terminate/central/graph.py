@@ -194,6 +194,7 @@ class ResourceGraphSource:
         batch = SourceBatch()
         stats = self.session.throttle.stats
         throttled_before = sum(stats.throttled.values())
+        waits_before = self.session.graph_quota_waits
         try:
             result = self.session.query_rows(self.query, self.subscriptions, list(self.scope.management_groups))
         except AzureError as exc:
@@ -201,6 +202,7 @@ class ResourceGraphSource:
             return batch
         finally:
             batch.throttled = sum(stats.throttled.values()) - throttled_before
+            batch.quota_waits = self.session.graph_quota_waits - waits_before
         batch.requests = result.pages
         seen: Set[str] = set()
         for row in result.rows:

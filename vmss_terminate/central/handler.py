@@ -158,6 +158,7 @@ class CentralHandler:
         batch = self.source.poll()
         self.last_batch = batch
         self.observe("poll", complete=batch.complete, requests=batch.requests, throttled=batch.throttled,
+                     quota_waits=batch.quota_waits,
                      events=len(batch.events), seconds=time.monotonic() - started_at)
         if not batch.complete:
             log.warning("the source's answer is incomplete (%s): events missing from it are not taken as gone",

@@ -40,6 +40,8 @@ class CentralMetrics:
                                (("complete", "true" if data.get("complete") else "false"),))] += 1
                 self.counters[("vmss_terminate_central_source_requests_total", ())] += int(data.get("requests") or 0)
                 self.counters[("vmss_terminate_central_source_throttled_total", ())] += int(data.get("throttled") or 0)
+                self.counters[("vmss_terminate_central_source_quota_waits_total", ())] += \
+                    int(data.get("quota_waits") or 0)
             elif kind == "action":
                 self.counters[("vmss_terminate_central_actions_total",
                                (("action", str(data.get("action"))), ("outcome", str(data.get("outcome")))))] += 1

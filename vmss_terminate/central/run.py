@@ -98,6 +98,8 @@ def build(scope: Scope, config: HandlerConfig, *, connection: Optional[Connectio
     central.handler = CentralHandler(
         source or ResourceGraphSource(session, scope, subscriptions), lookup, maintenance.acknowledge, config,
         journal, runner.run if runner is not None else None, drain, undo, clock, observe)
+    if session.throttle.stop is None:  # a wait for Resource Graph's quota (or a 429) ends when the handler stops
+        session.throttle.stop = central.handler.stopping
     return central
 
 

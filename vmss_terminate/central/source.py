@@ -113,6 +113,7 @@ class SourceBatch:
     problem: Optional[str] = None
     requests: int = 0
     throttled: int = 0
+    quota_waits: int = 0  # queries held back until Resource Graph's user quota reset
 
 
 class EventSource(Protocol):

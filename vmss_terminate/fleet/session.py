@@ -10,6 +10,8 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import logging
+import math
 import threading
 from typing import Any, Callable, Dict, List, Optional, Set
 
@@ -29,6 +31,31 @@ GRAPH_API_VERSION = "2021-03-01"
 MAX_GRAPH_PAGES = MAX_PAGES
 """Pages one Resource Graph query may take (1,000 rows each: a million scale sets); past it the
 query fails instead of paging on."""
+
+
+log = logging.getLogger(__name__)
+
+MAX_GRAPH_QUOTA_WAIT = 60.0
+"""Longest wait for Resource Graph's user quota to reset (its documented window is 5 s): a larger
+`x-ms-user-quota-resets-after` is not trusted beyond this."""
+
+
+def graph_quota_wait(headers: Any) -> Optional[float]:
+    """Seconds to wait before the next Resource Graph query: `x-ms-user-quota-resets-after` (hh:mm:ss)
+    when `x-ms-user-quota-remaining` is 0, bounded by MAX_GRAPH_QUOTA_WAIT; None when quota remains
+    or the headers are absent or unreadable."""
+    remaining, resets = headers.get("x-ms-user-quota-remaining"), headers.get("x-ms-user-quota-resets-after")
+    if remaining is None or resets is None or str(remaining).strip() != "0":
+        return None
+    parts = str(resets).strip().split(":")
+    try:
+        hours, minutes, secs = (float(p) for p in parts) if len(parts) == 3 else (0.0, 0.0, float("nan"))
+    except ValueError:
+        return None
+    seconds = hours * 3600 + minutes * 60 + secs
+    if not math.isfinite(seconds) or seconds < 0:
+        return None
+    return min(seconds, MAX_GRAPH_QUOTA_WAIT)
 
 
 @dataclasses.dataclass
@@ -69,6 +96,8 @@ class FleetSession:
         self._graph: Optional[ArmClient] = None
         self._computes: Dict[str, ComputeClient] = {}
         self._lock = threading.Lock()
+        self._graph_resets_at: Optional[float] = None  # monotonic: when a spent Resource Graph quota resets
+        self.graph_quota_waits = 0  # queries held back until the user quota reset (not sent to be 429ed)
 
     @property
     def credential(self) -> Any:
@@ -137,6 +166,7 @@ class FleetSession:
                 request["subscriptions"] = subscriptions
             if management_groups:
                 request["managementGroups"] = management_groups
+            self._await_graph_quota()
             with arm_errors("querying Azure Resource Graph", "resources"):
                 response = self._graph_page(request)
             result.pages += 1
@@ -194,6 +224,22 @@ class FleetSession:
                 "have been updating), or narrow the scope (--subscription, -g, --name)")
         return result
 
+    def _await_graph_quota(self) -> None:
+        """The last answer said the user quota is spent (`x-ms-user-quota-remaining: 0`): wait on the
+        session's clock until it resets (at most MAX_GRAPH_QUOTA_WAIT; a stopped run stops waiting)
+        instead of sending a query Resource Graph answers 429."""
+        with self._lock:
+            resets_at, self._graph_resets_at = self._graph_resets_at, None
+        pause = 0.0 if resets_at is None else resets_at - self.clock.monotonic()
+        if pause <= 0:
+            return
+        self.graph_quota_waits += 1
+        log.info("Resource Graph user quota spent: next query in %.1f s (x-ms-user-quota-resets-after)", pause)
+        if self.throttle.stop is not None:
+            self.clock.wait(self.throttle.stop, pause)
+        else:
+            self.clock.sleep(pause)
+
     def _graph_page(self, request: Dict[str, Any]) -> Dict[str, Any]:
         """One Resource Graph page as the JSON object ARM answered, parsed once: the request goes
         through the session's ARM pipeline (credential, origin rule, retries, the throttle's
@@ -206,6 +252,9 @@ class FleetSession:
             "POST", f"/providers/Microsoft.ResourceGraph/resources?api-version={GRAPH_API_VERSION}", content=body,
             headers={"Content-Type": "application/json", "Accept": "application/json"}), stream=True)
         answer.read()
+        wait = graph_quota_wait(answer.headers)
+        with self._lock:
+            self._graph_resets_at = None if wait is None else self.clock.monotonic() + wait
         if answer.status_code >= 400:
             raise_for_arm_status(answer)
         return json_object(answer.content, f"Azure Resource Graph answered {answer.status_code}")

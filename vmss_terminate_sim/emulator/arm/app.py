@@ -105,6 +105,7 @@ Decisions where the reference is silent:
 from __future__ import annotations
 
 import copy
+import math
 import re
 import ssl
 from dataclasses import dataclass
@@ -305,7 +306,17 @@ class ArmEmulator:
             raise _refuse(400, "InvalidApiVersionParameter",
                           f"The api-version '{api_version}' is invalid. The supported versions are "
                           f"'{', '.join(resourcegraph.API_VERSIONS)}'.")
-        return resourcegraph.answer(self.state, _json_object(request))
+        quota = self.state.graph_quota
+        if quota is None:
+            return resourcegraph.answer(self.state, _json_object(request))
+        allowed, headers, resets = quota.take()
+        if not allowed:
+            return Response.json(429, {"error": {"code": "RateLimiting", "message": "Please provide below info when "
+                                                 "asking for support: the user quota is exhausted."}},
+                                 dict(headers, **{"Retry-After": str(max(1, math.ceil(resets)))}))
+        answer = resourcegraph.answer(self.state, _json_object(request))
+        answer.headers.update(headers)
+        return answer
 
     # ------------------------------------------------------------ Microsoft.Features
 

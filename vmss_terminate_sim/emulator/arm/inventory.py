@@ -88,6 +88,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Union
 from vmss_terminate.clock import SYSTEM_CLOCK, Clock
 from vmss_terminate.scheduled_events import DEFAULT_SUBSCRIPTION
 from vmss_terminate_sim.emulator.arm import defaults, fleetgen
+from vmss_terminate_sim.emulator.arm.graphquota import GraphUserQuota
 from vmss_terminate_sim.emulator.arm.maintenance import MaintenanceEvents
 from vmss_terminate_sim.emulator.arm.quota import Quotas, parse_limits
 from vmss_terminate_sim.emulator.arm.runcommand import RunCommands
@@ -370,6 +371,7 @@ class ArmState:
         self.rg_compute_resources = True  # False: the computeresources summary answers 400 (no such table)
         self.rg_model_reported = True  # False: computeresources rows carry no latestModelApplied
         self.quotas = Quotas(clock)  # per-subscription read/write quotas (none configured: off)
+        self.graph_quota: Optional[GraphUserQuota] = None  # Resource Graph's per-user quota (graphquota.py)
         self._management_groups: Dict[str, List[str]] = {}
         # Microsoft.Features: (subscription or "*", "namespace/name") -> registered; a feature set
         # nowhere reads Registered (the emulator's default: features the product gates on)
