@@ -25,7 +25,11 @@ class CentralMetrics:
         self.poll_interval = poll_interval
         self._lock = threading.Lock()
         self.counters: "Counter[Tuple[str, Tuple[Tuple[str, str], ...]]]" = Counter()
-        self.histogram: List[float] = []
+        # event -> acknowledge seconds as a Prometheus histogram: a count per fixed bucket (le=BUCKETS,
+        # then +Inf), their sum and count -- constant memory however many events are acknowledged
+        self.buckets: List[int] = [0] * (len(BUCKETS) + 1)
+        self.seconds_sum = 0.0
+        self.seconds_count = 0
         self.last_poll: Optional[float] = None
         self.last_complete: Optional[bool] = None
         self.started = time.monotonic()
@@ -48,7 +52,10 @@ class CentralMetrics:
             elif kind == "acknowledged":
                 self.counters[("vmss_terminate_central_events_acknowledged_total",
                                (("type", str(data.get("event_type"))),))] += 1
-                self.histogram.append(float(data.get("seconds") or 0.0))
+                seconds = float(data.get("seconds") or 0.0)
+                self.buckets[next((i for i, bound in enumerate(BUCKETS) if seconds <= bound), len(BUCKETS))] += 1
+                self.seconds_sum += seconds
+                self.seconds_count += 1
             else:  # seen, out_of_scope, acknowledge_refused
                 self.counters[(f"vmss_terminate_central_events_{kind}_total",
                                (("type", str(data.get("event_type"))),))] += 1
@@ -65,7 +72,7 @@ class CentralMetrics:
     def text(self) -> str:
         with self._lock:
             counters = sorted(self.counters.items())
-            values = list(self.histogram)
+            buckets, total, count = list(self.buckets), self.seconds_sum, self.seconds_count
         lines: List[str] = []
         names = sorted({name for (name, _), _ in counters})
         for name in names:
@@ -76,10 +83,11 @@ class CentralMetrics:
                     lines.append(f"{name}{{{label}}} {value}" if label else f"{name} {value}")
         hist = "vmss_terminate_central_event_to_acknowledge_seconds"
         lines.append(f"# TYPE {hist} histogram")
-        for bound in BUCKETS:
-            lines.append(f'{hist}_bucket{{le="{bound:g}"}} {sum(1 for v in values if v <= bound)}')
-        lines += [f'{hist}_bucket{{le="+Inf"}} {len(values)}', f"{hist}_sum {sum(values):.3f}",
-                  f"{hist}_count {len(values)}"]
+        cumulative = 0
+        for bound, n in zip(BUCKETS, buckets):
+            cumulative += n
+            lines.append(f'{hist}_bucket{{le="{bound:g}"}} {cumulative}')
+        lines += [f'{hist}_bucket{{le="+Inf"}} {count}', f"{hist}_sum {total:.3f}", f"{hist}_count {count}"]
         return "\n".join(lines) + "\n" + "".join(section() for section in self.sections)
 
 
