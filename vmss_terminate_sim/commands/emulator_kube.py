@@ -53,8 +53,8 @@ def kube_command(host: str, port: int, seed: Optional[Path], kubeconfig_out: Opt
     """Serve a local Kubernetes API (nodes, pods, evictions, PodDisruptionBudgets) until Ctrl-C.
 
     \b
-    vmss-terminate emulator kube --seed cluster.json --kubeconfig-out kubeconfig
-    kubectl --kubeconfig kubeconfig drain NODE --ignore-daemonsets --delete-emptydir-data
+    vmss-terminate emulator kube --seed examples/kube-seed.json --kubeconfig-out kubeconfig
+    kubectl --kubeconfig kubeconfig drain vmss000000 --ignore-daemonsets --delete-emptydir-data
     """
     from vmss_terminate_sim.emulator.kube import KubeState, load_seed, start_kube
     from vmss_terminate_sim.emulator.server import PortUnavailable
