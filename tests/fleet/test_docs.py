@@ -38,3 +38,22 @@ def test_documented_commands_run(words: List[str], arm: ArmServers, tmp_path: Pa
     result = run(*words)
     expected = 2 if "--detailed-exitcode" in words else 0
     assert result.exit_code == expected, result.output
+
+
+def test_the_workflow_in_order_passes_its_gate(arm: ArmServers, tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 28 item 8: run in the doc's order on one estate, the rollout skips the Spot, AKS-managed
+    and instance-less Flexible sets it must not or cannot change, and a gate without
+    --ignore-finding for them failed (exit 2) after a successful rollout; the doc's gate step after
+    the rollout passes."""
+    monkeypatch.chdir(tmp_path)
+    commands = _commands()
+    rollout = next(w for w in commands if w[:2] == ["fleet", "rollout"] and "--journal" in w)
+    gates = [w for w in commands if w[:2] == ["fleet", "audit"] and "--detailed-exitcode" in w
+             and "--ignore-finding" in w]
+    assert gates, "the doc shows no gate step that accepts what a rollout skips"
+    done = run(*rollout)
+    assert done.exit_code == 0, done.output
+    for gate in gates:
+        result = run(*gate)
+        assert result.exit_code == 0, result.output
