@@ -95,6 +95,42 @@ def test_skip_token_pages_until_complete(graph: Any, state: ArmState) -> None:
     assert len({r["id"] for r in rows}) == 30
 
 
+def test_pages_after_the_first_follow_changes_to_the_estate(graph: Any, state: ArmState) -> None:
+    """The pages after the first are cut from a cached result only while the estate is unchanged;
+    a change between pages (here a set whose id sorts first) is seen by the next page, which is
+    cut from the current estate at the token's offset: the last row of page 1 comes again, as a
+    paged Resource Graph read may repeat or skip rows while resources change."""
+    state.rg_page_size = 7
+    query = Scope().query()
+    first = _query(graph, query)
+    second = _query(graph, query, skip_token=first.skip_token)  # served from the first page's result
+    assert [r["id"] for r in second.data] == [r["id"] for r in _all_rows(graph, query)[0][7:14]]
+    sub = fleetgen.subscription_id(0)
+    state.add_scale_set(sub, "rg-fleet-0", "aaa-first", capacity=1)
+    again = _query(graph, query, skip_token=first.skip_token)
+    assert again.total_records == 31
+    assert again.data[0]["id"] == first.data[-1]["id"]  # shifted by the new set
+    rows, _ = _all_rows(graph, query)
+    assert any(r["name"] == "aaa-first" for r in rows)
+
+
+def test_cached_results_are_bounded(graph: Any, state: ArmState) -> None:
+    from vmss_terminate_sim.emulator.arm import resourcegraph
+
+    state.rg_page_size = 7
+    first = _query(graph, Scope().query())
+    for group in range(resourcegraph.CACHED_RESULTS + 2):
+        _query(graph, Scope.build(resource_groups=[f"rg-fleet-{group}"]).query())
+    assert len(resourcegraph._results(state)) <= resourcegraph.CACHED_RESULTS
+    rows = list(first.data)
+    token = first.skip_token
+    while token:  # the evicted query still pages correctly: computed again
+        page = _query(graph, Scope().query(), skip_token=token)
+        rows.extend(page.data)
+        token = page.skip_token
+    assert len({r["id"] for r in rows}) == 30
+
+
 def test_skip_token_of_another_query_is_refused(graph: Any, state: ArmState) -> None:
     from azure.core.exceptions import HttpResponseError
 

@@ -272,6 +272,8 @@ class ArmEmulator:
                               f"YYYY-MM-DD or YYYY-MM-DD-preview (scheduledEventsProfile needs "
                               f"{shapes.SCHEDULED_EVENTS_MIN_API} or later).")
             self.state.tick()
+            if request.method not in ("GET", "HEAD") and not RESOURCE_GRAPH.match(request.path):
+                self.state.changed()  # a write may change what a Resource Graph query selects
             throttled, quota_headers, repeated = self._quota(request)
             if throttled is not None:
                 return throttled

@@ -364,6 +364,9 @@ class ArmState:
         self._lro_faults: List[_LroFault] = []
         self._listeners: List[Listener] = []
         self._sequence = 0
+        # bumped by every change to the estate (changed()): Resource Graph serves the pages after the
+        # first from the result it computed for the first while this is unchanged
+        self.generation = 0
         self.rg_page_size = 1000  # Resource Graph rows per page
         # Resource Graph answers a result larger than a page with resultTruncated "true" and no
         # $skipToken (as it does for queries it cannot page): the client must fail, not under-count
@@ -452,6 +455,7 @@ class ArmState:
                 raise ValueError(f"scale set {name!r} already exists in {resource_group!r}")
             self.add_resource_group(subscription, resource_group, location=ss.location)
             self._scale_sets[ss.key] = ss
+            self.generation += 1
             created = self._create_instances(ss, spec.capacity)
             for inst in created[len(created) - min(spec.stale_instances, len(created)):] if spec.stale_instances else []:
                 inst.model_version = ss.model_version - 1
@@ -681,6 +685,7 @@ class ArmState:
         notes: List[Tuple[str, ScaleSetRecord, List[InstanceRecord]]] = []
         deleting: List[InstanceRecord] = []
         with self.lock:
+            self.generation += 1
             new_profile = self._normalise_profile(ss, new_profile)
             if tags is not None:
                 ss.tags = dict(tags)
@@ -713,6 +718,7 @@ class ArmState:
         """Start deleting instances (POST .../delete, DELETE .../virtualMachines/{id}); capacity drops."""
         with self.lock:
             found = [i for i in self._resolve(ss, instance_ids) if not i.deleting]
+            self.generation += 1
             ss.capacity = max(0, ss.capacity - len(found))
             op = self._new_operation("delete", ss, [i.instance_id for i in found])
             op.wait_for_removal = self.deleter is not None
@@ -882,9 +888,15 @@ class ArmState:
         else:
             deleter(ss, list(instances))
 
+    def changed(self) -> None:
+        """Record a change to the estate (a new generation): cached Resource Graph results go stale."""
+        with self.lock:
+            self.generation += 1
+
     def _notify(self, notes: List[Tuple[str, ScaleSetRecord, List[InstanceRecord]]]) -> None:
         if not notes:
             return
+        self.changed()
         with self.lock:
             listeners = list(self._listeners)
         for kind, ss, instances in notes:

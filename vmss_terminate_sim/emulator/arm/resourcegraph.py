@@ -72,7 +72,9 @@ import json
 import re
 import time
 import uuid
+import weakref
 import zlib
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -95,6 +97,7 @@ MAINTENANCE_PROJECTED = ("id", "name", "type", "subscriptionId", "resourceGroup"
 MAX_SUBSCRIPTIONS = 1000
 MAX_TOP = 1000
 ROW_API_VERSION = "2025-04-01"  # the shape Resource Graph serves: the latest properties (scheduledEventsPolicy whole)
+CACHED_RESULTS = 4  # ordered results kept per emulator for the pages after the first (the last few queries)
 
 _TOKEN = re.compile(r"""\s*(?:(?P<str>'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")|(?P<op>=~|==|in~|=|\.|\||\(|\)|\[|\]|,)|(?P<word>[A-Za-z_][A-Za-z0-9_]*))""")
 
@@ -432,6 +435,30 @@ def _read_skip_token(token: str, query: str) -> Optional[int]:
         return None
 
 
+_RESULTS: "weakref.WeakKeyDictionary[ArmState, OrderedDict[Any, List[ScaleSetRecord]]]" = \
+    weakref.WeakKeyDictionary()
+
+
+def _results(state: ArmState) -> "OrderedDict[Any, List[ScaleSetRecord]]":
+    """The emulator's last few ordered query results (lock held), keyed by query, scope, the
+    rg_model_reported knob and the estate's generation.
+
+    Why: a 10,000-set audit reads 10 pages; filtering, sorting (and, for the stale summary,
+    walking every set's instances) once per page made the emulator, not the client, the cost of
+    `fleet audit` (issue 29). A first page (no $skipToken) always selects afresh; a page after
+    it is served from the selection the first computed while the estate is unchanged. Any change
+    (ArmState.changed(): every write request, every mutation of the inventory) starts a new
+    generation, and the next page is cut from the current estate at the token's offset, as
+    before: Azure Resource Graph documents no snapshot across pages (its data is refreshed as
+    resources change, and a paged result read while they change may skip or repeat rows), so
+    the emulator keeps that behaviour for tests that change the estate between pages.
+    Rows are rendered from the live records per page, so their contents are always current."""
+    found = _RESULTS.get(state)
+    if found is None:
+        found = _RESULTS[state] = OrderedDict()
+    return found
+
+
 def answer(state: ArmState, body: Any) -> Response:
     """One Resource Graph page for a request body (already JSON-decoded)."""
     if not isinstance(body, dict) or not isinstance(body.get("query"), str):
@@ -465,10 +492,21 @@ def answer(state: ArmState, body: Any) -> Response:
             {"code": "UnknownTable", "message": "Unknown table 'computeresources' (emulator: "
                                                 "state.rg_compute_resources is False)"}])
     with state.lock:
-        selected = sorted((ss for ss in state.scale_sets()
-                           if (not subscriptions and not groups or ss.subscription.lower() in scope)
-                           and query.matches(ss) and (not query.summary or _has_vms(ss))),
-                          key=lambda ss: ss.resource_id.lower())
+        key = (body["query"], tuple(sorted(scope)), not subscriptions and not groups,
+               state.rg_model_reported, state.generation)
+        results = _results(state)
+        cached = results.get(key) if options.get("$skipToken") else None
+        if cached is None:
+            selected = sorted((ss for ss in state.scale_sets()
+                               if (not subscriptions and not groups or ss.subscription.lower() in scope)
+                               and query.matches(ss) and (not query.summary or _has_vms(ss))),
+                              key=lambda ss: ss.resource_id.lower())
+            results[key] = selected
+            while len(results) > CACHED_RESULTS:
+                results.popitem(last=False)
+        else:
+            selected = cached
+            results.move_to_end(key)
         shape: Callable[[Any], Dict[str, Any]] = _shape(query, state.rg_model_reported)
     records: List[Any] = selected
     if query.maintenance:  # one row per event of the selected sets, not one per set
