@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import threading
 from pathlib import Path
@@ -214,3 +215,12 @@ def test_stop_lets_a_running_hook_finish_within_the_grace_and_approves(imds: Imd
         release.set()
     assert imds.approved_ids() == [eid]
     assert "hook_finished" in running.decisions.kinds(eid)
+
+
+def test_an_explicit_state_file_creates_only_its_own_directory(tmp_path: Path) -> None:
+    """Issue 28 item 10: --state-file /nonexistent/d/s.json created the whole tree (as root)."""
+    with pytest.raises(UsageError, match=re.escape(f"{tmp_path / 'missing'} does not exist")):
+        resolve_state_file(str(tmp_path / "missing" / "d" / "s.json"))
+    assert not (tmp_path / "missing").exists()
+    assert resolve_state_file(str(tmp_path / "d" / "s.json")) == str(tmp_path / "d" / "s.json")
+    assert (tmp_path / "d").is_dir()

@@ -85,7 +85,11 @@ def resolve_state_file(path: Optional[str]) -> str:
         return MEMORY
     if explicit:
         target = Path(explicit).expanduser()
-        problem = _state_file_problem(target)
+        # an explicit path creates at most its own directory (mkdir, not mkdir -p): a typo such as
+        # /nonexistent/d/s.json is refused instead of becoming a directory tree created as root
+        grandparent = target.parent.parent
+        problem = (f"{grandparent} does not exist (only the state file's own directory is created)"
+                   if not target.parent.exists() and not grandparent.is_dir() else _state_file_problem(target))
         if problem is not None:
             raise UsageError(f"{problem}: pass a usable --state-file")
         return str(target)
