@@ -41,3 +41,15 @@ def test_event_from_fields_names_the_unreadable_field() -> None:
     with pytest.raises(ValueError, match="RFC 1123"):
         parse_not_before("tomorrow")
     assert parse_not_before("") is None
+
+
+def test_an_event_row_whose_id_names_another_event_id_is_refused() -> None:
+    from vmss_terminate.central.graph import event_from_row
+
+    set_id = ("/subscriptions/s/resourceGroups/g/providers/Microsoft.Compute/virtualMachineScaleSets/web"
+              "/providers/Microsoft.Maintenance/scheduledevents/")
+    props = {"EventId": "AAAA-1", "EventType": "Terminate", "EventStatus": "Scheduled", "Resources": ["web_1"],
+             "NotBefore": "Mon, 19 Sep 2016 18:29:47 GMT"}
+    assert event_from_row({"id": set_id + "aaaa-1", "properties": props}).event_id == "AAAA-1"  # case-insensitive
+    with pytest.raises(ValueError, match="properties.EventId"):
+        event_from_row({"id": set_id + "BBBB-2", "properties": props})

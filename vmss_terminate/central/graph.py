@@ -76,6 +76,22 @@ def scale_set_of(event_row_id: str) -> ScaleSetRef:
     return ScaleSetRef.parse(event_row_id[:at])
 
 
+def event_from_row(row: Mapping[str, Any], source: str = "resource-graph") -> CentralEvent:
+    """An event row -> CentralEvent; ValueError for a row that cannot be trusted, including one whose
+    id ends in another EventId than its properties.EventId (the queue source refuses the same
+    mismatch): acting on it could acknowledge an event of another id."""
+    row_id = str(row.get("id") or "")
+    ref = scale_set_of(row_id)
+    props = row.get("properties")
+    if not isinstance(props, dict):
+        raise ValueError(f"row {row_id!r} has no properties object")
+    event = event_from_fields(ref, props, source=source)
+    tail = row_id[row_id.lower().find(_EVENT_SUFFIX) + len(_EVENT_SUFFIX):].strip("/")
+    if tail.lower() != event.event_id.lower():
+        raise ValueError(f"row {row_id!r} names event {tail!r} but its properties.EventId is {event.event_id!r}")
+    return event
+
+
 @dataclass(frozen=True)
 class ScaleSetInfo:
     """What the handler needs of a scale set besides its id."""
@@ -207,11 +223,7 @@ class ResourceGraphSource:
         seen: Set[str] = set()
         for row in result.rows:
             try:
-                ref = scale_set_of(str(row.get("id") or ""))
-                props = row.get("properties")
-                if not isinstance(props, dict):
-                    raise ValueError(f"row {row.get('id')!r} has no properties object")
-                event = event_from_fields(ref, props, source=self.name)
+                event = event_from_row(row, self.name)
             except ValueError as exc:
                 # a row we cannot read may be an event we must not miss: the answer is incomplete
                 batch.complete = False
