@@ -63,3 +63,18 @@ def test_a_summary_that_lags_the_capacity_is_not_trusted(arm: ArmServers, conn: 
     assert report.calls["instance_lists"] == 1  # only the lagging set's ARM list is read
     listed = [r for r in arm.arm_server.log.find("GET") if r.path.endswith("/virtualMachines")]
     assert [r.path.lower() for r in listed] == [f"{lagging.resource_id.lower()}/virtualmachines"]
+
+
+@pytest.mark.parametrize("body", [b"<html><body>502 Bad Gateway</body></html>", b"{not json", b""],
+                         ids=["html", "broken-json", "empty"])
+def test_a_graph_answer_that_is_not_json_is_named_not_the_sdk(arm: ArmServers, body: bytes) -> None:
+    """Issue 28 item 9: an answer that is not JSON is one line saying what Resource Graph answered -- not the
+    SDK's deserialisation internals."""
+    arm.arm_server.faults.add(status=200, body=body, headers={"Content-Type": "application/json"},
+                              method="POST", path_contains=GRAPH, times=None)
+    result = run("fleet", "audit")
+    assert result.exit_code == 1, result.output
+    assert "Azure Resource Graph answered 200" in result.stderr, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    for internal in ("Traceback", "DeserializationError", "azure.core", "msrest", "JSONDecodeError"):
+        assert internal not in result.output + result.stderr
