@@ -114,6 +114,16 @@ class ScopedJournal:
         return []  # no hand-over between VMs: each VM is its own node
 
 
+@dataclass(frozen=True)
+class Actions:
+    """The handler's collaborators that act outside it: Run Command on a VM (`--run-command`), the
+    node drain for a VM (`--kubernetes`) and its undo when the event is canceled; None: not used."""
+
+    run_command: Optional[Callable[..., CommandOutput]] = None
+    drain: Optional[Callable[[CentralEvent, str, str, Run], StepResult]] = None
+    undo: Optional[Callable[[CentralEvent, str], None]] = None
+
+
 class CentralHandler:
     """Polls a source, acts on new events, acknowledges them. `handle(event, info)` is the Python
     API for one event (actions, then the acknowledgement)."""
@@ -121,15 +131,12 @@ class CentralHandler:
     def __init__(self, source: EventSource, lookup: Callable[[Sequence[ScaleSetRef]], Dict[str, ScaleSetInfo]],
                  acknowledge: Callable[[ScaleSetRef, Sequence[str]], List[AckResult]],
                  config: HandlerConfig = HandlerConfig(), journal: Optional[StateStore] = None,
-                 run_command: Optional[Callable[..., CommandOutput]] = None,
-                 drain: Optional[Callable[[CentralEvent, str, str, Run], StepResult]] = None,
-                 undo: Optional[Callable[[CentralEvent, str], None]] = None,
-                 clock: Clock = SYSTEM_CLOCK, observe: Optional[Callable[..., None]] = None,
+                 actions: Actions = Actions(), clock: Clock = SYSTEM_CLOCK, observe: Optional[Callable[..., None]] = None,
                  workers: int = 16) -> None:
         self.source, self.lookup, self._acknowledge = source, lookup, acknowledge
         self.config, self.clock = config, clock
         self.journal = journal or StateStore()
-        self.run_command, self.drain, self.undo = run_command, drain, undo
+        self.run_command, self.drain, self.undo = actions.run_command, actions.drain, actions.undo
         self.observe = observe or (lambda kind, **data: None)
         self.stopping = threading.Event()
         self._jobs: Dict[str, threading.Thread] = {}

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from vmss_terminate.central.graph import ResourceGraphSource, ScaleSetDirectory, ScaleSetInfo, resolve_subscriptions
-from vmss_terminate.central.handler import CentralHandler, HandlerConfig, Outcome, ScopedJournal
+from vmss_terminate.central.handler import Actions, CentralHandler, HandlerConfig, Outcome, ScopedJournal
 from vmss_terminate.central.maintenance import MaintenanceClient
 from vmss_terminate.central.runcommand import RunCommandClient
 from vmss_terminate.central.source import CentralEvent, EventSource, ScaleSetRef
@@ -97,7 +97,7 @@ def build(scope: Scope, config: HandlerConfig, *, connection: Optional[Connectio
 
     central.handler = CentralHandler(
         source or ResourceGraphSource(session, scope, subscriptions), lookup, maintenance.acknowledge, config,
-        journal, runner.run if runner is not None else None, drain, undo, clock, observe)
+        journal, Actions(runner.run if runner is not None else None, drain, undo), clock, observe)
     if session.throttle.stop is None:  # a wait for Resource Graph's quota (or a 429) ends when the handler stops
         session.throttle.stop = central.handler.stopping
     return central
