@@ -198,12 +198,14 @@ def test_no_node_for_this_vm_is_said_and_the_terminate_approved_as_on_hook_failu
     from vmss_terminate_sim.emulator.kube import NODES
 
     cluster.state.delete(NODES, "", NODE)
-    eid = cluster.group.add_event("Terminate", [VM], not_before=cluster.clock.now() + 600)
+    # The own node is looked for until the deadline (NotBefore - 15 s margin): 105 clock seconds,
+    # about 5 real seconds at SPEED each (600 took 29 of the 30 s allowed: a race on a busy machine).
+    eid = cluster.group.add_event("Terminate", [VM], not_before=cluster.clock.now() + 120)
     with Running(cluster.agent()) as running:
         assert running.decisions.wait_kind(D.APPROVAL_SENT, eid, timeout=30)
     missing = next(d for d in running.decisions.items if d.kind == D.KUBE_NODE_NOT_FOUND)
     assert "no Kubernetes node is this VM" in missing.message and "--node-name" in missing.message
-    eid2 = cluster.group.add_event("Terminate", [VM], not_before=cluster.clock.now() + 600)
+    eid2 = cluster.group.add_event("Terminate", [VM], not_before=cluster.clock.now() + 120)
     with Running(cluster.agent(on_hook_failure="wait")) as running:
         assert running.decisions.wait_kind(D.APPROVAL_WITHHELD, eid2, timeout=30)
     assert [a.event_id for a in cluster.group.approvals] == [eid]
