@@ -49,17 +49,26 @@ class RecordingProxy:
                         if not chunk:
                             break
                         data += chunk
+                except OSError:
+                    pass
+                # Recorded before the answer: the client's error (and so the test's read of
+                # `seen()`) can only come after the 502, which must find the request there.
+                with self._lock:
+                    self.received.append(data)
+                try:
                     conn.sendall(b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
                 except OSError:
                     pass
-                with self._lock:
-                    self.received.append(data)
 
     def seen(self) -> bytes:
         with self._lock:
             return b"".join(self.received)
 
     def close(self) -> None:
+        try:  # wakes the accept() blocked in the serving thread (close alone does not, on Linux)
+            self._listener.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
         self._listener.close()
         self._thread.join(5)
 
