@@ -16,6 +16,25 @@ from vmss_terminate.control.connection import Connection
 from vmss_terminate.fleet.scope import Scope
 
 
+def _scale_set_ids(ctx: click.Context, param: click.Parameter, value: Tuple[str, ...]) -> Tuple[str, ...]:
+    """Each --scale-set is a scale set's resource id: bad input before any request, named as typed."""
+    from vmss_terminate.central.source import ScaleSetRef
+    from vmss_terminate.errors import UsageError
+
+    for item in value:
+        try:
+            ScaleSetRef.parse(item)
+        except ValueError:
+            raise UsageError(f"invalid --scale-set {item!r}: use /subscriptions/SUB/resourceGroups/RG/providers/"
+                             "Microsoft.Compute/virtualMachineScaleSets/NAME") from None
+    return value
+
+
+# `--scale-set ID` of `events list` and `central run`, declared once.
+scale_set_option = click.option("--scale-set", "scale_sets", multiple=True, metavar="ID", callback=_scale_set_ids,
+                                help="Only this scale set (its resource id; repeatable).")
+
+
 @click.group("events")
 def events_group() -> None:
     """List and acknowledge scheduled events of scale sets across a scope, from outside the VMs (Resource Graph, Maintenance RP; preview)."""
@@ -24,8 +43,7 @@ def events_group() -> None:
 @events_group.command("list")
 @scope_options
 @endpoint_options
-@click.option("--scale-set", "scale_sets", multiple=True, metavar="ID",
-              help="Only this scale set (its resource id; repeatable).")
+@scale_set_option
 @click.option("--all", "include_done", is_flag=True, help="Also Completed and Canceled events.")
 @output_option("table: for people; json: a list of event objects; tsv: one row per event.")
 def list_command(scope: Scope, connection: Connection, scale_sets: Tuple[str, ...], include_done: bool,
@@ -35,10 +53,8 @@ def list_command(scope: Scope, connection: Connection, scale_sets: Tuple[str, ..
     Preview: reads Resource Graph's maintenanceresources table (events of scale sets whose
     scheduledEventsPolicy enables eventGridAndResourceGraph). An incomplete answer is exit 1.
     """
-    from vmss_terminate.central.ops import list_events, parse_scale_set_id
+    from vmss_terminate.central.ops import list_events
 
-    for item in scale_sets:
-        parse_scale_set_id(item)
     report = list_events(scope, connection=connection, scale_set_ids=scale_sets, include_done=include_done)
     work_done()
     if output == "json":
@@ -88,8 +104,7 @@ def central_group() -> None:
 @central_group.command("run")
 @scope_options
 @endpoint_options
-@click.option("--scale-set", "scale_sets", multiple=True, metavar="ID",
-              help="Only this scale set (its resource id; repeatable).")
+@scale_set_option
 @click.option("--source", type=click.Choice(["resourcegraph", "queue"]), default="resourcegraph", show_default=True,
               help="resourcegraph: poll maintenanceresources; queue: an Event Grid -> Storage queue (--queue-url).")
 @click.option("--queue-url", metavar="URL", help="With --source queue: https://ACCOUNT.queue.core.windows.net/QUEUE.")
@@ -133,13 +148,10 @@ def run_command(scope: Scope, connection: Connection, scale_sets: Tuple[str, ...
 
     from vmss_terminate.central.handler import HandlerConfig
     from vmss_terminate.central.metrics import CentralMetrics, parse_listen, serve
-    from vmss_terminate.central.ops import parse_scale_set_id
     from vmss_terminate.central.run import build, handled_types, read_script
     from vmss_terminate.errors import UsageError
     from vmss_terminate.signals import StopOnSignals
 
-    for item in scale_sets:
-        parse_scale_set_id(item)
     handled = handled_types(types)
     if kubeconfig and not kubernetes:
         raise UsageError("--kubeconfig needs --kubernetes")

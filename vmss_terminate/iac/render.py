@@ -164,18 +164,25 @@ def _policy(enable: bool, minutes: Optional[int], _rg: Optional[str], _name: Opt
     return azure_policy.render_definition(minutes)
 
 
-def _bicep_entries(mapping: Dict[str, Any], depth: int) -> List[str]:
+def _entries(mapping: Dict[str, Any], depth: int, key_of: Callable[[str], str], scalar: Callable[[Any], str],
+             separator: str) -> List[str]:
+    """A nested mapping as Bicep (`key: value`) or HCL (`key = value`) object lines, two spaces a level."""
     pad = "  " * depth
     lines = []
     for key, value in mapping.items():
-        label = key if _BICEP_IDENT.match(key) else _bicep_string(key)
+        label = key_of(key) + separator
         if isinstance(value, dict):
-            lines.append(f"{pad}{label}: {{")
-            lines += _bicep_entries(value, depth + 1)
+            lines.append(f"{pad}{label}{{")
+            lines += _entries(value, depth + 1, key_of, scalar, separator)
             lines.append(f"{pad}}}")
         else:
-            lines.append(f"{pad}{label}: {_bicep_scalar(value)}")
+            lines.append(f"{pad}{label}{scalar(value)}")
     return lines
+
+
+def _bicep_entries(mapping: Dict[str, Any], depth: int) -> List[str]:
+    return _entries(mapping, depth, lambda key: key if _BICEP_IDENT.match(key) else _bicep_string(key),
+                    _bicep_scalar, ": ")
 
 
 def _bicep_scalar(value: Any) -> str:
@@ -261,16 +268,7 @@ def _terraform_policy(enable: Optional[bool], minutes: Optional[int], policy: Po
 
 
 def _hcl_entries(mapping: Dict[str, Any], depth: int) -> List[str]:
-    pad = "  " * depth
-    lines = []
-    for key, value in mapping.items():
-        if isinstance(value, dict):
-            lines.append(f"{pad}{key} = {{")
-            lines += _hcl_entries(value, depth + 1)
-            lines.append(f"{pad}}}")
-        else:
-            lines.append(f"{pad}{key} = {json.dumps(value)}")
-    return lines
+    return _entries(mapping, depth, str, json.dumps, " = ")
 
 
 # az vmss update's switches (azure-cli 2.91 `vmss update`, min api 2024-03-01); az sends scale sets at
