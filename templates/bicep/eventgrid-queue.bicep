@@ -24,8 +24,8 @@ param systemTopicName string = 'scheduled-events'
 @description('Object id of the handler identity (managed identity or service principal); empty: no role assignments.')
 param handlerPrincipalId string = ''
 
-@description('Id (GUID) of the role that may acknowledge scheduled events (Learn names it ScheduledEventContributor: az role definition list --name ScheduledEventContributor --query [0].name -o tsv); empty: not assigned.')
-param acknowledgeRoleDefinitionId string = ''
+@description('Id (GUID) of the role that may acknowledge scheduled events, assigned at this resource group (scale sets elsewhere: assign it at their scope); default the built-in role Scheduled Events Contributor, id b67fe603-310e-4889-b9ee-8257d09d353d, whose one write action is Microsoft.Maintenance/scheduledevents/acknowledge/action (its role definition as published at azure-rbac-catalog.org/roles/b67fe603-310e-4889-b9ee-8257d09d353d; Learn calls it ScheduledEventContributor); empty: not assigned.')
+param acknowledgeRoleDefinitionId string = 'b67fe603-310e-4889-b9ee-8257d09d353d'
 
 var leaseContainerName = 'vmss-terminate-leases'
 var deadLetterContainerName = 'scheduled-events-deadletter'

@@ -128,6 +128,10 @@ def test_render_eventgrid_prints_the_setup_for_one_subscription() -> None:
         "subject", "StringContains", eventgrid.SUBJECT_FILTER]
     assert "scheduled-events-poison" in commands[2]
     assert sum(1 for c in commands if c[:3] == ["az", "role", "assignment"]) == 4
+    # the acknowledge role by id: the built-in's roleName is "Scheduled Events Contributor", so the name
+    # Learn writes (ScheduledEventContributor) would find no role
+    [acknowledge] = [c for c in commands if c[:3] == ["az", "role", "assignment"] and f"/subscriptions/{SUB}" in c]
+    assert acknowledge[acknowledge.index("--role") + 1] == "b67fe603-310e-4889-b9ee-8257d09d353d"
     assert all(f"/subscriptions/{SUB}" in " ".join(c) or "--subscription" in c for c in commands)
 
 
@@ -154,4 +158,5 @@ def test_the_arm_template_is_json_with_the_bicep_modules_parameters() -> None:
     arm = load_json("arm/eventgrid-queue.json")
     assert set(arm["parameters"]) == {"storageAccountName", "location", "queueName", "systemTopicName",
                                       "handlerPrincipalId", "acknowledgeRoleDefinitionId"}
+    assert arm["parameters"]["acknowledgeRoleDefinitionId"]["defaultValue"] == eventgrid.ACKNOWLEDGE_ROLE
     assert json.loads(json.dumps(arm)) == arm

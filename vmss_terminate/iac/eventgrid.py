@@ -13,8 +13,8 @@ the same setup as Azure CLI commands.
   30 delivery attempts over 24 h, then the dead-letter container.
 * Role assignments for the handler's identity: Storage Queue Data Contributor on the queue and the
   poison queue (receive, extend visibility -- Update Message --, delete, send to poison), Storage Blob
-  Data Contributor on the lease container, and the role Learn names for acknowledging scheduled
-  events, `ScheduledEventContributor`, at the subscription.
+  Data Contributor on the lease container, and the built-in role for acknowledging scheduled events,
+  Scheduled Events Contributor (`ACKNOWLEDGE_ROLE`), at the subscription.
 """
 
 from __future__ import annotations
@@ -43,9 +43,12 @@ EVENT_TTL_MINUTES = 1440
 # Built-in role definition ids (the same in every tenant).
 STORAGE_QUEUE_DATA_CONTRIBUTOR = "974c5e8b-45b9-4653-ba55-5f855dd0fb88"
 STORAGE_BLOB_DATA_CONTRIBUTOR = "ba92f5b4-2d11-453d-a403-e96b0029c9fe"
-ACKNOWLEDGE_ROLE = "ScheduledEventContributor"
-"""The role Learn says a user needs "to read or acknowledge the scheduled events" (no id published
-there: the templates take its id as a parameter, `az role definition list --name` finds it)."""
+ACKNOWLEDGE_ROLE = "b67fe603-310e-4889-b9ee-8257d09d353d"
+"""The built-in role "Scheduled Events Contributor": `Microsoft.Maintenance/scheduledevents/acknowledge/action`
+and reads of VMs, scale sets and availability sets (its role definition, created 2024-04-25, as
+azure-rbac-catalog.org/roles/b67fe603-310e-4889-b9ee-8257d09d353d reproduces it). Learn's "Scheduled
+Events in Azure Resource Graph" calls it `ScheduledEventContributor`, but its roleName has spaces:
+`--role` gets the id, the same in every tenant."""
 
 _ACCOUNT = re.compile(r"^[a-z0-9]{3,24}$")
 _QUEUE = re.compile(r"^[a-z0-9](?:[a-z0-9]|-(?=[a-z0-9])){2,62}$")

@@ -36,7 +36,7 @@ variable "handler_principal_id" {
 }
 
 variable "acknowledge_role_definition_id" {
-  description = "Id (GUID) of the role that may acknowledge scheduled events (Learn names it ScheduledEventContributor); empty: not assigned."
+  description = "Id (GUID) of the role that may acknowledge scheduled events, assigned at the subscription; default the built-in role Scheduled Events Contributor, id b67fe603-310e-4889-b9ee-8257d09d353d, whose one write action is Microsoft.Maintenance/scheduledevents/acknowledge/action (its role definition as published at azure-rbac-catalog.org/roles/b67fe603-310e-4889-b9ee-8257d09d353d; Learn calls it ScheduledEventContributor); empty: not assigned."
   type        = string
-  default     = ""
+  default     = "b67fe603-310e-4889-b9ee-8257d09d353d"
 }
