@@ -2,7 +2,8 @@
 
 Like `ImdsClient` for IMDS, every Kubernetes request goes through this one class, by these rules:
 - the credentials (`credentials.Access`) go only to the configured server's origin; redirects are
-  never followed (a 3xx is an error, so a token cannot be forwarded elsewhere);
+  never followed: a 3xx is `KubeRedirect`, naming the status and the Location's origin (a token is
+  never forwarded elsewhere; the drain treats it as a configuration error, never retried);
 - the bearer token is read again for every request (the projected service-account token rotates);
 - TLS is verified against the cluster CA (or the system's); plain http only on loopback;
 - proxies as kubectl takes them (Go's ProxyFromEnvironment): HTTPS_PROXY / NO_PROXY from the
@@ -165,7 +166,8 @@ class KubeApi:
                                        allow_redirects=False, verify=self.access.verify, cert=self.access.cert,
                                        proxies=self._proxies, stream=True) as response:
                 status = response.status_code
-                content = _read_capped(response)
+                location = response.headers.get("Location")
+                content = b"" if 300 <= status < 400 else _read_capped(response)
         except requests.Timeout:
             raise KubeError(f"{method} {api_path}: no answer from {self.server} in time") from None
         except requests.exceptions.SSLError as exc:
@@ -173,8 +175,8 @@ class KubeApi:
         except requests.RequestException as exc:
             raise KubeError(f"{method} {api_path}: cannot reach {self.server}: {_reason(exc)}") from None
         if 300 <= status < 400:
-            raise KubeRedirect(f"{method} {api_path}: {self.server} answered a {status} redirect; "
-                               f"redirects are never followed")
+            raise KubeRedirect(f"{method} {api_path}: {self.server} answered a {status} redirect to "
+                               f"{location_origin(location, self.server)}; redirects are never followed")
         try:
             parsed = json.loads(content) if content else None
         except ValueError:
@@ -184,6 +186,24 @@ class KubeApi:
     def close(self) -> None:
         self._session.close()
         self.access.close()
+
+
+def location_origin(location: Optional[str], server: str) -> str:
+    """Where a redirect points, as an origin (scheme://host:port: no path, query or user info, which
+    may carry anything) for the one line that names it; a relative Location is the server's own."""
+    if not location:
+        return "nowhere (no Location)"
+    try:
+        parts = urlsplit(location.strip())
+        host, port = parts.hostname, parts.port
+    except ValueError:
+        return "an unreadable Location"
+    if not parts.scheme and not parts.netloc:
+        return f"{server} itself (a relative Location)"
+    if not host:
+        return "an unreadable Location"
+    host = f"[{host}]" if ":" in host else host
+    return f"{parts.scheme or urlsplit(server).scheme}://{host}" + (f":{port}" if port is not None else "")
 
 
 def _proxies_for(server: str) -> Dict[str, Any]:

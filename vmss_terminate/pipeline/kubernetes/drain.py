@@ -16,6 +16,8 @@ minus the safety margin), in the order `kubectl drain` works:
 4. evict every pod but DaemonSet and mirror pods through `policy/v1` Eviction, `concurrency` at
    a time: 429 (a PodDisruptionBudget) is retried with backoff until the deadline, 404 is already
    gone, 5xx and connection failures are retried, other refusals are given up and reported;
+   a redirect (3xx), from any request of the drain, is never followed nor retried: the step fails at
+   once naming it (the kubeconfig's server is not the API server; waiting cannot mend that);
 5. wait until the evicted pods are gone, by UID (one pod list of the node every second);
 6. an Event `TerminateDrained` (or a Warning naming what stayed) and the step's result: ok when
    every pod left, else failed / deadline naming the pods.
@@ -157,6 +159,10 @@ class NodeDrain:
         try:
             with self._one_at_a_time(run, target, key), self.api.bounded(lambda: self._left(run), run.cancelled):
                 return self._drain(run, eid, key, target)  # (no request outlives the step)
+        except KubeRedirect as exc:  # a configuration error, never transient: not retried, the step failed
+            self.report(D.KUBE_ERROR, eid, f"drain stopped: {exc} (is the kubeconfig's server the API server, "
+                                           f"or does a proxy redirect?)")
+            return StepResult(FAILED, str(exc))
         except KubeError as exc:  # refused for good (403: RBAC, ...): said, and the step failed
             self.report(D.KUBE_ERROR, eid, f"drain stopped: {exc}")
             return StepResult(FAILED, str(exc))
@@ -395,9 +401,13 @@ class NodeDrain:
         failed: Dict[str, str] = {}
         refused = [0]
         if plan.evict:
+            redirected: List[KubeRedirect] = []  # the first ends every worker's retries: the drain fails
             with ThreadPoolExecutor(max_workers=min(self.concurrency, len(plan.evict)),
                                     thread_name_prefix=f"evict:{eid[:8]}") as pool:
-                results = list(pool.map(lambda pod: self._evict_one(run, eid, key, pod, refused), plan.evict))
+                results = list(pool.map(lambda pod: self._evict_one(run, eid, key, pod, refused, redirected),
+                                        plan.evict))
+            if redirected:
+                raise redirected[0]
             stops = [r[1] for r in results if r[0] == "stop"]
             for pod, (what, detail) in zip(plan.evict, results):
                 if what == "evicted":
@@ -437,15 +447,20 @@ class NodeDrain:
         deadline = run.deadline()
         return None if deadline is None else (deadline - self.clock.now()) / self.clock.speed
 
-    def _evict_one(self, run: Run, eid: str, key: str, pod: Mapping[str, Any],
-                   refused: List[int]) -> Tuple[str, str]:
+    def _evict_one(self, run: Run, eid: str, key: str, pod: Mapping[str, Any], refused: List[int],
+                   redirected: List[KubeRedirect]) -> Tuple[str, str]:
         """("evicted" | "gone" | "failed" | "stop", detail) for one pod (in a worker thread: its
-        requests are bounded as the step's are)."""
+        requests are bounded as the step's are). A redirect is appended to `redirected` and ends
+        this pod's retries and, at their next look, every other worker's."""
         with self.api.bounded(lambda: self._left(run), run.cancelled):
-            return self._evict_pod(run, eid, key, pod, refused)
+            try:
+                return self._evict_pod(run, eid, key, pod, refused, redirected)
+            except KubeRedirect as exc:
+                redirected.append(exc)
+                return "stop", str(exc)
 
-    def _evict_pod(self, run: Run, eid: str, key: str, pod: Mapping[str, Any],
-                   refused: List[int]) -> Tuple[str, str]:
+    def _evict_pod(self, run: Run, eid: str, key: str, pod: Mapping[str, Any], refused: List[int],
+                   redirected: List[KubeRedirect]) -> Tuple[str, str]:
         meta = pod.get("metadata") or {}
         pod_name = rules.pod_key(pod)
         url = path("api", "v1", "namespaces", str(meta.get("namespace")), "pods", str(meta.get("name")), "eviction")
@@ -456,9 +471,13 @@ class NodeDrain:
             why = self._stop_reason(run)
             if why is not None:
                 return "stop", why
+            if redirected:  # another pod's eviction was redirected: the drain fails
+                return "stop", FAILED
             try:
                 answer: Optional[Answer] = self.api.request("POST", url, body=rules.eviction(pod))
                 problem = ""
+            except KubeRedirect:
+                raise
             except KubeError as exc:
                 answer, problem = None, str(exc)
             if answer is not None:
@@ -488,7 +507,7 @@ class NodeDrain:
                 said_error = problem
                 self.report(D.KUBE_ERROR, eid, f"eviction of pod {pod_name} failed ({problem}); retrying until the "
                                                f"deadline", pod=pod_name)
-            why = self._sleep(run, delay)
+            why = self._sleep(run, delay, until=lambda: bool(redirected))
             if why is not None:
                 return "stop", why if why != DEADLINE else f"deadline reached ({problem})"
 
@@ -507,6 +526,8 @@ class NodeDrain:
                 if stop.outcome != DEADLINE:
                     raise
                 return waiting
+            except KubeRedirect:
+                raise
             except KubeError as exc:  # said when it changes, then at most once a minute
                 if str(exc) != said or self.clock.now() - said_at >= WARN_EVERY:
                     said, said_at = str(exc), self.clock.now()
@@ -569,6 +590,9 @@ class NodeDrain:
                     last = result.message()
                 else:
                     last = answer.message()
+            except KubeRedirect as exc:  # a configuration error: retrying cannot help
+                last = str(exc)
+                break
             except KubeError as exc:
                 last = str(exc)
             self.clock.sleep(2.0)
@@ -614,7 +638,7 @@ class NodeDrain:
     def _call(self, run: Run, method: str, api_path: str, params: Optional[Dict[str, str]] = None,
               body: Any = None, content_type: str = "application/json") -> Answer:
         """A request retried (connection failures, 5xx, 429 throttling, 401 with a rotating token)
-        until it is answered or the drain must stop."""
+        until it is answered or the drain must stop; a redirect (`KubeRedirect`) is raised at once."""
         backoff = Backoff(base=0.5, cap=5.0, rng=self._rng)
         said = ""
         while True:
@@ -626,6 +650,8 @@ class NodeDrain:
                 if answer.status < 500 and answer.status not in (401, 429):
                     return answer
                 problem = answer.message()
+            except KubeRedirect:  # a configuration error: retrying cannot help (the drain fails now)
+                raise
             except KubeError as exc:
                 problem = str(exc)
             if problem != said:
@@ -645,14 +671,17 @@ class NodeDrain:
             return DEADLINE
         return None
 
-    def _sleep(self, run: Run, seconds: float) -> Optional[str]:
-        """Wait `seconds` of clock time in steps of at most one second; a reason to stop ends it early."""
-        until = self.clock.now() + seconds
+    def _sleep(self, run: Run, seconds: float, until: Callable[[], bool] = lambda: False) -> Optional[str]:
+        """Wait `seconds` of clock time in steps of at most one second; a reason to stop ends it early
+        (`until()` true too: FAILED)."""
+        end = self.clock.now() + seconds
         while True:
             why = self._stop_reason(run)
             if why is not None:
                 return why
-            left = until - self.clock.now()
+            if until():
+                return FAILED
+            left = end - self.clock.now()
             if left <= 0:
                 return None
             self.clock.wait(run.cancelled, min(left, 1.0))
