@@ -4,7 +4,8 @@ For a node with N pods (grace period 0, no PodDisruptionBudget: what is measured
 not the pods' shutdown), `agent run --kubernetes` (in-process, real clock, poll interval 1 s) from
 the Terminate event appearing in the IMDS emulator to the approval POST: the whole time, the drain
 step's own seconds, and the Kubernetes API requests it made. Then the same node with a
-PodDisruptionBudget that lets one pod go at a time and a 1 s grace period, to show what the
+PodDisruptionBudget that lets one pod go at a time, a 1 s grace period and a 1 s start-up for each
+replacement pod, to show what the
 eviction backoff costs when a budget serialises the drain.
 
 usage: python benchmarks/drain.py [--pods 10,50,110]     (110: the kubelet's default max pods per node)
@@ -32,7 +33,7 @@ def drain_once(pods: int, budget: bool, tmp: Path) -> Dict[str, Any]:
     """One scale-in of one node with `pods` pods; the figures of it."""
     group = PlacementGroup(auto_start=False)
     imds_app = ImdsEmulator(group, vm_name=VM, vmss_name="myvmss", rate_limit=None)
-    state = KubeState()
+    state = KubeState(pod_start_seconds=1.0)  # the budget opens 1 s after each eviction
     state.add_node(NODE, provider_id="azure://" + imds_app.resource_id)
     state.add_node("pool000001")
     state.add_replicaset("web", pods, labels={"app": "web"})

@@ -29,7 +29,7 @@ from vmss_terminate_sim.emulator.kube import KubeState, start_kube
 
 
 def cluster(pods: int) -> KubeState:
-    state = KubeState()
+    state = KubeState(pod_start_seconds=0.0)  # replacements Ready at once: every eviction allowed
     state.add_node("pool000000")
     state.add_node("pool000001")
     state.add_replicaset("web", pods, labels={"app": "web"})

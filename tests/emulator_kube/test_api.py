@@ -11,7 +11,8 @@ import pytest
 import requests
 
 from vmss_terminate.clock import ManualClock
-from vmss_terminate_sim.emulator.kube import NEW_EVENTS, NODES, PODS, KubeServers, KubeState, start_kube
+from vmss_terminate_sim.emulator.kube import NEW_EVENTS, NODES, PODS, KubeServers, KubeState, disruption, start_kube
+from vmss_terminate_sim.emulator.kube.state import POD_START_SECONDS
 
 Json = Dict[str, Any]
 
@@ -203,9 +204,12 @@ def test_the_disruption_allowed_condition_has_a_last_transition_time_that_moves_
     assert _evict(api, "web-0").status_code == 200
     flipped = condition()
     assert flipped["status"] == "False" and flipped["lastTransitionTime"] != first["lastTransitionTime"]
-    clock.advance(10)
+    clock.advance(POD_START_SECONDS / 2)  # web-0's replacement is still starting: no flip
     listed = api.get(_url(api, "/apis/policy/v1/namespaces/default/poddisruptionbudgets"), timeout=5).json()
     assert listed["items"][0]["status"]["conditions"][0]["lastTransitionTime"] == flipped["lastTransitionTime"]
+    clock.advance(POD_START_SECONDS)  # the replacement is Ready: the budget allows one again
+    back = condition()
+    assert back["status"] == "True" and back["lastTransitionTime"] != flipped["lastTransitionTime"]
 
 
 def _budget_answer(api: requests.Session, state: KubeState, **spec: Any) -> requests.Response:
@@ -253,6 +257,28 @@ def test_the_budget_counts_terminating_pods_as_disrupted_until_replaced(
     assert list(pdb["status"]["disruptedPods"]) == ["web-0"]
     clock.advance(10)  # web-0 leaves; the ReplicaSet's replacement runs on n2
     assert _evict(api, "web-1").status_code == 200
+
+
+def test_a_replicaset_replaces_a_pod_when_it_starts_terminating_and_the_budget_opens_once_it_is_ready(
+        api: requests.Session, state: KubeState, clock: ManualClock) -> None:
+    """The ReplicaSet controller counts active pods only (IsPodActive: no deletionTimestamp), so the
+    replacement starts at the eviction, not after the grace period; the budget allows the next
+    eviction once the replacement is Ready, while the evicted pod is still terminating."""
+    _web(state, replicas=2, grace=60)
+    state.add_node("n2")
+    state.patch(NODES, "", "n1", "application/merge-patch+json", {"spec": {"unschedulable": True}})  # draining
+    state.add_pdb("web", selector={"app": "web"}, max_unavailable=1)
+    assert _evict(api, "web-0").status_code == 200
+    [new] = [p for p in state.list(PODS) if p["metadata"]["name"] not in ("web-0", "web-1")]
+    assert new["spec"]["nodeName"] == "n2" and new["metadata"]["generateName"] == "web-"
+    assert new["status"]["phase"] == "Running" and not disruption.is_ready(new)  # still starting
+    assert _evict(api, "web-1").status_code == 429
+    clock.advance(POD_START_SECONDS)
+    assert disruption.is_ready(state.get(PODS, "default", new["metadata"]["name"]))
+    assert state.get(PODS, "default", "web-0")["metadata"]["deletionTimestamp"]  # 55 s of grace left
+    assert _evict(api, "web-1").status_code == 200
+    clock.advance(60)  # both leave; web-0 was replaced once, not again when it left
+    assert sorted(p["spec"]["nodeName"] for p in state.list(PODS)) == ["n2", "n2"]
 
 
 def test_two_budgets_over_one_pod_are_a_500(api: requests.Session, state: KubeState) -> None:

@@ -36,8 +36,8 @@ from vmss_terminate.timeout import to_iso
                    "[default: 30 + (timeout + 30 s deletion) / speed].")
 @click.option("--kubernetes", is_flag=True,
               help="The VMs are nodes of a local Kubernetes API emulator and every agent runs with --kubernetes: "
-                   "it cordons its node and evicts the pods (a PodDisruptionBudget holds one back until another "
-                   "is gone) before approving.")
+                   "it cordons its node and evicts the pods (a PodDisruptionBudget holds one back until an evicted "
+                   "one's replacement is Ready) before approving.")
 @click.option("--central", is_flag=True,
               help="No agent in any instance: one central handler reads Resource Graph, runs the hook and Azure "
                    "Run Command for each removed VM (and drains its node with --kubernetes), then acknowledges "

@@ -21,7 +21,7 @@ import shutil
 import tempfile
 import threading
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Sequence
 
 from vmss_terminate_sim.emulator.arm.shapes import computer_name_suffix
 from vmss_terminate_sim.emulator.kube import NODES, KubeServers, KubeState, start_kube
@@ -36,6 +36,23 @@ def computer_name(scale_set: str, instance_id: str) -> str:
     six digits (`myvmss` 3 -> `myvmss000003`), lower case as a node name must be."""
     prefix = "".join(c for c in scale_set.lower() if c.isalnum() or c == "-")
     return prefix + computer_name_suffix(instance_id)
+
+
+def add_demo_workload(state: KubeState, nodes: Sequence[str]) -> None:
+    """On every node: two pods of a `web` ReplicaSet under a PodDisruptionBudget that lets one go
+    at a time (`maxUnavailable: 1`), so a drain's second eviction waits until the first pod's
+    replacement is Ready (`KubeState.pod_start_seconds`); and a `node-logs` DaemonSet pod, which no
+    drain evicts. Every drain of the cluster shares the budget: N nodes drained at once take about
+    2N start-ups of evictions, plus one grace period for the last pods to leave."""
+    state.add_replicaset("web", 2 * len(nodes), labels={"app": "web"})
+    state.add_daemonset("node-logs", namespace="kube-system", labels={"app": "node-logs"})
+    for node in nodes:
+        for slot in ("a", "b"):
+            state.add_pod(f"web-{node}-{slot}", node, labels={"app": "web"}, owner="ReplicaSet/web",
+                          grace=DEMO_GRACE_S)
+        state.add_pod(f"node-logs-{node}", node, namespace="kube-system", labels={"app": "node-logs"},
+                      owner="DaemonSet/node-logs")
+    state.add_pdb("web", selector={"app": "web"}, max_unavailable=1)
 
 
 class SandboxCluster:
@@ -82,20 +99,8 @@ class SandboxCluster:
         return sorted(p["metadata"]["name"] for p in self.state.pods_on(self.node_of(vm_name)))
 
     def add_demo_workload(self) -> None:
-        """On every node: two pods of a `web` ReplicaSet under a PodDisruptionBudget that lets one go
-        at a time (`maxUnavailable: 1`), so a drain's second eviction waits for the first pod to be
-        gone and replaced; and a `node-logs` DaemonSet pod, which no drain evicts."""
-        state = self.state
-        nodes = [self.node_of(name) for name in self.sandbox.vm_names()]
-        state.add_replicaset("web", 2 * len(nodes), labels={"app": "web"})
-        state.add_daemonset("node-logs", namespace="kube-system", labels={"app": "node-logs"})
-        for node in nodes:
-            for slot in ("a", "b"):
-                state.add_pod(f"web-{node}-{slot}", node, labels={"app": "web"}, owner="ReplicaSet/web",
-                              grace=DEMO_GRACE_S)
-            state.add_pod(f"node-logs-{node}", node, namespace="kube-system", labels={"app": "node-logs"},
-                          owner="DaemonSet/node-logs")
-        state.add_pdb("web", selector={"app": "web"}, max_unavailable=1)
+        """`add_demo_workload(state, nodes)` on every node of the cluster."""
+        add_demo_workload(self.state, [self.node_of(name) for name in self.sandbox.vm_names()])
 
     def stop(self) -> None:
         if self.servers is not None:

@@ -119,6 +119,16 @@ def running_status(now: float, ready: bool = True) -> Obj:
                                "state": {"running": {"startedAt": stamp}}}]}
 
 
+def mark_ready(status: Obj, now: float) -> None:
+    """A started pod's readiness turns True at `now` (ContainersReady, Ready and the containers)."""
+    stamp = rfc3339(now)
+    for condition in status.get("conditions") or []:
+        if condition.get("type") in ("ContainersReady", "Ready") and condition.get("status") != "True":
+            condition.update(status="True", lastTransitionTime=stamp)
+    for container in status.get("containerStatuses") or []:
+        container["ready"] = True
+
+
 def tolerated(taint: Obj, tolerations: Sequence[Obj]) -> bool:
     for toleration in tolerations:
         if toleration.get("effect") not in (None, "", taint.get("effect")):

@@ -8,11 +8,14 @@ What it models beyond storing objects:
 * a pod deleted or evicted gets `deletionTimestamp` + `deletionGracePeriodSeconds` (the delete
   options' grace period, else the pod's `terminationGracePeriodSeconds`, default 30) and is
   *removed* once the injectable clock passes that; every read looks at the clock first (`tick`);
-* controllers, just enough for drains to finish: a removed pod owned by a ReplicaSet,
-  ReplicationController or StatefulSet is replaced on a node that can take it (schedulable, no
-  NoSchedule/NoExecute taint the pod does not tolerate; Pending without a node when none can),
-  Ready at once; a StatefulSet pod comes back under the same name with a new uid; a DaemonSet pod
-  comes back on the same node. Off with `KubeState(replace_pods=False)`;
+* controllers, just enough for drains to finish: a pod owned by a ReplicaSet or
+  ReplicationController is replaced as soon as it is terminating (those controllers count only
+  active pods: `IsPodActive` is false once a pod has a `deletionTimestamp`), a StatefulSet pod once
+  it is removed, under the same name with a new uid; the replacement goes to a node that can take
+  it (schedulable, no NoSchedule/NoExecute taint the pod does not tolerate; Pending without a node
+  when none can) and is Ready `pod_start_seconds` later (image pull, container start, readiness
+  probe: until then a budget still counts one pod short). A removed DaemonSet pod comes back on the
+  same node. Off with `KubeState(replace_pods=False)`;
 * deleting a node removes its pods (the pod garbage collector, without its delay);
 * the Eviction subresource with PodDisruptionBudget arithmetic (`disruption.py`): 429 while a budget
   allows no disruption, 500 when several budgets select the pod; each attempt lands in `evictions`.
@@ -30,7 +33,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Sequence, Set, Tuple
 
 from vmss_terminate.clock import SYSTEM_CLOCK, Clock, wait_until
 from vmss_terminate_sim.emulator.kube import disruption, events, objects, rbac, validation
@@ -73,6 +76,12 @@ SA_TOKEN_TYPE = "kubernetes.io/service-account-token"
 CHANGES_KEPT = 10_000  # changes a watch can resume from; older resource versions are 410 Expired
 _SUFFIX = "bcdfghjklmnpqrstvwxz2456789"  # the API server's generateName alphabet
 _REPLACED_BY = {"ReplicaSet", "ReplicationController", "StatefulSet", "DaemonSet"}
+_REPLACED_WHEN_TERMINATING = {"ReplicaSet", "ReplicationController"}  # controller.FilterActivePods
+POD_START_SECONDS = 5.0
+"""Clock seconds from a replacement pod's creation to its Ready condition (the emulator's stand-in for
+image pull, container start and the first readiness probe). A PodDisruptionBudget counts the pod it
+replaces as disrupted until then, so evictions under a budget go one start-up apart, as they do on
+a real cluster -- not one grace period apart (the old pod's termination is not waited for)."""
 _SCALED = {"ReplicaSet": REPLICA_SETS, "StatefulSet": STATEFUL_SETS, "Deployment": DEPLOYMENTS}
 
 
@@ -102,15 +111,19 @@ class Removal:
 class KubeState:
     """Objects by kind, namespace and name, behind one lock; `changed` is notified on every write."""
 
-    def __init__(self, clock: Clock = SYSTEM_CLOCK, replace_pods: bool = True) -> None:
+    def __init__(self, clock: Clock = SYSTEM_CLOCK, replace_pods: bool = True,
+                 pod_start_seconds: float = POD_START_SECONDS) -> None:
         self.clock = clock
         self.replace_pods = replace_pods
+        self.pod_start_seconds = pod_start_seconds
         self.ca_pem: Optional[bytes] = None  # the serving CA, for service-account-token Secrets' ca.crt
         self.evictions: List[EvictionRecord] = []
         self.removals: List[Removal] = []
         self._objects: Dict[Tuple[str, str], Dict[Tuple[str, str], Obj]] = {kind.key: {} for kind in KINDS}
         # a NEW_EVENTS object is stored in core v1 shape (events.py) under EVENTS' key
         self._removal_at: Dict[str, float] = {}  # pod uid -> clock time it leaves
+        self._ready_at: Dict[str, float] = {}  # starting replacement pod uid -> clock time it turns Ready
+        self._replaced: Set[str] = set()  # uids of terminating pods whose controller already replaced them
         # PDB uid -> (DisruptionAllowed status, its lastTransitionTime): the time moves only on a flip
         self._pdb_transitions: Dict[str, Tuple[str, str]] = {}
         self._version = 1000
@@ -372,7 +385,8 @@ class KubeState:
             grace = int((pod.get("spec") or {}).get("terminationGracePeriodSeconds", validation.DEFAULT_GRACE))
         now = self.clock.now()
         leaves = now + grace
-        if metadata.get("deletionTimestamp"):  # a second delete may only shorten the wait
+        first = not metadata.get("deletionTimestamp")
+        if not first:  # a second delete may only shorten the wait
             leaves = min(leaves, self._removal_at.get(metadata["uid"], leaves))
         else:
             metadata["deletionTimestamp"] = rfc3339(leaves)
@@ -380,15 +394,26 @@ class KubeState:
         self._removal_at[metadata["uid"]] = leaves
         self._log(PODS.key, "MODIFIED", pod)
         view = self._view(PODS, pod)
+        ref = disruption.controller_of(pod)
+        if first and self.replace_pods and ref is not None and ref.get("kind") in _REPLACED_WHEN_TERMINATING:
+            self._replaced.add(metadata["uid"])
+            self._replace(pod)
         self.tick()
         return view
 
     # -- the clock -------------------------------------------------------------------------
 
     def tick(self) -> None:
-        """Remove the pods whose grace period has passed (and replace them); every read calls it."""
+        """Remove the pods whose grace period has passed (and replace them), mark the replacements whose
+        start-up time has passed Ready; every read calls it."""
         with self._lock:
             now = self.clock.now()
+            if self._ready_at:
+                started = [pod for pod in self._objects[PODS.key].values()
+                           if self._ready_at.get(pod["metadata"]["uid"], now + 1) <= now]
+                for pod in started:
+                    objects.mark_ready(pod["status"], self._ready_at.pop(pod["metadata"]["uid"]))
+                    self._log(PODS.key, "MODIFIED", pod)
             due = [pod for pod in self._objects[PODS.key].values()
                    if pod["metadata"]["uid"] in self._removal_at and self._removal_at[pod["metadata"]["uid"]] <= now]
             for pod in due:
@@ -401,11 +426,14 @@ class KubeState:
             return
         del self._objects[PODS.key][key]
         self._removal_at.pop(metadata["uid"], None)
+        self._ready_at.pop(metadata["uid"], None)
         node = (pod.get("spec") or {}).get("nodeName", "")
         self.removals.append(Removal(metadata["namespace"], metadata["name"], metadata["uid"], node,
                                      self.clock.now()))
         self._log(PODS.key, "DELETED", pod)
-        if self.replace_pods:
+        replaced = metadata["uid"] in self._replaced
+        self._replaced.discard(metadata["uid"])
+        if self.replace_pods and not replaced:
             self._replace(pod)
 
     def _replace(self, gone: Obj) -> None:
@@ -435,10 +463,16 @@ class KubeState:
                     {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]}
             else:
                 spec["nodeName"] = target
-                pod["status"] = objects.running_status(self.clock.now())
+                pod["status"] = self._starting()
         if ref["kind"] == "DaemonSet":
-            pod["status"] = objects.running_status(self.clock.now())
-        self.create(PODS, metadata["namespace"], pod)
+            pod["status"] = self._starting()
+        created = self.create(PODS, metadata["namespace"], pod)
+        if pod["status"].get("phase") == "Running" and not disruption.is_ready(pod):
+            self._ready_at[created["metadata"]["uid"]] = self.clock.now() + self.pod_start_seconds
+
+    def _starting(self) -> Obj:
+        """A replacement's status: Running, Ready only once `pod_start_seconds` have passed (`tick`)."""
+        return objects.running_status(self.clock.now(), ready=self.pod_start_seconds <= 0)
 
     def _schedulable_node(self, pod: Obj) -> Optional[str]:
         """The first node by name that can take `pod` (the emulator's whole scheduler)."""
