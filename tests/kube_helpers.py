@@ -6,15 +6,18 @@ stays in the test's directory."""
 from __future__ import annotations
 
 import functools
+import json
 import os
 import shutil
 import ssl
 import subprocess
+import threading
 from pathlib import Path
-from typing import Any, List, Optional, Tuple
+from typing import Any, Callable, List, Optional, Tuple
 
 import pytest
 
+from vmss_terminate.clock import wait_until
 from vmss_terminate_sim.emulator.kube import KubeServers, KubeState, start_kube
 
 KUBECTL = shutil.which("kubectl")
@@ -59,3 +62,56 @@ class Kubectl:
         result = self.run(*args, timeout=timeout, stdin=stdin)
         assert result.returncode == 0, f"kubectl {' '.join(args)}: {result.stdout}{result.stderr}"
         return result.stdout
+
+
+class KubectlWatch:
+    """The real `kubectl get ... --watch -o json --output-watch-events` as a running process: every
+    change it streams ({"type": ADDED|MODIFIED|DELETED, "object": ...}) kept in order, for a test to
+    wait on (`wait_for`, no sleeping) and to assert on once `stop()` returned."""
+
+    def __init__(self, kubeconfig: str, directory: Path, *what: str) -> None:
+        assert KUBECTL is not None
+        env = {k: v for k, v in os.environ.items() if not k.startswith("KUBE") and "PROXY" not in k.upper()}
+        env["HOME"] = str(directory / "home")
+        self.changes: List[Any] = []
+        self.ended = False
+        self._changed = threading.Condition()
+        self.process = subprocess.Popen(
+            [KUBECTL, "--kubeconfig", kubeconfig, "--cache-dir", str(directory / "kube-cache"), "get", *what,
+             "--watch", "-o", "json", "--output-watch-events"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        self._reader = threading.Thread(target=self._read, daemon=True, name="kubectl-watch")
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        pending = ""
+        for line in self.process.stdout:  # one JSON document per change (pretty or compact)
+            pending += line
+            try:
+                change = json.loads(pending)
+            except json.JSONDecodeError:
+                continue
+            pending = ""
+            with self._changed:
+                self.changes.append(change)
+                self._changed.notify_all()
+        with self._changed:
+            self.ended = True
+            self._changed.notify_all()
+
+    def wait_for(self, check: Callable[[List[Any]], bool], wait_seconds: float) -> bool:
+        """Until `check(changes so far)` holds, the stream ends, or `wait_seconds` real seconds."""
+        return wait_until(self._changed, lambda: self.ended or check(self.changes), wait_seconds) and \
+            check(self.changes)
+
+    def stop(self) -> str:
+        """End kubectl (it watches until stopped) and the reader; kubectl's stderr."""
+        self.process.terminate()
+        try:
+            _, err = self.process.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            _, err = self.process.communicate()
+        self._reader.join(timeout=30)
+        return err

@@ -8,6 +8,9 @@ import pytest
 from helpers import invoke_cli
 
 from vmss_terminate.cli import main
+from vmss_terminate.clock import ManualClock
+from vmss_terminate_sim.emulator.kube import ApiError, KubeState
+from vmss_terminate_sim.sandbox.demo import budget_honoured
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -28,3 +31,25 @@ def test_demo_central_windows_runs_hooks_and_run_commands_then_acknowledges() ->
 def test_demo_windows_needs_central() -> None:
     result = invoke_cli(main, ["demo", "--windows"])
     assert result.exit_code == 2 and "--central" in result.stderr
+
+
+def test_demo_central_kubernetes_checks_the_budget_from_the_api_servers_evictions() -> None:
+    """`demo --central --kubernetes` fails unless the story's PDB answered an eviction 429 and the
+    handler retried that pod until allowed: read from the API server's record (a real KubeState)."""
+    clock = ManualClock()
+    state = KubeState(clock=clock)
+    state.add_node("n1")
+    state.add_replicaset("web", 2, labels={"app": "web"})
+    for slot in ("a", "b"):
+        state.add_pod(f"web-{slot}", "n1", labels={"app": "web"}, owner="ReplicaSet/web", grace=20)
+    state.add_pdb("web", selector={"app": "web"}, max_unavailable=1)
+    assert budget_honoured(state.evictions) == "no eviction was held back by the PodDisruptionBudget"
+    state.evict("default", "web-a", {})
+    with pytest.raises(ApiError):
+        state.evict("default", "web-b", {})  # 429: web-a is terminating
+    assert budget_honoured(state.evictions) == (
+        "evictions refused by the PodDisruptionBudget were not retried until allowed: web-b")
+    clock.advance(21)  # web-a is gone and replaced
+    state.evict("default", "web-b", {})
+    assert [e.code for e in state.evictions] == [200, 429, 200]
+    assert budget_honoured(state.evictions) is None

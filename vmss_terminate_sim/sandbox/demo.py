@@ -17,12 +17,13 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from vmss_terminate.clock import ScaledClock
 from vmss_terminate.errors import InvalidValue
 from vmss_terminate.pipeline.process import check_program, split_command
 from vmss_terminate.timeout import parse_timeout, to_iso
+from vmss_terminate_sim.emulator.kube import EvictionRecord
 from vmss_terminate_sim.sandbox.agents import SandboxAgents, demo_hook_command
 from vmss_terminate_sim.sandbox.environment import Sandbox, SandboxConfig
 from vmss_terminate_sim.sandbox.kubernetes import SandboxCluster
@@ -169,7 +170,14 @@ def run_demo(options: DemoOptions = DemoOptions(), on_entry: Optional[Callable[[
         failure = _check_central(sandbox, removed, options) if options.central else _check(sandbox, removed)
     if failure is None and options.kubernetes and not options.central:
         failure = _check_kubernetes(sandbox, removed)
+    if failure is None and cluster is not None and options.central:
+        failure = budget_honoured(cluster.state.evictions)
     totals = _totals(sandbox, options, removed, scale_in_at, time.monotonic() - real_start)
+    if cluster is not None and options.central:  # the cluster's own record of the central drain
+        totals.update(pods_evicted=sum(1 for e in cluster.state.evictions if e.code == 200),
+                      evictions_refused=sum(1 for e in cluster.state.evictions if e.code == 429),
+                      nodes_drained=sum(1 for e in timeline.entries() if e.source == "central"
+                                        and e.kind == "kubernetes:drain_ok"))
     timeline.record("demo", "done" if failure is None else "failed", "",
                     "story complete" if failure is None else failure)
     return DemoResult(failure is None, options, timeline.entries(), sandbox.report(), totals, failure, removed)
@@ -387,6 +395,20 @@ def _check_kubernetes(sandbox: Sandbox, removed: List[str]) -> Optional[str]:
     return None
 
 
+def budget_honoured(evictions: Sequence[EvictionRecord]) -> Optional[str]:
+    """--central --kubernetes, from the API server's record of every eviction: the story's PDB held
+    one back (429) and the central handler's drain retried each refused pod until it was allowed
+    (the agent's story claims the same from the agents' timeline); None when so, else why not."""
+    refused = {e.uid: e.name for e in evictions if e.code == 429 and e.budget}
+    if not refused:
+        return "no eviction was held back by the PodDisruptionBudget"
+    allowed = {e.uid for e in evictions if e.code == 200}
+    never = sorted(name for uid, name in refused.items() if uid not in allowed)
+    if never:
+        return f"evictions refused by the PodDisruptionBudget were not retried until allowed: {', '.join(never)}"
+    return None
+
+
 def _totals(sandbox: Sandbox, options: DemoOptions, removed: List[str], scale_in_at: Optional[Entry],
             real_elapsed: float) -> Dict[str, Any]:
     entries = sandbox.timeline.entries()
@@ -449,6 +471,10 @@ def render_text(result: DemoResult) -> List[str]:
             f"{t['hooks_finished']} drain hooks finished, {t['hooks_failed']} failed, {t['approvals']} approvals "
             f"({t['foreign_approvals']} foreign), {t['foreign_events_ignored']} foreign events ignored by agents, "
             f"{t['instances_after']} instances left.")
+    if o.kubernetes and o.central and "pods_evicted" in t:
+        lines.append(f"Kubernetes, from the cluster side: {t['pods_evicted']} pods evicted ({t['evictions_refused']} "
+                     f"evictions answered 429 by the PodDisruptionBudget and retried), DaemonSet pods left in "
+                     f"place; each event acknowledged only after its node was drained.")
     if o.kubernetes and not o.central:
         lines.append(f"Kubernetes: {t['nodes_drained']} nodes cordoned and drained, {t['pods_evicted']} pods evicted "
                      f"({t['evictions_refused']} evictions held back by the PodDisruptionBudget and retried), "
