@@ -12,7 +12,7 @@ import socket
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional, Set
+from typing import Any, Dict, Iterator, List, Optional, Set, Tuple
 from urllib.parse import urlsplit
 
 import pytest
@@ -34,6 +34,9 @@ QUIET_AZ = {
 }
 
 
+SESSION = Path(__file__).with_name("az_session.py")
+
+
 def find_az() -> Optional[str]:
     """VMSS_TERMINATE_AZ, else the az install_az.py installed, else `az` on PATH."""
     explicit = os.environ.get("VMSS_TERMINATE_AZ")
@@ -42,6 +45,15 @@ def find_az() -> Optional[str]:
     if installed_version(az_venv()):
         return str(az_executable(az_venv()))
     return shutil.which("az")
+
+
+def az_python(executable: str) -> Optional[str]:
+    """The Python of the az install_az.py installed, which can run az_session.py; None for another az
+    (an OS package's launcher), which then runs as one process per command."""
+    if executable != str(az_executable(az_venv())):
+        return None
+    python = az_venv() / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+    return str(python) if python.is_file() else None
 
 
 def _closed_port() -> int:
@@ -54,20 +66,53 @@ def _closed_port() -> int:
 
 @dataclass
 class Az:
-    """Runs the real az with `--debug`; keeps every debug log to check which hosts were contacted."""
+    """Runs the real az with `--debug`; keeps every debug log to check which hosts were contacted.
+
+    With `python` (az's own interpreter) the commands run one after another in one az_session.py
+    process, each on a fresh `get_default_cli()` as a separate `az` run would (az's start-up was
+    ~0.7 s of CPU per command); without it, one `az` process per command."""
 
     executable: str
     env: Dict[str, str]
+    python: Optional[str] = None
     debug_logs: List[str] = field(default_factory=list)
+    _session: "Optional[subprocess.Popen[str]]" = None
 
     def __call__(self, *args: str) -> Any:
-        done = subprocess.run([self.executable, *args, "--debug", "--output", "json"], env=self.env,
-                              capture_output=True, text=True, timeout=180)
-        self.debug_logs.append(done.stderr)
-        if done.returncode != 0:
-            errors = [line for line in done.stderr.splitlines() if line.startswith("ERROR")]
-            raise AssertionError(f"az {' '.join(args)} exited {done.returncode}: {errors or done.stderr[-2000:]}")
-        return json.loads(done.stdout) if done.stdout.strip() else None
+        code, stdout, stderr = self._run([*args, "--debug", "--output", "json"])
+        self.debug_logs.append(stderr)
+        if code != 0:
+            errors = [line for line in stderr.splitlines() if line.startswith("ERROR")]
+            raise AssertionError(f"az {' '.join(args)} exited {code}: {errors or stderr[-2000:]}")
+        return json.loads(stdout) if stdout.strip() else None
+
+    def _run(self, args: List[str]) -> Tuple[int, str, str]:
+        if self.python is None:
+            done = subprocess.run([self.executable, *args], env=self.env, capture_output=True, text=True,
+                                  timeout=180)
+            return done.returncode, done.stdout, done.stderr
+        if self._session is None:
+            self._session = subprocess.Popen([self.python, str(SESSION)], env=dict(self.env, AZ_INSTALLER="PIP"),
+                                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        assert self._session.stdin is not None and self._session.stdout is not None
+        self._session.stdin.write(json.dumps({"args": args}) + "\n")
+        self._session.stdin.flush()
+        answer = self._session.stdout.readline()  # bounded by the test's timeout marker
+        if not answer:
+            raise AssertionError(f"az_session.py ended (exit {self._session.wait()}) before answering az {args}")
+        done = json.loads(answer)
+        return int(done["exit_code"]), str(done["stdout"]), str(done["stderr"])
+
+    def close(self) -> None:
+        if self._session is not None:
+            assert self._session.stdin is not None
+            self._session.stdin.close()
+            try:
+                self._session.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self._session.kill()
+                self._session.wait()
+            self._session = None
 
     def contacted(self) -> Set[str]:
         """host:port of every connection and every request URL in the debug logs."""
@@ -109,4 +154,8 @@ def az_world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AzWorld]:
                    AZURE_CONFIG_DIR=str(tmp / "azure"), REQUESTS_CA_BUNDLE=str(tmp / "ca.pem"),
                    HTTP_PROXY=proxy, HTTPS_PROXY=proxy, NO_PROXY="127.0.0.1,localhost",
                    IDENTITY_ENDPOINT=connect["IDENTITY_ENDPOINT"], IDENTITY_HEADER=connect["IDENTITY_HEADER"])
-        yield AzWorld(Az(executable, env), connect, tmp / "ca.pem")
+        az = Az(executable, env, python=az_python(executable))
+        try:
+            yield AzWorld(az, connect, tmp / "ca.pem")
+        finally:
+            az.close()
