@@ -1,6 +1,6 @@
 """The pipeline seam: a source that is not the agent (here a central-handler-like one, in the test)
-runs the same pipeline for one event -- a hook with every listed VM's name and resource id, its own
-step, the node drain of every listed VM that is a node (found by providerID, cluster-wide) -- and
+runs the same pipeline for one event -- a hook once per listed VM, each with every listed VM's name
+and resource id, its own step, the node drain of every listed VM that is a node (found by providerID, cluster-wide) -- and
 approves through its own callable, once, only after every step finished; a restart resumes from
 the journal without running a finished step twice. The Kubernetes API is the emulator over real
 HTTP; nothing of `vmss_terminate.agent` is used."""
@@ -25,7 +25,7 @@ from vmss_terminate.pipeline.hooks import OK, Run, StepResult
 from vmss_terminate.pipeline.jobs import Step
 from vmss_terminate.pipeline.kubernetes.api import KubeApi
 from vmss_terminate.pipeline.kubernetes.credentials import load_access
-from vmss_terminate.pipeline.kubernetes.drain import DrainTarget, NodeDrain
+from vmss_terminate.pipeline.kubernetes.drain import DrainTarget, NodeDrain, listed_vms
 from vmss_terminate.pipeline.pipeline import Pipeline, Source
 from vmss_terminate.scheduled_events import format_not_before
 from vmss_terminate_sim.emulator.kube import KubeState, start_kube
@@ -125,7 +125,7 @@ def _pipeline(side: CentralSource, journal: StateStore, kubeconfig: Path, hooks:
                         me=lambda: EVERY_LISTED_VM)
     pipeline.add_step(Step(step.name, step))
     pipeline.drain = NodeDrain(KubeApi(load_access(str(kubeconfig))), journal, side.report,
-                               lambda event: [DrainTarget.of_vm(vm, event.resource_ids[vm]) for vm in event.resources],
+                               listed_vms,
                                SYSTEM_CLOCK, reporter=lambda: "central-test", live=lambda eid: True)
     return pipeline
 
@@ -161,16 +161,19 @@ def test_a_second_source_runs_the_pipeline_and_approves_once_after_every_step(
     _finish(pipeline)
 
     assert side.approvals == [{"event": "C1", "pods": {"node-1": 0, "node-2": 0}, "cordoned": ["node-1", "node-2"]}]
-    record = json.loads((out / "0.json").read_text())
-    assert json.loads(record["env"]["VMSS_TERMINATE_RESOURCE_IDS"]) == VMS
-    assert json.loads(record["env"]["VMSS_TERMINATE_RESOURCES"]) == ["web_1", "web_2", "web_9"]
-    assert record["env"]["VMSS_TERMINATE_VM_NAME"] == ""
-    assert json.loads(record["stdin"])["ResourceIds"] == VMS
+    records = [json.loads(p.read_text()) for p in out.glob("*.json")]  # the hook ran once per listed VM
+    by_vm = {r["env"]["VMSS_TERMINATE_VM_NAME"]: r for r in records}
+    assert sorted(by_vm) == ["web_1", "web_2", "web_9"]
+    for vm, record in by_vm.items():
+        assert json.loads(record["env"]["VMSS_TERMINATE_RESOURCE_IDS"]) == VMS
+        assert json.loads(record["env"]["VMSS_TERMINATE_RESOURCES"]) == ["web_1", "web_2", "web_9"]
+        stdin = json.loads(record["stdin"])
+        assert stdin["ResourceIds"] == VMS and stdin["VmName"] == vm and stdin["VmId"] == VMS[vm]
     assert step.runs == [["web_1", "web_2", "web_9"]]
     assert seen.count("kube_node") == 2 and "kube_node_not_found" in seen  # web_9 is no node: skipped
     pipeline.advance(side.event)  # seen again: already approved, nothing runs twice
     _finish(pipeline)
-    assert len(side.approvals) == 1 and len(list(out.glob("*.json"))) == 1 and len(step.runs) == 1
+    assert len(side.approvals) == 1 and len(list(out.glob("*.json"))) == 3 and len(step.runs) == 1
     assert said and undeclared(said) == []  # every payload is its kind's TypedDict (subscribers read those)
 
 
@@ -183,7 +186,7 @@ def test_a_restarted_source_resumes_from_the_journal_and_approves_without_rerunn
     pipeline = _pipeline(first, StateStore(path), kubeconfig, hooks, RunCommand())
     pipeline.advance(first.event)
     _finish(pipeline)
-    assert first.approvals == [] and len(list(out.glob("*.json"))) == 1
+    assert first.approvals == [] and len(list(out.glob("*.json"))) == 3
 
     again = CentralSource(_event(), state)  # a new process, the same journal file
     step = RunCommand()
@@ -191,7 +194,7 @@ def test_a_restarted_source_resumes_from_the_journal_and_approves_without_rerunn
     restarted.advance(again.event)
     _finish(restarted)
     assert [a["event"] for a in again.approvals] == ["C1"]
-    assert len(list(out.glob("*.json"))) == 1 and step.runs == []  # finished steps are not rerun
+    assert len(list(out.glob("*.json"))) == 3 and step.runs == []  # finished steps are not rerun
 
 
 

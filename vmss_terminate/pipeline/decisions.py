@@ -17,6 +17,7 @@ EVENT_CHANGED = "event_changed"          # status or NotBefore of a known event 
 EVENT_STARTED = "event_started"          # an event turned Started
 EVENT_GONE = "event_gone"                # an event left the document
 NOT_OURS = "not_ours"                    # our VM name is not in Resources: never touched
+EVENT_LOST = "event_lost"                # a source shared by replicas lost the event (its lease): stopped here
 EVENT_UNREADABLE = "event_unreadable"    # an entry of the document no parse survives: skipped, the others go on
 OBSERVED = "observed"                    # ours, but no hook subscribed and not an approved type
 HOOK_STARTED = "hook_started"
@@ -116,7 +117,7 @@ class VersionData(TypedDict, total=False):
 
 
 DATA: Dict[str, Type[Any]] = {
-    **{kind: EventData for kind in (EVENT_SEEN, EVENT_CHANGED, EVENT_STARTED, EVENT_GONE, NOT_OURS, OBSERVED,
+    **{kind: EventData for kind in (EVENT_SEEN, EVENT_CHANGED, EVENT_STARTED, EVENT_GONE, EVENT_LOST, NOT_OURS, OBSERVED,
                                     APPROVAL_WITHHELD, SHARED_NOT_APPROVED, APPROVAL_FAILED, DRAIN_ENDED)},
     **{kind: HookData for kind in (HOOK_STARTED, HOOK_FINISHED, HOOK_FAILED, HOOK_RERUN, HOOK_SKIPPED,
                                    HOOKS_CHANGED)},
@@ -129,7 +130,7 @@ DATA: Dict[str, Type[Any]] = {
 
 T = TypeVar("T")
 
-_WARNING_KINDS = {EVENT_UNREADABLE, HOOK_FAILED, HOOKS_CHANGED, APPROVAL_FAILED, SHARED_NOT_APPROVED, IMDS_ERROR,
+_WARNING_KINDS = {EVENT_LOST, EVENT_UNREADABLE, HOOK_FAILED, HOOKS_CHANGED, APPROVAL_FAILED, SHARED_NOT_APPROVED, IMDS_ERROR,
                   KUBE_NODE_NOT_FOUND, KUBE_EVICTION_FAILED, KUBE_NOT_DRAINED, KUBE_ERROR}
 
 

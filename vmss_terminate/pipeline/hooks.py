@@ -33,6 +33,7 @@ FAILED = "failed"
 DEADLINE = "deadline"
 CANCELLED = "cancelled"
 GONE = "gone"  # the event left the document for good (scale-in cancelled): the step stopped
+LOST = "lost"  # the source may no longer act on the event (a queue replica lost its lease): stopped
 
 _WAKE_EVERY = 1.0  # clock seconds between re-reading the deadline while a step runs
 #: A hook that cannot start for lack of one of these (descriptors, processes, memory) is tried
@@ -80,14 +81,18 @@ class Run:
     kill_grace: float = 5.0
     on_process: Optional[Callable[[int], object]] = None  # its result is ignored
     gone: Callable[[], bool] = lambda: False  # the event left the document for good (e.g. a cancelled scale-in)
+    held: Callable[[], bool] = lambda: True  # False: the source lost the event (its lease) to another replica
 
     def wait(self, finished: Callable[[], bool]) -> str:
-        """Wait until `finished()`, the deadline or cancellation; returns ok|deadline|cancelled."""
+        """Wait until `finished()`, the deadline, cancellation or the event's loss; returns
+        ok|deadline|cancelled|lost (lost, like cancelled, stops the step at once)."""
         while True:
             if finished():
                 return OK
             if self.cancelled.is_set():
                 return CANCELLED
+            if not self.held():
+                return LOST
             deadline = self.deadline()
             remaining = _WAKE_EVERY if deadline is None else deadline - self.clock.now()
             if remaining <= 0:
@@ -162,7 +167,8 @@ class CommandHook:
         outcome = run.wait(lambda: proc.poll() is not None)
         if outcome != OK:
             process.stop_tree(proc, grace=run.kill_grace)
-            what = "deadline (NotBefore minus safety margin) reached" if outcome == DEADLINE else "agent stopping"
+            what = {DEADLINE: "deadline (NotBefore minus safety margin) reached",
+                    LOST: "the event was lost to another replica (its lease)"}.get(outcome, "agent stopping")
             return StepResult(outcome, f"stopped: {what}", proc.returncode)
         code = proc.returncode
         if code == 0:
@@ -189,6 +195,8 @@ class CommandHook:
                 log.warning("hook %s cannot start (%s); trying again until its deadline", self.name, reason)
             if run.cancelled.is_set():
                 return StepResult(CANCELLED, f"not started ({reason}): agent stopping")
+            if not run.held():
+                return StepResult(LOST, f"not started ({reason}): the event was lost to another replica")
             deadline = run.deadline()
             left = _START_RETRY_EVERY if deadline is None else deadline - run.clock.now()
             if left <= 0:

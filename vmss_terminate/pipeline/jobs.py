@@ -24,14 +24,15 @@ from __future__ import annotations
 
 import logging
 import threading
-from dataclasses import dataclass, field
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Dict, List, Optional
 
 from vmss_terminate.clock import Clock
 from vmss_terminate.pipeline import decisions as D
 from vmss_terminate.pipeline import policy
-from vmss_terminate.pipeline.events import Event
-from vmss_terminate.pipeline.hooks import CANCELLED, GONE, OK, Run, StepResult
+from vmss_terminate.pipeline.events import EVERY_LISTED_VM, Event
+from vmss_terminate.pipeline.hooks import CANCELLED, GONE, LOST, OK, Run, StepResult
 from vmss_terminate.pipeline.journal import StateStore
 from vmss_terminate.pipeline.process import process_start_token
 
@@ -42,7 +43,18 @@ Report = Callable[..., None]  # report(kind, event_id, message, **data): publish
 # What the journal knows of an event's steps; forgotten when the event leaves the document for good,
 # so the same EventId coming back runs every step again (never "finished" by a drain that was stopped).
 PROGRESS = ("steps_done", "hooks_started", "hooks_finished", "hooks_result", "current_step", "hooks",
-            "hook_pid", "hook_token")
+            "hook_pid", "hook_token", "hook_pids", "covered")
+MAX_VMS_AT_ONCE = 16  # runs of one per-VM step at once (an event lists at most a few dozen VMs)
+
+
+def worst(results: List[StepResult]) -> StepResult:
+    """The result of a step run once per VM: the first that stopped it (cancelled, lost, gone),
+    else the first that failed, else ok."""
+    for outcome in (CANCELLED, LOST, GONE):
+        for result in results:
+            if result.outcome == outcome:
+                return result
+    return next((r for r in results if r.outcome != OK), results[0] if results else StepResult(OK, "no VM"))
 
 
 @dataclass(frozen=True)
@@ -66,6 +78,7 @@ class Step:
     name: str
     hook: Any
     always: bool = False  # runs even after an earlier step failed (the node drain)
+    per_vm: bool = False  # for a source acting for every listed VM: run once per listed VM, in parallel
 
 
 @dataclass
@@ -88,7 +101,7 @@ class JobRunner:
 
     def __init__(self, config: policy.Settings, clock: Clock, journal: StateStore, report: Report,
                  latest: Callable[[str], Optional[Event]], vm_name: Callable[[], str],
-                 gone: Callable[[str], bool]) -> None:
+                 gone: Callable[[str], bool], held: Callable[[str], bool] = lambda eid: True) -> None:
         self.config = config
         self.clock = clock
         self.journal = journal
@@ -96,9 +109,11 @@ class JobRunner:
         self._latest = latest  # the event as the last document showed it (None: it left)
         self._vm_name = vm_name
         self._gone = gone  # left the document for good (policy.gone_for_good), not just this answer
+        self._held = held  # False: the source lost the event to another replica (a queue's lease)
         self._jobs: Dict[str, Job] = {}
         self._anchors: Dict[str, Anchor] = {}  # by EventId: see `seen`
         self._lock = threading.Lock()
+        self._progress = threading.Lock()  # the journal's steps_done / hook_pids, written by per-VM runs
 
     def seen(self, event: Event) -> Anchor:
         """Anchor `event`'s time now if it is new or its NotBefore changed; else its anchor as it was."""
@@ -197,22 +212,25 @@ class JobRunner:
         return None if deadline is None else self.clock.now() + (deadline - anchor.now(self.clock))
 
     def _run_steps(self, job: Job, event: Event, steps: List[Step], failed: Optional[StepResult] = None) -> bool:
-        """Run the event's steps in order; False if interrupted (agent stopping) or the event left the
-        document for good, else True."""
-        eid, vm = event.event_id, self._vm_name()
+        """Run the event's steps in order; False if interrupted (agent stopping, the event lost to
+        another replica) or the event left the document for good, else True."""
+        eid = event.event_id
         journal = self.journal
         try:
             done = list(journal.get(eid).get("steps_done", []))
             for step in steps:
                 if failed is not None and not step.always:
                     continue  # after a failure only the steps that always run (the node drain)
-                if step.name in done:
+                latest = self._latest(eid) or event
+                vms = self._fanned(step, latest, done)
+                if step.name in done or vms == []:
                     self._report(D.HOOK_SKIPPED, eid, f"hook {step.name} already finished before a restart; "
                                                       f"not rerun", hook=step.name)
                     continue
                 if self._gone(eid):
                     return self._forget(event, step.name)
-                latest = self._latest(eid) or event
+                if not self._held(eid):
+                    return self._lost(event, step.name)
                 if policy.too_late_to_start(self._deadline(latest), self.clock.now()):
                     failed = StepResult("deadline", "too late to start: NotBefore minus safety margin passed")
                     self._report(D.HOOK_FAILED, eid, f"hook {step.name} for {event.event_type} {eid} not "
@@ -222,40 +240,91 @@ class JobRunner:
                 journal.update(eid, hooks_started=journal.get(eid).get("hooks_started") or self.clock.now(),
                                current_step=step.name, event_type=event.event_type,
                                hooks=[s.name for s in steps])
-                self._report(D.HOOK_STARTED, eid, f"hook {step.name} started for {event.event_type} {eid}",
-                             hook=step.name)
-                run = Run(latest, vm, self.clock, lambda: self._deadline(latest),  # noqa: B023 (used now)
-                          job.cancelled, job.wake, kill_grace=self.config.kill_grace,
-                          on_process=lambda pid: journal.update(eid, hook_pid=pid,
-                                                                hook_token=process_start_token(pid)),
-                          gone=lambda: self._gone(eid))
-                step_began = self.clock.now()
-                result = step.hook.run(run)
-                duration = round(self.clock.now() - step_began, 3)
-                if result.outcome == OK:
-                    done.append(step.name)
-                journal.update(eid, hook_pid=None, hook_token=None, steps_done=list(done) or None)
+                if vms is None:
+                    result = self._run_one(job, latest, step, self._vm_name(), done)
+                else:  # once per listed VM, at once: the step is over when every VM's run is
+                    with ThreadPoolExecutor(max_workers=min(MAX_VMS_AT_ONCE, len(vms)),
+                                            thread_name_prefix=f"{step.name[:12]}:{eid[:8]}") as pool:
+                        results = list(pool.map(lambda vm: self._run_one(job, latest, step, vm, done), vms))  # noqa: B023 (used now)
+                    result = worst(results)
                 if result.outcome == GONE:
                     return self._forget(event, step.name)
-                if result.outcome == CANCELLED:
-                    self._report(D.HOOK_FAILED, eid, f"hook {step.name} interrupted: agent stopping "
-                                                     f"(reruns on restart)", hook=step.name, outcome=CANCELLED,
-                                 duration=duration)
+                if result.outcome in (CANCELLED, LOST):
                     return False
                 if result.outcome != OK:
                     failed = result
-                    self._report(D.HOOK_FAILED, eid, f"hook {step.name} failed: {result.detail}",
-                                 hook=step.name, outcome=result.outcome, exit_code=result.exit_code,
-                                 duration=duration)
-                    continue
-                self._report(D.HOOK_FINISHED, eid, f"hook {step.name} finished: {result.detail}",
-                             hook=step.name, exit_code=result.exit_code, duration=duration)
             journal.update(eid, hooks_finished=self.clock.now(), hooks_result="failed" if failed else "ok",
-                           current_step=None)
+                           current_step=None, covered=list(event.resources))
         except Exception:
             log.exception("hook worker for %s failed", eid)
             journal.update(eid, hooks_finished=self.clock.now(), hooks_result="failed")
         return True
+
+    def _fanned(self, step: Step, event: Event, done: List[str]) -> Optional[List[str]]:
+        """The listed VMs a per-VM step still runs for (those without `name@VM` in `done`); None: the
+        step runs once (not per VM, or the source acts for one VM only)."""
+        if not step.per_vm or self._vm_name() != EVERY_LISTED_VM:
+            return None
+        return [vm for vm in event.resources if f"{step.name}@{vm}" not in done]
+
+    def _run_one(self, job: Job, event: Event, step: Step, vm: str, done: List[str]) -> StepResult:
+        """One run of `step` (for `vm`, or for the source's VM), journalled and reported; a per-VM run
+        is known as `name@VM`, gets the event with `VmName` and `VmId`, and its process id is kept
+        under that name (`hook_pids`) so a restart stops it."""
+        eid, journal = event.event_id, self.journal
+        fanned = vm != self._vm_name()
+        name = f"{step.name}@{vm}" if fanned else step.name
+        if fanned:
+            event = replace(event, raw={**event.raw, "VmName": vm, "VmId": event.resource_ids.get(vm, "")})
+
+        def on_process(pid: int) -> None:
+            token = process_start_token(pid)
+            if not fanned:
+                journal.update(eid, hook_pid=pid, hook_token=token)
+                return
+            with self._progress:
+                pids = dict(journal.get(eid).get("hook_pids") or {})
+                pids[name] = [pid, token]
+                journal.update(eid, hook_pids=pids)
+
+        self._report(D.HOOK_STARTED, eid, f"hook {name} started for {event.event_type} {eid}", hook=name)
+        run = Run(event, vm, self.clock, lambda: self._deadline(event), job.cancelled, job.wake,
+                  kill_grace=self.config.kill_grace, on_process=on_process, gone=lambda: self._gone(eid),
+                  held=lambda: self._held(eid))
+        step_began = self.clock.now()
+        result: StepResult = step.hook.run(run)
+        duration = round(self.clock.now() - step_began, 3)
+        with self._progress:
+            if result.outcome == OK:
+                done.append(name)
+            if fanned:
+                pids = dict(journal.get(eid).get("hook_pids") or {})
+                pids.pop(name, None)
+                journal.update(eid, hook_pids=pids or None, steps_done=list(done) or None)
+            else:
+                journal.update(eid, hook_pid=None, hook_token=None, steps_done=list(done) or None)
+        if result.outcome == CANCELLED:
+            self._report(D.HOOK_FAILED, eid, f"hook {name} interrupted: agent stopping (reruns on restart)",
+                         hook=name, outcome=CANCELLED, duration=duration)
+        elif result.outcome == LOST:
+            self._report(D.HOOK_FAILED, eid, f"hook {name} stopped: {event.event_type} {eid} was lost to another "
+                                             f"replica (its lease); not approved here", hook=name, outcome=LOST,
+                         duration=duration)
+        elif result.outcome == OK:
+            self._report(D.HOOK_FINISHED, eid, f"hook {name} finished: {result.detail}",
+                         hook=name, exit_code=result.exit_code, duration=duration)
+        elif result.outcome != GONE:
+            self._report(D.HOOK_FAILED, eid, f"hook {name} failed: {result.detail}",
+                         hook=name, outcome=result.outcome, exit_code=result.exit_code, duration=duration)
+        return result
+
+    def _lost(self, event: Event, step: str) -> bool:
+        """The source lost the event to another replica before `step`: no step runs, nothing is
+        approved here; the journal keeps the progress (if the event comes back, it resumes)."""
+        self._report(D.HOOK_FAILED, event.event_id, f"hook {step} not started: {event.event_type} {event.event_id} "
+                                                    f"was lost to another replica (its lease)", hook=step,
+                     outcome=LOST)
+        return False
 
     def _forget(self, event: Event, step: str) -> bool:
         """The event left the document for good: no further step runs, nothing is approved, and its

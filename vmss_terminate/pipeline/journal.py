@@ -266,7 +266,8 @@ _FIELD_CHECKS: Dict[str, Callable[[Any], bool]] = {
     "current_step": lambda v: isinstance(v, str), "event_type": lambda v: isinstance(v, str),
     "hook_token": lambda v: isinstance(v, str),
     "hook_pid": lambda v: isinstance(v, int) and not isinstance(v, bool) and v > 0,
-    "steps_done": _is_names, "hooks": _is_names,
+    "steps_done": _is_names, "hooks": _is_names, "covered": _is_names,
+    "hook_pids": lambda v: isinstance(v, dict) and all(isinstance(x, list) for x in v.values()),
     # --kubernetes (pipeline/kubernetes/drain.py)
     "kube_node": lambda v: isinstance(v, str), "kube_cordoned": lambda v: v is True,
     "kube_tainted": lambda v: v is True, "kube_event_started": lambda v: v is True,

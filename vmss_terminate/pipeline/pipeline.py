@@ -53,7 +53,11 @@ class Source:
     - `approve(event)`: send the approval now; True when it was sent. False: not sent, and the
       source has said why (`report`); the pipeline tries again when the event is handed to it again;
     - `report(kind, event_id, message, event=None, **data)`: publish a decision;
-    - `once(kind, event_id, message, **data)`: publish it once while the event stays visible.
+    - `once(kind, event_id, message, **data)`: publish it once while the event stays visible;
+    - `holds(event_id)`: the source may still act on the event. A source shared by replicas (the
+      queue's blob lease per event) answers False once another replica may have it: the running
+      step is stopped like on a stop (a hook's process group terminated, killed after the grace),
+      no later step starts and nothing is approved here. The source wakes the job (`jobs.wake`).
     """
 
     latest: Callable[[str], Optional[Event]]
@@ -61,6 +65,7 @@ class Source:
     approve: Callable[[Event], bool]
     report: Callable[..., None]
     once: Callable[..., None]
+    holds: Callable[[str], bool] = lambda event_id: True
 
 
 class Pipeline:
@@ -74,7 +79,7 @@ class Pipeline:
         self.clock = clock
         self.me = me
         self._handlers: List[Tuple[str, Handler]] = []
-        self._extra: List[Tuple[Step, Optional[Collection[str]]]] = []
+        self._extra: List[Tuple[Step, Optional[Collection[str]], bool]] = []  # (step, types, after the drain)
         self._commands = [CommandHook(c, i) for i, c in enumerate(settings.hooks)]
         self._webhook = (WebhookHook(settings.webhook)
                          if settings.webhook and settings.webhook_format == "json" else None)
@@ -85,7 +90,8 @@ class Pipeline:
             self.notifier = ChatNotifier(settings.webhook, settings.webhook_format)
             bus.subscribe(self.notifier)
         self._approve_lock = threading.Lock()  # approvals come from the source's loop and from job threads
-        self.jobs = JobRunner(settings, clock, journal, source.report, source.latest, me, gone=source.gone)
+        self.jobs = JobRunner(settings, clock, journal, source.report, source.latest, me, gone=source.gone,
+                              held=source.holds)
         self.drain: Any = None  # --kubernetes: the node drain step (kubernetes/drain.py), set by the source
 
     # -- what runs ---------------------------------------------------------------------------------
@@ -94,35 +100,42 @@ class Pipeline:
         """`fn(event, context)` for events of type `kind` ("*": every type), after the command hooks."""
         self._handlers.append((kind, fn))
 
-    def add_step(self, step: Step, types: Optional[Collection[str]] = None) -> None:
-        """A step of the source's own (a central handler's Run Command), after the webhook and
-        before the node drain, for events of `types` (None: the types the hooks run for)."""
-        self._extra.append((step, types))
+    def add_step(self, step: Step, types: Optional[Collection[str]] = None, after_drain: bool = False) -> None:
+        """A step of the source's own, after the webhook and before the node drain (`after_drain`:
+        after it, as a central handler's Run Command), for events of `types` (None: the types the
+        hooks run for)."""
+        self._extra.append((step, types, after_drain))
 
     def steps_for(self, event: Event) -> List[Step]:
-        """An event's steps, in order: commands, Python handlers, webhook, the source's own, node drain."""
+        """An event's steps, in order: commands, Python handlers, webhook, the source's own, node
+        drain, the source's own that come after the drain. A source acting for every listed VM runs
+        the per-VM steps (`Step.per_vm`: the commands, the node drain, a central handler's Run Command)
+        once per VM."""
         steps: List[Step] = []
         commands = policy.command_hooks_apply(event.event_type, self.settings)
         if commands:
-            steps += [Step(h.name, h) for h in self._commands]
+            steps += [Step(h.name, h, per_vm=True) for h in self._commands]
         for i, (kind, fn) in enumerate(self._handlers):
             if policy.handler_applies(kind, event.event_type):
                 hook = PythonHook(fn)
                 steps.append(Step(f"{hook.name}#{i}", hook))
         if self._webhook is not None and commands:
             steps.append(Step(self._webhook.name, self._webhook))
-        steps += [step for step, types in self._extra
-                  if (commands if types is None else event.event_type in types)]
+        own = [(step, after) for step, types, after in self._extra
+               if (commands if types is None else event.event_type in types)]
+        steps += [step for step, after in own if not after]
         if self.drain is not None and commands and policy.drains_node(event.event_type):
-            # last, and even after a failed hook; never for a Freeze (a pause of seconds)
-            steps.append(Step(self.drain.name, self.drain, always=True))
-        return steps
+            # last but for the source's after-drain steps, and even after a failed hook; never for a
+            # Freeze (a pause of seconds)
+            steps.append(Step(self.drain.name, self.drain, always=True, per_vm=True))
+        return steps + [step for step, after in own if after]
 
     # -- the flow ----------------------------------------------------------------------------------
 
     def advance(self, event: Event) -> None:
-        """Ask the policy what to do with a Scheduled event of ours, and do it."""
-        if self.jobs.running(event.event_id):
+        """Ask the policy what to do with a Scheduled event of ours, and do it (nothing while the
+        source does not hold the event: another replica may)."""
+        if self.jobs.running(event.event_id) or not self.source.holds(event.event_id):
             return
         steps = self.steps_for(event)
         progress = policy.Progress.from_record(self.journal.get(event.event_id))
@@ -137,6 +150,8 @@ class Pipeline:
             else:
                 self.maybe_approve(event)
         elif verdict.action == policy.RUN_HOOKS:
+            if progress.hooks_finished:  # the event grew (policy.uncovered): the steps run again for it
+                self._widen(event, verdict.message)
             self.jobs.start(event, steps, then=self._after_steps)
         elif verdict.action == policy.APPROVE:
             self.maybe_approve(event)
@@ -157,6 +172,8 @@ class Pipeline:
             if verdict.action != policy.APPROVE:
                 self._carry_out(eid, verdict)
                 return
+            if not self.source.holds(eid):
+                return  # lost to another replica (the source said so): that one approves it
             self.journal.update(eid, approval_started=self.clock.now())  # documented in docs/agent.md
             if not self.source.approve(event):
                 return
@@ -212,14 +229,26 @@ class Pipeline:
             data = {"others": list(verdict.others)} if verdict.others else {}
             self.source.once(verdict.kind, event_id, verdict.message, **data)
 
+    def _widen(self, event: Event, why: str) -> None:
+        """The event lists VMs its finished steps did not run for: forget that the steps finished
+        (a per-VM step keeps its finished VMs, `name@VM`), so they run for the new VMs before the
+        approval; the once-per-event steps (webhook, node drain of every listed VM) run again."""
+        record = self.journal.get(event.event_id)
+        kept = [name for name in record.get("steps_done") or () if "@" in name]
+        log.info("%s", why)
+        self.journal.update(event.event_id, hooks_started=None, hooks_finished=None, hooks_result=None,
+                            covered=None, steps_done=kept or None)
+
     def _resume_interrupted(self, event: Event, record: Dict[str, Any], steps: List[Step]) -> Optional[StepResult]:
         """A hook was started but not finished when the previous process died. Returns None to run
         the hooks again (the finished ones are skipped), else the failure the interruption counts
         as: the steps that always run (the node drain) still run after it."""
         eid = event.event_id
-        pid, token = record.get("hook_pid"), record.get("hook_token")
-        if pid and stop_orphan(int(pid), token, grace=self.settings.kill_grace):
-            log.warning("stopped hook process %s left running by the previous agent", pid)
+        orphans = [(record.get("hook_pid"), record.get("hook_token"))]
+        orphans += [tuple(pair) for pair in (record.get("hook_pids") or {}).values() if len(pair) == 2]
+        for pid, token in orphans:  # one per VM when a per-VM step was interrupted
+            if pid and stop_orphan(int(pid), token, grace=self.settings.kill_grace):
+                log.warning("stopped hook process %s left running by the previous agent", pid)
         plan = policy.resume_after_restart(record, [s.name for s in steps], self.settings.rerun_interrupted,
                                            resumable=[self.drain.name] if self.drain is not None else [])
         if plan.changed:

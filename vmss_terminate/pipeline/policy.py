@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any, Collection, Mapping, Optional, Protocol, Sequence, Tuple
 
 from vmss_terminate.pipeline import decisions as D
-from vmss_terminate.pipeline.events import EVERY_LISTED_VM, Event
+from vmss_terminate.pipeline.events import EVERY_LISTED_VM, Event, same_name
 from vmss_terminate.pipeline.hooks import unpassable_variables
 from vmss_terminate.scheduled_events import DEPARTING, EVENT_TYPE_FACTS, MAX_TERMINATE_NOTICE, NO_NODE_DRAIN
 
@@ -86,14 +86,16 @@ class Progress:
     hooks_finished: bool = False
     hooks_failed: bool = False
     drain_since: Optional[float] = None  # when the drain began (/readyz turned 503)
+    covered: Optional[Tuple[str, ...]] = None  # the listed VMs the finished steps ran for (None: unknown)
 
     @classmethod
     def from_record(cls, record: Mapping[str, Any]) -> "Progress":
-        since = record.get("drain_started")
+        since, covered = record.get("drain_started"), record.get("covered")
         return cls(approved=bool(record.get("approved")), hooks_started=bool(record.get("hooks_started")),
                    hooks_finished=bool(record.get("hooks_finished")),
                    hooks_failed=record.get("hooks_result") == "failed",
-                   drain_since=float(since) if isinstance(since, (int, float)) else None)
+                   drain_since=float(since) if isinstance(since, (int, float)) else None,
+                   covered=tuple(str(vm) for vm in covered) if isinstance(covered, list) else None)
 
 
 @dataclass(frozen=True)
@@ -132,6 +134,15 @@ def acts_for(event: Event, vm_name: str) -> bool:
     return vm_name == EVERY_LISTED_VM or event.names(vm_name)
 
 
+def uncovered(event: Event, vm_name: str, progress: Progress) -> Tuple[str, ...]:
+    """Listed VMs the finished steps did not run for: a source acting for every listed VM saw the
+    event grow (Azure added a VM) after its steps began. Approving now would release a VM whose
+    steps never ran; those steps run first (a per-VM step skips the VMs it finished)."""
+    if vm_name != EVERY_LISTED_VM or progress.covered is None:
+        return ()
+    return tuple(vm for vm in event.resources if not any(same_name(vm, c) for c in progress.covered))
+
+
 def next_step(event: Event, vm_name: str, config: Settings, progress: Progress, has_hooks: bool,
               now: Optional[float] = None) -> Verdict:
     """What to do with `event` now that it is in the document (no job of ours is running its hooks)."""
@@ -146,6 +157,10 @@ def next_step(event: Event, vm_name: str, config: Settings, progress: Progress, 
                                  f"approving it: {', '.join(unpassable)} would hold a character no process "
                                  f"environment can carry (a NUL byte or an unencodable character; IMDS "
                                  f"never sends these); the event starts at NotBefore", kind=D.HOOK_FAILED)
+    grown = uncovered(event, vm_name, progress) if has_hooks else ()
+    if grown:
+        return Verdict(RUN_HOOKS, f"{event.event_type} {event.event_id} now also lists {', '.join(grown)}: "
+                                  f"their steps run before it is approved")
     if has_hooks and not progress.hooks_finished:
         if progress.hooks_started:
             return Verdict(INTERRUPTED, "a hook was started by a previous agent and never finished")
@@ -172,6 +187,9 @@ def approval(event: Event, vm_name: str, config: Settings, progress: Progress,
                                  f"it starts at NotBefore", kind=D.APPROVAL_WITHHELD)
     if not acts_for(event, vm_name) or not event.scheduled:
         return Verdict(IGNORE)  # no longer ours (Resources changed) or started: never approve it
+    grown = uncovered(event, vm_name, progress)
+    if grown:  # the next sighting runs their steps (next_step), then approves
+        return Verdict(RUN_HOOKS, f"not approving {eid} yet: it now also lists {', '.join(grown)}")
     others = () if vm_name == EVERY_LISTED_VM else tuple(event.others(vm_name))
     if others and not config.approve_shared:
         return Verdict(WITHHOLD, f"not approving {event.event_type} {eid}: it also names {', '.join(others)}; "

@@ -46,7 +46,7 @@ from vmss_terminate.pipeline import decisions as D
 from vmss_terminate.pipeline import policy
 from vmss_terminate.pipeline.backoff import Backoff
 from vmss_terminate.pipeline.events import Event
-from vmss_terminate.pipeline.hooks import CANCELLED, DEADLINE, FAILED, GONE, OK, Run, StepResult
+from vmss_terminate.pipeline.hooks import CANCELLED, DEADLINE, FAILED, GONE, LOST, OK, Run, StepResult
 from vmss_terminate.pipeline.journal import StateStore, event_of
 from vmss_terminate.pipeline.kubernetes import rules
 from vmss_terminate.pipeline.kubernetes.api import MERGE_PATCH, Answer, KubeApi, KubeError, KubeRedirect, path
@@ -92,6 +92,15 @@ class DrainTarget:
 
 
 Targets = Callable[[Event], Sequence[DrainTarget]]
+
+
+def listed_vms(event: Event) -> List[DrainTarget]:
+    """The targets of a source acting for every listed VM: the VM a per-VM run is for (`VmName` in
+    the event, `jobs.Step.per_vm`), else every listed VM; each found by its resource id in the
+    nodes' providerID, cluster-wide, and skipped when it is no node of the cluster."""
+    vm = event.raw.get("VmName")
+    names = [vm] if isinstance(vm, str) and vm else list(event.resources)
+    return [DrainTarget.of_vm(name, event.resource_ids.get(name, "")) for name in names]
 
 
 def journal_key(event_id: str, target: DrainTarget) -> str:
@@ -142,7 +151,7 @@ class NodeDrain:
         with ThreadPoolExecutor(max_workers=min(MAX_NODES_AT_ONCE, len(targets)),
                                 thread_name_prefix=f"drain:{run.event.event_id[:8]}") as pool:
             results = list(pool.map(lambda target: self._run_one(run, target), targets))
-        for outcome in (CANCELLED, GONE, DEADLINE, FAILED):
+        for outcome in (CANCELLED, LOST, GONE, DEADLINE, FAILED):
             bad = [f"{t.vm_name or t.key}: {r.detail}" for t, r in zip(targets, results) if r.outcome == outcome]
             if bad:
                 return StepResult(outcome, "; ".join(bad))
@@ -176,6 +185,9 @@ class NodeDrain:
                 return StepResult(GONE, "the event left the document: drain stopped")
             if stop.outcome == CANCELLED:
                 return StepResult(CANCELLED, "agent stopping (the drain continues on restart)")
+            if stop.outcome == LOST:  # the replica holding the event now drains on: its cordon is left
+                return StepResult(LOST, "the event was lost to another replica (its lease): drain stopped, "
+                                        "the node stays cordoned")
             return StepResult(DEADLINE, "deadline (NotBefore minus safety margin) reached")
 
     def _drain(self, run: Run, eid: str, key: str, target: DrainTarget) -> StepResult:
@@ -414,7 +426,7 @@ class NodeDrain:
                     waiting[rules.pod_uid(pod)] = rules.pod_key(pod)
                 elif what in ("failed", "stop"):
                     failed[rules.pod_key(pod)] = detail
-            for outcome in (CANCELLED, GONE):
+            for outcome in (CANCELLED, LOST, GONE):
                 if outcome in stops:
                     raise _Stop(outcome)
         return waiting, failed, refused[0]
@@ -516,7 +528,7 @@ class NodeDrain:
         said, said_at = "", 0.0
         while waiting:
             why = self._stop_reason(run)
-            if why in (CANCELLED, GONE):
+            if why in (CANCELLED, LOST, GONE):
                 raise _Stop(why)
             if why == DEADLINE:
                 return waiting
@@ -664,6 +676,8 @@ class NodeDrain:
     def _stop_reason(self, run: Run) -> Optional[str]:
         if run.cancelled.is_set():
             return CANCELLED
+        if not run.held():
+            return LOST
         if run.gone():
             return GONE
         deadline = run.deadline()
