@@ -16,7 +16,9 @@ from typing import Dict, Iterable, List, Optional, Sequence
 
 from vmss_terminate.agent import Agent, AgentConfig, Decision
 from vmss_terminate.clock import wait_until
+from vmss_terminate.pipeline import decisions as D
 from vmss_terminate.pipeline.journal import MEMORY
+from vmss_terminate.pipeline.kubernetes.drain import DRAIN_STEP
 from vmss_terminate_sim.sandbox.environment import Sandbox
 from vmss_terminate_sim.sandbox.timeline import Entry
 
@@ -36,13 +38,17 @@ def demo_hook_command(python: Optional[str] = None) -> str:
 def _summary(decision: Decision) -> str:
     """A short line for the timeline; the agent's full message stays in the entry's data."""
     event = (decision.event_id or "")[:8]
-    if decision.data.get("hook") == "kubernetes:drain" and decision.kind in ("hook_started", "hook_finished"):
-        return f"Kubernetes node drain {'started' if decision.kind == 'hook_started' else 'finished'} for event {event}"
-    if decision.kind == "hook_started":
-        return f"drain hook started for event {event}"
-    if decision.kind == "hook_finished":
-        return f"drain hook finished (exit {decision.data.get('exit_code')})"
-    if decision.kind == "approval_sent":
+    if decision.kind in (D.HOOK_STARTED, D.HOOK_FINISHED):
+        hook = decision.view(D.HookData)
+        step: Optional[str] = hook.get("hook")
+        if step == DRAIN_STEP:
+            return (f"Kubernetes node drain {'started' if decision.kind == D.HOOK_STARTED else 'finished'} "
+                    f"for event {event}")
+        if decision.kind == D.HOOK_STARTED:
+            return f"drain hook started for event {event}"
+        exit_code: Optional[int] = hook.get("exit_code")
+        return f"drain hook finished (exit {exit_code})"
+    if decision.kind == D.APPROVAL_SENT:
         return f"approved its own Terminate event {event} (POST StartRequests)"
     return decision.message
 
@@ -74,7 +80,7 @@ class SandboxAgents:
 
     def _recorder(self, name: str):  # type: ignore[no-untyped-def]
         def record(decision: Decision) -> None:
-            if decision.kind == "vm_name":
+            if decision.kind == D.VM_NAME:
                 with self._known:
                     self._named[name] = decision.vm_name or ""
                     self._known.notify_all()

@@ -21,14 +21,16 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from vmss_terminate.clock import ScaledClock
 from vmss_terminate.errors import InvalidValue
+from vmss_terminate.pipeline import decisions as D
 from vmss_terminate.pipeline.process import check_program, split_command
 from vmss_terminate.timeout import parse_timeout, to_iso
 from vmss_terminate_sim.emulator.kube import EvictionRecord
 from vmss_terminate_sim.sandbox.agents import SandboxAgents, demo_hook_command
 from vmss_terminate_sim.sandbox.environment import Sandbox, SandboxConfig
 from vmss_terminate_sim.sandbox.kubernetes import SandboxCluster
+from vmss_terminate_sim.sandbox.outcome import Outcome, failure_of
 from vmss_terminate_sim.sandbox.timeline import HEADER as TIMELINE_HEADER
-from vmss_terminate_sim.sandbox.timeline import Entry, Timeline
+from vmss_terminate_sim.sandbox.timeline import Entry, Timeline, attempt_of
 
 AGENT_KINDS_SHOWN = {
     "hook_started", "hook_finished", "hook_failed", "approval_sent", "approval_failed",
@@ -109,6 +111,7 @@ class DemoResult:
     totals: Dict[str, Any]
     failure: Optional[str] = None
     deleted: List[str] = field(default_factory=list)
+    problems: List[str] = field(default_factory=list)  # every one (`failure` is the first)
 
     def to_dict(self) -> Dict[str, Any]:
         return {
@@ -120,6 +123,7 @@ class DemoResult:
                         "central": self.options.central, "windows": self.options.windows,
                         "source": self.options.source},
             "deleted": self.deleted,
+            "problems": self.problems,
             "totals": self.totals,
             "report": self.report,
             "timeline": [e.to_dict() for e in self.entries],
@@ -130,8 +134,8 @@ def shown(entry: Entry) -> bool:
     """Entries the text timeline prints (the JSON output has all of them)."""
     if entry.source != "agent":
         return True
-    if entry.kind == "kube_eviction_refused":
-        return entry.data.get("attempt") == 1
+    if entry.kind == D.KUBE_EVICTION_REFUSED:
+        return attempt_of(entry) == 1
     return entry.kind in AGENT_KINDS_SHOWN
 
 
@@ -166,13 +170,19 @@ def run_demo(options: DemoOptions = DemoOptions(), on_entry: Optional[Callable[[
         if cluster is not None:
             cluster.stop()
         sandbox.stop()
-    if failure is None:
-        failure = _check_central(sandbox, removed, options) if options.central else _check(sandbox, removed)
-    if failure is None and options.kubernetes and not options.central:
-        failure = _check_kubernetes(sandbox, removed)
-    if failure is None and cluster is not None and options.central:
-        failure = budget_honoured(cluster.state.evictions)
-    totals = _totals(sandbox, options, removed, scale_in_at, time.monotonic() - real_start)
+    outcome = None if options.central else Outcome.read(
+        sandbox.scheduler.deletions(), sandbox.timeline.entries(), sandbox.group.approvals, sandbox.vm_names(),
+        kubernetes=options.kubernetes)
+    problems = [failure] if failure is not None else []
+    if outcome is not None:
+        problems += outcome.problems(sandbox.speed)
+    elif failure is None:
+        central = _check_central(sandbox, removed, options)
+        if central is None and cluster is not None:
+            central = budget_honoured(cluster.state.evictions)
+        problems += [central] if central is not None else []
+    failure = failure_of(problems)
+    totals = _totals(sandbox, options, outcome, removed, scale_in_at, time.monotonic() - real_start)
     if cluster is not None and options.central:  # the cluster's own record of the central drain
         totals.update(pods_evicted=sum(1 for e in cluster.state.evictions if e.code == 200),
                       evictions_refused=sum(1 for e in cluster.state.evictions if e.code == 429),
@@ -180,7 +190,8 @@ def run_demo(options: DemoOptions = DemoOptions(), on_entry: Optional[Callable[[
                                         and e.kind == "kubernetes:drain_ok"))
     timeline.record("demo", "done" if failure is None else "failed", "",
                     "story complete" if failure is None else failure)
-    return DemoResult(failure is None, options, timeline.entries(), sandbox.report(), totals, failure, removed)
+    return DemoResult(failure is None, options, timeline.entries(), sandbox.report(), totals, failure, removed,
+                      problems)
 
 
 def _story(sandbox: Sandbox, options: DemoOptions, deadline: float,  # type: ignore[no-untyped-def]
@@ -346,55 +357,6 @@ def _check_central(sandbox: Sandbox, removed: List[str], options: DemoOptions) -
     return None
 
 
-def _check(sandbox: Sandbox, removed: List[str]) -> Optional[str]:
-    """The story is graceful only if each removed instance drained and approved its own event."""
-    foreign = sandbox.group.foreign_approvals()
-    if foreign:
-        return "an agent approved an event that was not its own: " + ", ".join(
-            f"{a.vm_name} approved {a.event_id}" for a in foreign)
-    entries = sandbox.timeline.entries()
-    for deletion in sandbox.scheduler.deletions():
-        vm = deletion.vm_name
-        if deletion.event_id is None:
-            return f"{vm} got no Terminate event (its model has no notification)"
-        if deletion.approved_by != vm:
-            hint = ""
-            if deletion.start_reason.startswith("NotBefore passed") and deletion.timeout_s is not None:
-                hint = ("; its NotBefore passed before its agent drained and approved it: lower --speed "
-                        f"(x{sandbox.speed:g} runs the timeout in {deletion.timeout_s / sandbox.speed:.2f} real s)")
-            return f"{vm} was not approved by its own agent ({deletion.start_reason}){hint}"
-        if not deletion.start_reason.startswith("approved"):
-            return f"{vm} was deleted without a completed approval ({deletion.start_reason})"
-        failed = [e for e in entries if e.vm == vm and e.source == "agent" and e.kind == "hook_failed"]
-        if failed:
-            return (f"{vm}'s drain hook failed ({failed[0].message}); its agent approved anyway "
-                    f"(on_hook_failure=approve), so the instance went without draining")
-        if not any(e.vm == vm and e.source == "agent" and e.kind == "hook_finished" for e in entries):
-            return f"{vm}'s drain hook did not finish before its deletion"
-    stayed = set(sandbox.vm_names())
-    approved_by_stayers = [a for a in sandbox.group.approvals if a.vm_name in stayed]
-    if approved_by_stayers:
-        return f"{approved_by_stayers[0].vm_name} approved an event although it was not being deleted"
-    return None
-
-
-def _check_kubernetes(sandbox: Sandbox, removed: List[str]) -> Optional[str]:
-    """--kubernetes: every removed VM's node was drained before its approval, and the story's PDB
-    did hold an eviction back (the demo claims both)."""
-    entries = [e for e in sandbox.timeline.entries() if e.source == "agent"]
-    for vm in removed:
-        kinds = [e.kind for e in entries if e.vm == vm]
-        if "kube_drained" not in kinds:
-            stuck = next((e.message for e in entries if e.vm == vm and e.kind in ("kube_not_drained",
-                                                                                 "kube_node_not_found")), "")
-            return f"{vm}'s node was not drained before its deletion" + (f" ({stuck})" if stuck else "")
-        if "approval_sent" in kinds and kinds.index("approval_sent") < kinds.index("kube_drained"):
-            return f"{vm} was approved before its node was drained"
-    if not any(e.kind == "kube_eviction_refused" for e in entries):
-        return "no eviction was held back by the PodDisruptionBudget"
-    return None
-
-
 def budget_honoured(evictions: Sequence[EvictionRecord]) -> Optional[str]:
     """--central --kubernetes, from the API server's record of every eviction: the story's PDB held
     one back (429) and the central handler's drain retried each refused pod until it was allowed
@@ -409,34 +371,24 @@ def budget_honoured(evictions: Sequence[EvictionRecord]) -> Optional[str]:
     return None
 
 
-def _totals(sandbox: Sandbox, options: DemoOptions, removed: List[str], scale_in_at: Optional[Entry],
-            real_elapsed: float) -> Dict[str, Any]:
+def _totals(sandbox: Sandbox, options: DemoOptions, outcome: Optional[Outcome], removed: List[str],
+            scale_in_at: Optional[Entry], real_elapsed: float) -> Dict[str, Any]:
+    """The counts the summary prints; the agents' story counts `outcome`, the facts its verdict came from."""
     entries = sandbox.timeline.entries()
     deleted = [e for e in entries if e.kind == "deleted"]
-    own = [d for d in sandbox.scheduler.deletions()
-           if d.deleted_at is not None and d.approved_by == d.vm_name and d.start_reason.startswith("approved")]
-    # drained: every hook of the VM finished and none failed (a failed hook is approved anyway with
-    # on_hook_failure=approve, which is not a drain)
-    drained = {e.vm for e in entries if e.source == "agent" and e.kind == "hook_finished"} - {
-        e.vm for e in entries if e.source == "agent" and e.kind == "hook_failed"}
-    # the drain hooks only: with --kubernetes the node drain is a step too, counted on its own line
-    hook_entries = [e for e in entries if e.source == "agent" and e.data.get("hook") != "kubernetes:drain"]
+    agent = [e for e in entries if e.source == "agent"]
     totals: Dict[str, Any] = {
         "instances_before": options.instances,
         "instances_after": len(sandbox.vm_names()),
         "deleted": len(deleted),
-        "drained_and_approved": sum(1 for d in own if d.vm_name in drained),
-        "approved_without_draining": sum(1 for d in own if d.vm_name not in drained),
-        "hooks_finished": sum(1 for e in hook_entries if e.kind == "hook_finished"),
-        "hooks_failed": sum(1 for e in hook_entries if e.kind == "hook_failed"),
+        **(outcome.totals() if outcome is not None else {}),
         "approvals": len([a for a in sandbox.group.approvals if a.accepted]),
         "foreign_approvals": len(sandbox.group.foreign_approvals()),
-        "foreign_events_ignored": sum(1 for e in entries if e.source == "agent" and e.kind == "not_ours"),
+        "foreign_events_ignored": sum(1 for e in agent if e.kind == D.NOT_OURS),
         "held_back": sum(1 for e in entries if e.kind == "held_back"),
-        **({"pods_evicted": sum(1 for e in entries if e.source == "agent" and e.kind == "kube_evicted"),
-            "evictions_refused": sum(1 for e in entries if e.source == "agent" and e.kind == "kube_eviction_refused"),
-            "nodes_drained": sum(1 for e in entries if e.source == "agent" and e.kind == "kube_drained")}
-           if options.kubernetes else {}),
+        **({"pods_evicted": sum(1 for e in agent if e.kind == D.KUBE_EVICTED),
+            "evictions_refused": sum(1 for e in agent if e.kind == D.KUBE_EVICTION_REFUSED)}
+           if options.kubernetes and not options.central else {}),
         **({"central_hooks_ok": sum(1 for e in entries if e.source == "central" and e.kind == "hook_ok"),
             "central_run_commands": len(sandbox.state.run_commands.records),
             "central_acknowledged": sum(1 for e in entries if e.source == "central" and e.kind == "acknowledged"),
@@ -476,9 +428,13 @@ def render_text(result: DemoResult) -> List[str]:
                      f"evictions answered 429 by the PodDisruptionBudget and retried), DaemonSet pods left in "
                      f"place; each event acknowledged only after its node was drained.")
     if o.kubernetes and not o.central:
-        lines.append(f"Kubernetes: {t['nodes_drained']} nodes cordoned and drained, {t['pods_evicted']} pods evicted "
-                     f"({t['evictions_refused']} evictions held back by the PodDisruptionBudget and retried), "
-                     f"DaemonSet pods left in place; each VM approved only after its node was drained.")
+        undrained = t["approved_before_node_drained"]
+        verdict = ("each VM approved only after its node was drained." if not undrained and not t["nodes_not_drained"]
+                   else f"{undrained} VM(s) approved before their node was drained.")
+        lines.append(f"Kubernetes: {t['nodes_drained']} nodes cordoned and drained"
+                     + (f", {t['nodes_not_drained']} not drained" if t["nodes_not_drained"] else "")
+                     + f", {t['pods_evicted']} pods evicted ({t['evictions_refused']} evictions held back by the "
+                     f"PodDisruptionBudget and retried), DaemonSet pods left in place; {verdict}")
     if "scale_in_to_deleted_sandbox_s" in t:
         line = (f"Scale-in to last deletion: {t['scale_in_to_deleted_sandbox_s']:.0f} s sandbox time "
                 f"({t['scale_in_to_deleted_real_s']:.2f} s real)")

@@ -11,9 +11,12 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Type, TypeVar, cast
 
 from vmss_terminate.clock import SYSTEM_CLOCK, Clock, wait_until
+from vmss_terminate.pipeline import decisions as D
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -30,6 +33,14 @@ class Entry:
 
     def to_dict(self) -> Dict[str, Any]:
         return asdict(self)
+
+    def view(self, shape: Type[T]) -> T:
+        """An agent entry's `data` as the TypedDict its decision kind carries (`decisions.DATA`), so
+        mypy checks the keys read (declare the type read: a `.get` of an unknown key is `object`).
+        Any other shape is a TypeError: a reader never guesses what an entry holds."""
+        if self.source != "agent" or D.DATA.get(self.kind) is not shape:
+            raise TypeError(f"a {self.source} {self.kind!r} entry does not carry {shape.__name__}")
+        return cast(T, self.data)
 
 
 class Timeline:
@@ -88,3 +99,13 @@ def format_entry(entry: Entry) -> str:
 
 
 HEADER = f"{'sandbox':>9} {'(real)':>9}  {'instance':<12} {'what':<17} details"
+
+
+def hook_of(entry: Entry) -> Optional[str]:
+    """Which step a HOOK_* agent entry is about: a `--hook` command, or the node drain (`DRAIN_STEP`)."""
+    return entry.view(D.HookData).get("hook")
+
+
+def attempt_of(entry: Entry) -> Optional[int]:
+    """The how-manieth refusal a KUBE_EVICTION_REFUSED agent entry reports for its pod."""
+    return entry.view(D.KubeData).get("attempt")
