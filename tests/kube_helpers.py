@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import queue
 import shutil
 import ssl
 import subprocess
@@ -57,6 +58,12 @@ class Kubectl:
     def run(self, *args: str, timeout: float = 60, stdin: Optional[str] = None) -> "subprocess.CompletedProcess[str]":
         command: List[Any] = [KUBECTL, "--kubeconfig", str(self.kubeconfig), "--cache-dir", str(self.cache), *args]
         return subprocess.run(command, capture_output=True, text=True, env=self.env, timeout=timeout, input=stdin)
+
+    def start(self, *args: str) -> "Streaming":
+        """kubectl running in the background (`get -w`): its stdout read line by line."""
+        command: List[Any] = [KUBECTL, "--kubeconfig", str(self.kubeconfig), "--cache-dir", str(self.cache), *args]
+        return Streaming(subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                          env=self.env))
 
     def ok(self, *args: str, timeout: float = 60, stdin: Optional[str] = None) -> str:
         result = self.run(*args, timeout=timeout, stdin=stdin)
@@ -115,3 +122,47 @@ class KubectlWatch:
             _, err = self.process.communicate()
         self._reader.join(timeout=30)
         return err
+
+
+class Streaming:
+    """A running kubectl whose stdout lines arrive on a queue (a reader thread): `line(timeout)`
+    waits for the next one, bounded, instead of sleeping. Use as a context manager: it is ended
+    (SIGTERM, then SIGKILL) on exit."""
+
+    def __init__(self, process: "subprocess.Popen[str]") -> None:
+        self.process = process
+        self._lines: "queue.Queue[Optional[str]]" = queue.Queue()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self._lines.put(line.rstrip("\n"))
+        self._lines.put(None)  # the end of its output
+
+    def line(self, timeout: float = 30) -> Optional[str]:
+        """The next line kubectl printed, None once its output ended; fails after `timeout` seconds."""
+        try:
+            return self._lines.get(timeout=timeout)
+        except queue.Empty:
+            raise AssertionError(f"kubectl printed nothing in {timeout} s") from None
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(10)
+        self._reader.join(10)
+        for stream in (self.process.stdout, self.process.stderr):
+            if stream is not None:
+                stream.close()
+
+    def __enter__(self) -> "Streaming":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()

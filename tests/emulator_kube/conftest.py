@@ -32,8 +32,10 @@ def _http_servers() -> Iterator[KubeServers]:
 
 @pytest.fixture
 def kube(_http_servers: KubeServers, state: KubeState) -> Iterator[KubeServers]:
-    """The module's http emulator (token `test-token`) serving this test's state, with an empty log."""
+    """The module's http emulator (token `test-token`) serving this test's state, with an empty log;
+    its watches time out on the test's ManualClock (`clock`), not in real seconds."""
     _http_servers.reset(state)
+    _http_servers.app.watch_clock = state.clock
     yield _http_servers
 
 

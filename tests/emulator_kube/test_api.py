@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
+import socket
 from typing import Any, Dict, List, Optional
 
 import pytest
@@ -12,6 +13,7 @@ import requests
 
 from vmss_terminate.clock import ManualClock
 from vmss_terminate_sim.emulator.kube import NEW_EVENTS, NODES, PODS, KubeServers, KubeState, disruption, start_kube
+from vmss_terminate_sim.emulator.kube.app import WATCH_DEFAULT
 from vmss_terminate_sim.emulator.kube.state import POD_START_SECONDS
 
 Json = Dict[str, Any]
@@ -379,11 +381,14 @@ def test_events_are_created_and_validated(api: requests.Session, state: KubeStat
                     timeout=5).status_code == 404
 
 
-def _watch(api: requests.Session, **params: str) -> List[Json]:
-    answer = api.get(_url(api, "/api/v1/namespaces/default/pods"), timeout=10,
-                     params={"watch": "true", "timeoutSeconds": "1", **params})
-    assert answer.status_code == 200, answer.text
-    return [json.loads(line) for line in answer.text.splitlines()]
+def _watch(api: requests.Session, clock: ManualClock, **params: str) -> List[Json]:
+    """What a 1 s watch streams: the clock (the `kube` fixture's watch clock) passes its timeout once
+    the answer has begun, so the stream ends (cleanly) without a real second waited."""
+    with api.get(_url(api, "/api/v1/namespaces/default/pods"), timeout=10, stream=True,
+                 params={"watch": "true", "timeoutSeconds": "1", **params}) as answer:
+        assert answer.status_code == 200, answer.text
+        clock.advance(1)
+        return [json.loads(line) for line in answer.iter_lines() if line]
 
 
 def test_a_watch_sees_an_eviction_and_the_pod_leaving(api: requests.Session, state: KubeState,
@@ -391,14 +396,14 @@ def test_a_watch_sees_an_eviction_and_the_pod_leaving(api: requests.Session, sta
     state.add_node("n1")
     state.add_pod("other", "n1")
     state.add_pod("p", "n1", grace=5)
-    first = _watch(api, fieldSelector="metadata.name=p", allowWatchBookmarks="true")
+    first = _watch(api, clock, fieldSelector="metadata.name=p", allowWatchBookmarks="true")
     assert [(e["type"], e["object"]["metadata"]["name"]) for e in first[:-1]] == [("ADDED", "p")]
     since = first[-1]["object"]["metadata"]["resourceVersion"]
     assert first[-1]["type"] == "BOOKMARK" and since == state.resource_version
-    assert _watch(api, resourceVersion=since, fieldSelector="metadata.name=p") == []  # nothing yet
+    assert _watch(api, clock, resourceVersion=since, fieldSelector="metadata.name=p") == []  # nothing yet
     assert _evict(api, "p").status_code == 200
     clock.advance(5)
-    changes = _watch(api, resourceVersion=since, fieldSelector="metadata.name=p")
+    changes = _watch(api, clock, resourceVersion=since, fieldSelector="metadata.name=p")
     assert [e["type"] for e in changes] == ["MODIFIED", "DELETED"]
     assert changes[0]["object"]["metadata"]["deletionTimestamp"]
     assert int(changes[1]["object"]["metadata"]["resourceVersion"]) > int(changes[0]["object"]["metadata"]["resourceVersion"])
@@ -422,6 +427,57 @@ def test_a_watch_stays_open_streaming_changes_until_the_server_stops(state: Kube
         assert json.loads(next(lines))["object"]["metadata"]["name"] == "q"
         servers.stop()
         assert list(lines) == []  # the closing chunk came: a clean end, no ChunkedEncodingError
+
+
+def test_a_watch_ends_cleanly_at_its_timeout_on_the_watch_clock(api: requests.Session, kube: KubeServers,
+                                                                 clock: ManualClock) -> None:
+    """No timeoutSeconds: WATCH_DEFAULT (300 s) on the emulator's watch clock; open just before it,
+    ended (the closing chunk: no ChunkedEncodingError) at it."""
+    with api.get(_url(api, "/api/v1/nodes"), params={"watch": "true"}, stream=True, timeout=10) as answer:
+        assert kube.server.wait_streams(1, 10)
+        clock.advance(WATCH_DEFAULT - 1)
+        kube.state.add_node("n1")
+        lines = answer.iter_lines()
+        assert json.loads(next(lines))["object"]["metadata"]["name"] == "n1"
+        assert kube.server.open_streams == 1
+        clock.advance(1)
+        assert list(lines) == []
+    assert kube.server.wait_streams(0, 10)
+
+
+def test_a_watch_asking_for_a_table_gets_one_row_tables_with_the_columns_once(
+        api: requests.Session, kube: KubeServers, clock: ManualClock) -> None:
+    """What kubectl get -w asks for: each object a one-row Table, column definitions only in the first
+    (the API server's watch encoder sets NoHeaders after it), so kubectl prints one header."""
+    kube.state.add_node("n1")
+    accept = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json"
+    with api.get(_url(api, "/api/v1/nodes"), params={"watch": "true", "timeoutSeconds": "5"}, stream=True,
+                 timeout=10, headers={"Accept": accept}) as answer:
+        lines = answer.iter_lines()
+        first = json.loads(next(lines))
+        kube.state.patch(NODES, "", "n1", "application/merge-patch+json", {"spec": {"unschedulable": True}})
+        second = json.loads(next(lines))
+        clock.advance(5)
+    assert (first["type"], first["object"]["kind"], second["type"]) == ("ADDED", "Table", "MODIFIED")
+    assert [c["name"] for c in first["object"]["columnDefinitions"]][:2] == ["Name", "Status"]
+    assert second["object"]["columnDefinitions"] == []
+    assert second["object"]["rows"][0]["cells"][:2] == ["n1", "Ready,SchedulingDisabled"]
+
+
+def test_a_watch_whose_client_hangs_up_is_released_at_once(state: KubeState) -> None:
+    """Issue 27 item 11: a watch whose client went away held its handler thread and socket until its
+    timeout (minutes; here it never comes: the watch clock stands still). A hang-up ends it at once."""
+    state.add_node("n1")
+    with start_kube(state, token="t") as servers:
+        servers.app.watch_clock = ManualClock()
+        client = socket.create_connection((servers.server.address, servers.server.port), timeout=10)
+        client.sendall(b"GET /api/v1/nodes?watch=true HTTP/1.1\r\nHost: kube\r\nAuthorization: Bearer t\r\n\r\n")
+        reader = client.makefile("rb")
+        assert reader.readline().startswith(b"HTTP/1.1 200")
+        assert servers.server.wait_streams(1, 10)
+        reader.close()
+        client.close()
+        assert servers.server.wait_streams(0, 10) and servers.server.wait_connections(0, 10)
 
 
 def test_a_watch_timeout_must_be_a_non_negative_number(api: requests.Session) -> None:

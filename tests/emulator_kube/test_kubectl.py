@@ -9,7 +9,9 @@ from typing import Tuple
 import pytest
 from kube_helpers import Kubectl, needs_kubectl
 
+from vmss_terminate.clock import ManualClock
 from vmss_terminate_sim.emulator.kube import NEW_EVENTS, NODES, PODS, KubeServers
+from vmss_terminate_sim.emulator.kube.app import WATCH_DEFAULT
 
 pytestmark = needs_kubectl
 Cluster = Tuple[KubeServers, Kubectl]
@@ -182,3 +184,44 @@ def test_drain_without_eviction_deletes_with_the_grace_period_given(kubectl_clus
     assert kube.state.evictions == [] and [r.name for r in kube.state.removals] == ["web-1"]
     deletes = kube.server.log.find("DELETE", "/pods/web-1")
     assert [d.headers["Content-Type"] for d in deletes] == ["application/vnd.kubernetes.protobuf"]
+
+
+def _watches(kube: KubeServers) -> int:
+    return sum(1 for r in kube.server.log.all() if r.query.get("watch") == ["true"])
+
+
+def test_get_w_streams_each_change_on_one_watch_that_stays_open_until_its_timeout(kubectl_cluster: Cluster) -> None:
+    """Issue 27 item 11: `kubectl get -w` ended at once (the watch answer ended after ~1 s and
+    kubectl get -w exits with its watch). Now one watch request carries every change, as rows under
+    one header, and stays open until its timeout -- here on a ManualClock: 299 of its 300 s pass
+    with kubectl still watching on the same request; at 300 s the watch ends and kubectl with it
+    (exit 0), as against an API server's request timeout."""
+    kube, kubectl = kubectl_cluster
+    watch_clock = ManualClock()
+    kube.app.watch_clock = watch_clock
+    kube.state.add_node("vmss000000")
+    with kubectl.start("get", "nodes", "-w") as out:
+        assert (out.line() or "").split() == ["NAME", "STATUS", "ROLES", "AGE", "VERSION"]
+        assert (out.line() or "").split()[:2] == ["vmss000000", "Ready"]
+        assert kube.server.wait_streams(1, 30)  # its watch is open (kubectl lists, then watches)
+        watch_clock.advance(WATCH_DEFAULT - 1)
+        kube.state.patch(NODES, "", "vmss000000", "application/merge-patch+json", {"spec": {"unschedulable": True}})
+        assert (out.line() or "").split()[:2] == ["vmss000000", "Ready,SchedulingDisabled"]
+        kube.state.add_node("vmss000001")
+        assert (out.line() or "").split()[:2] == ["vmss000001", "Ready"]  # a row, no second header
+        assert (_watches(kube), kube.server.open_streams, out.process.poll()) == (1, 1, None)
+        watch_clock.advance(1)
+        assert out.line() is None and out.process.wait(30) == 0
+    assert _watches(kube) == 1 and kube.server.wait_streams(0, 10)
+
+
+def test_a_watch_kubectl_hangs_up_on_is_released_at_once(kubectl_cluster: Cluster) -> None:
+    """Issue 27 item 11: a watch whose client went away held its thread and socket until its timeout
+    (300 s). The emulator sees the hang-up (a TLS close) and ends the watch at once."""
+    kube, kubectl = kubectl_cluster
+    kube.state.add_node("vmss000000")
+    with kubectl.start("get", "nodes", "-w") as out:
+        assert (out.line() or "").startswith("NAME")
+        assert kube.server.wait_streams(1, 30)
+        out.process.kill()  # no goodbye beyond what the kernel sends
+    assert kube.server.wait_streams(0, 10) and kube.server.wait_connections(0, 10)

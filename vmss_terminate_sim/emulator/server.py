@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import select
 import socket
 import ssl
 import struct
@@ -220,7 +221,9 @@ class _Handler(BaseHTTPRequestHandler):
                 return
 
     def _send_stream(self, chunks: Iterator[bytes]) -> None:
-        """A chunked body until the iterator ends or the server stops; then the closing chunk."""
+        """A chunked body until the iterator ends or the server stops; then the closing chunk. A
+        client that hangs up ends it at once (within STREAM_SLICE), as the API server's request
+        context does: its thread and socket are not held until the stream's own end (a watch: minutes)."""
         host = self.server.host
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
@@ -230,15 +233,30 @@ class _Handler(BaseHTTPRequestHandler):
                 if chunk:
                     self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
                     self.wfile.flush()
+                if self._client_gone():
+                    self.close_connection = True
+                    return
                 if host.stopping:
                     break
             self.wfile.write(b"0\r\n\r\n")
             self.wfile.flush()
+        except ConnectionError:  # gone between two looks
+            self.close_connection = True
         finally:
             close = getattr(chunks, "close", None)
             if close is not None:
                 close()
             host.stream_closed()
+
+    def _client_gone(self) -> bool:
+        """The client hung up on a streamed answer. HTTP/1.1 clients send nothing while an answer is
+        being streamed to them (no client pipelines behind a watch), so a readable socket means the
+        end of the connection: EOF, a reset, or a TLS close_notify before the FIN."""
+        try:
+            readable, _, _ = select.select([self.connection], [], [], 0)
+        except (OSError, ValueError):  # closed under us
+            return True
+        return bool(readable)
 
     def _reset_connection(self) -> None:
         """Close with SO_LINGER 0: the client sees a TCP reset (ECONNRESET), not a clean close."""
@@ -372,15 +390,34 @@ class EmulatorServer:
     def closed(self, connection: socket.socket) -> None:
         with self._idle:
             self._connections.discard(connection)
+            self._idle.notify_all()
 
     def stream_opened(self) -> None:
         with self._idle:
             self._streams += 1
+            self._idle.notify_all()
 
     def stream_closed(self) -> None:
         with self._idle:
             self._streams -= 1
             self._idle.notify_all()
+
+    @property
+    def open_streams(self) -> int:
+        """Streamed answers (watches) being sent right now: each holds a thread and a socket."""
+        with self._idle:
+            return self._streams
+
+    def wait_streams(self, count: int, timeout: float) -> bool:
+        """Wait (bounded, real seconds) until exactly `count` streamed answers are open."""
+        with self._idle:
+            return self._idle.wait_for(lambda: self._streams == count, timeout)
+
+    def wait_connections(self, count: int, timeout: float) -> bool:
+        """Wait (bounded, real seconds) until exactly `count` client connections are open (each
+        holds a handler thread)."""
+        with self._idle:
+            return self._idle.wait_for(lambda: len(self._connections) == count, timeout)
 
     @property
     def in_flight(self) -> int:

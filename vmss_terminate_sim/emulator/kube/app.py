@@ -19,9 +19,14 @@ What is served:
 
 Watch (`?watch=true` on a collection) streams: the changes after `resourceVersion` (the current
 objects as ADDED without one), then each change as it happens, one JSON object a line in a chunked
-answer open until `timeoutSeconds` (default WATCH_DEFAULT, at most WATCH_MAX) or the server stops
-(a BOOKMARK after the first batch when `allowWatchBookmarks` is asked); too old a resourceVersion
-is an ERROR event with a 410 Expired Status, so the client lists again.
+answer open until `timeoutSeconds` (default WATCH_DEFAULT, at most WATCH_MAX) or the server stops,
+and ended at once when the client hangs up (`EmulatorServer`). The timeout is real seconds, as a
+user's `kubectl get -w` expects also of a sandbox whose cluster time runs fast (counted on
+`watch_clock`, which a test may replace). A BOOKMARK follows the first batch when
+`allowWatchBookmarks` is asked; too old a resourceVersion is an ERROR event with a 410 Expired
+Status, so the client lists again. A watch that asks for a Table (`kubectl get -w`) gets each
+object as a one-row Table, the column definitions in the first only, as the API server's watch
+encoder sends them (kubectl prints one header, then a row per change).
 
 Not served: server-side apply,
 protobuf, OpenAPI documents (`/openapi/v2`, `/openapi/v3` are 404: use `kubectl --validate=false`).
@@ -37,9 +42,9 @@ from __future__ import annotations
 import base64
 import hmac
 import json
-import time
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
+from vmss_terminate.clock import SYSTEM_CLOCK, Clock
 from vmss_terminate_sim.emulator.kube import discovery, protobuf, table
 from vmss_terminate_sim.emulator.kube.kinds import GROUPS, NODES, PODS, Kind, find_kind
 from vmss_terminate_sim.emulator.kube.patch import PATCH_TYPES
@@ -73,9 +78,10 @@ Target = Tuple[Kind, str, Optional[str], Optional[str]]  # kind, namespace, name
 class KubeEmulator:
     """Serves `state`; `token` (None: no authentication) is what the kubeconfig carries."""
 
-    def __init__(self, state: KubeState, token: Optional[str] = None) -> None:
+    def __init__(self, state: KubeState, token: Optional[str] = None, watch_clock: Clock = SYSTEM_CLOCK) -> None:
         self.state = state
         self.token = token
+        self.watch_clock = watch_clock  # how long watches stay open (timeoutSeconds): real time unless a test says
         self.server_address = ""  # host:port, for /api's serverAddressByClientCIDRs
         resource = (self._list_or_get, self._create, self._replace, self._patch, self._delete)
         self.routes: Tuple[Route, ...] = (
@@ -191,8 +197,10 @@ class KubeEmulator:
     def _watch(self, request: Request, kind: Kind, namespace: str) -> Response:
         """A watch: the changes after `resourceVersion` (the current objects as ADDED without one), then
         every later change as it happens, newline-delimited in one chunked answer that stays open
-        until `timeoutSeconds` (WATCH_DEFAULT when absent or 0, at most WATCH_MAX) or the server
-        stops; a BOOKMARK after the first batch when `allowWatchBookmarks` is asked."""
+        until `timeoutSeconds` (WATCH_DEFAULT when absent or 0, at most WATCH_MAX; on `watch_clock`)
+        or the server stops (or the client hangs up: `EmulatorServer`); a BOOKMARK after the
+        first batch when `allowWatchBookmarks` is asked. Objects as Tables when the client asks
+        (`table.wants_table`), the column definitions in the first event's only."""
         try:
             asked = float(request.param("timeoutSeconds") or 0)
         except ValueError:
@@ -200,9 +208,22 @@ class KubeEmulator:
         if not asked >= 0:  # negative or nan
             raise bad_request("timeoutSeconds must not be negative")
         timeout = min(asked or WATCH_DEFAULT, WATCH_MAX)
-        deadline = time.monotonic() + timeout
-        where = _selection(request, kind)
         state = self.state
+        clock = self.watch_clock
+        deadline = clock.monotonic() + timeout
+        where = _selection(request, kind)
+        tables = table.wants_table(request.header("Accept"))
+        headers = [True]  # the first Table carries the column definitions, the later ones none
+
+        def event(change: str, obj: Dict[str, Any]) -> Dict[str, Any]:
+            if not tables:
+                return {"type": change, "object": obj}
+            rendered = table.render(kind, [obj], state.clock.now(), str(obj["metadata"].get("resourceVersion", "")))
+            if not headers[0]:
+                rendered["columnDefinitions"] = []
+            headers[0] = False
+            return {"type": change, "object": rendered}
+
         bookmarks = request.param("allowWatchBookmarks") in ("true", "1")
         try:
             changes, version = state.watch(kind, namespace or None, request.param("resourceVersion"), where, 0.0)
@@ -214,23 +235,24 @@ class KubeEmulator:
 
         def stream() -> Iterator[bytes]:
             since = version
-            lines = [{"type": change, "object": obj} for change, obj in changes]
+            lines = [event(change, obj) for change, obj in changes]
             if bookmarks:
                 lines.append({"type": "BOOKMARK", "object": {"kind": kind.kind, "apiVersion": kind.api_version,
                                                              "metadata": {"resourceVersion": since}}})
             yield _lines(lines)
             while True:
-                remaining = deadline - time.monotonic()
+                remaining = deadline - clock.monotonic()
                 if remaining <= 0:
                     return
                 try:
                     found, since_next = state.watch(kind, namespace or None, since, where,
-                                                    min(remaining, STREAM_SLICE))
+                                                    min(remaining / clock.speed, STREAM_SLICE),
+                                                    over=lambda: clock.monotonic() >= deadline)
                 except ApiError as error:  # fell behind the changes kept: the client lists again
                     yield _lines([{"type": "ERROR", "object": error.body()}])
                     return
                 since = since_next
-                yield _lines([{"type": change, "object": obj} for change, obj in found])
+                yield _lines([event(change, obj) for change, obj in found])
 
         return Response(200, headers={"Content-Type": "application/json"}, stream=stream())
 

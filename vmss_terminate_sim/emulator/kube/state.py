@@ -207,11 +207,12 @@ class KubeState:
         return version
 
     def watch(self, kind: Kind, namespace: Optional[str], since: Optional[str], where: Callable[[Obj], bool],
-              wait: float) -> Tuple[List[Tuple[str, Obj]], str]:
+              wait: float, over: Callable[[], bool] = lambda: False) -> Tuple[List[Tuple[str, Obj]], str]:
         """The changes a watch from resourceVersion `since` sees: ("ADDED"|"MODIFIED"|"DELETED", object)
-        after it, waiting up to `wait` real seconds for the first; with no `since` (or "0"), the
-        current objects as ADDED. Returns them and the resource version they bring the client to.
-        Raises ApiError 410 Expired when `since` is older than the changes kept."""
+        after it, waiting up to `wait` real seconds for the first (less once `over()`: the watch's
+        time is up); with no `since` (or "0"), the current objects as ADDED. Returns them and the
+        resource version they bring the client to. Raises ApiError 410 Expired when `since` is older
+        than the changes kept."""
         with self._lock:
             self.tick()
             if not since or since == "0":
@@ -234,7 +235,7 @@ class KubeState:
                     if where(view):
                         found.append((change, view))
                 remaining = deadline - time.monotonic()
-                if found or remaining <= 0:
+                if found or remaining <= 0 or over():
                     return found, self.resource_version
                 self.changed.wait(min(remaining, 0.2))  # and look at the clock again: pods leave on it
                 self.tick()
