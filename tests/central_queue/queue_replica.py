@@ -3,7 +3,7 @@
 It builds the real central handler (`central.run.build`) over one subscription with the queue as its
 source (`open_queue_source`, the connection string from QUEUE_CONNECTION_STRING) and the ARM emulator
 the environment names (VMSS_TERMINATE_ARM_ENDPOINT and the managed-identity variables), with one
-command hook, and runs it until killed. The hook is queue_hook.py: a line `start EID PID` per event
+command hook, and runs it until killed. The hook is queue_hook.sh: a line `start EID PID` per event
 in the shared log; for STALL_EVENT it never ends (a replica killed mid-event).
 """
 
@@ -21,7 +21,7 @@ from vmss_terminate.fleet.scope import Scope
 
 def main() -> int:
     log_path, queue_url, container, subscription, state = sys.argv[1:6]
-    hook = f"{sys.executable} {os.path.join(os.path.dirname(__file__), 'queue_hook.py')} {log_path}"
+    hook = f"sh {os.path.join(os.path.dirname(__file__), 'queue_hook.sh')} {log_path}"
     source = open_queue_source(queue_url, "QUEUE_CONNECTION_STRING",
                                QueueSettings(lease_container=container, lease_duration=15, visibility=15))
     central = build(Scope.build(subscriptions=[subscription]), HandlerConfig(hooks=(hook,), poll_interval=0.05),
