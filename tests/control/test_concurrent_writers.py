@@ -78,6 +78,38 @@ def test_a_change_made_between_our_read_and_our_patch_is_not_overwritten(arm: Ar
     assert not [r for r in arm.arm_server.log.all() if r.path.endswith("/manualupgrade")]
 
 
+def test_a_change_made_right_after_our_patch_is_not_blamed_on_azure(arm: ArmServers, state: ArmState,
+                                                                    conn: Connection) -> None:
+    """Another writer between our PATCH and our read-back: the set's etag moved past our PATCH's
+    answer, so the message names another writer -- not azure-docs#41434 (Azure ignoring a re-enable)."""
+    state.add_scale_set(SUB, RG, "web", capacity=2)
+    path = "/virtualMachineScaleSets/web"
+    arm.arm_server.faults.add(method="GET", path_contains=path, delay=0.0001, times=2)  # the plan's reads
+    arm.arm_server.faults.add(method="GET", path_contains=path, delay=120, times=1)  # the read-back waits ...
+    outcome: Dict[str, Any] = {}
+
+    def ours() -> None:
+        try:
+            outcome["result"] = control.enable(RG, "web", 10, connection=conn, options=NO_UPGRADE)
+        except AzureError as exc:
+            outcome["error"] = exc
+
+    worker = threading.Thread(target=ours, daemon=True)
+    worker.start()
+    deadline = time.monotonic() + 60
+    while arm.arm_server.faults.pending() and time.monotonic() < deadline:  # until the read-back took it
+        threading.Event().wait(0.01)
+    assert not arm.arm_server.faults.pending(), "our read-back never arrived"
+    assert len(_patches(arm)) == 1  # ours, applied
+    control.disable(RG, "web", connection=conn, options=NO_UPGRADE)  # ... while another writer disables it
+    arm.arm_server.faults.clear()
+    worker.join(60)
+    assert not worker.is_alive()
+    message = str(outcome.get("error"))
+    assert "the PATCH was applied, but rg/web was changed again by another writer right after it" in message, outcome
+    assert "it now reads: disabled" in message and "41434" not in message
+
+
 def test_a_change_made_during_the_upgrade_fails_the_command_naming_what_it_reads(arm: ArmServers, state: ArmState,
                                                                                   conn: Connection) -> None:
     state.add_scale_set(SUB, RG, "web", capacity=4)

@@ -21,8 +21,10 @@ Guarantees:
 
 from __future__ import annotations
 
+import copy
+from contextlib import contextmanager
 from dataclasses import replace
-from typing import List, NamedTuple, Optional, Sequence, Set, Tuple, Union
+from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Sequence, Set, Tuple, Union
 
 from vmss_terminate.clock import SYSTEM_CLOCK, Clock
 from vmss_terminate.control import body
@@ -342,13 +344,15 @@ def _change(
         if writes:
             written = _patch_interruptible(client, payload, wait=True, the_plan=the_plan, action=action,
                                            operation=OperationWait(options.wait_timeout, clock), if_match=state.etag)
-            read = client.get()
+            with _after_patch(client, action, the_plan, "no instances were upgraded", options.upgrade):
+                read = client.get()
             after, policy_after = parse_profile(read), parse_policy(read)
             # another etag than our PATCH's answer: someone wrote after us (not Azure ignoring our write)
             _check_applied(action, the_plan, after, policy_after, client,
                            overwritten=written is not None and etag_of(read) not in (None, written))
             if the_plan.profile_change and options.upgrade:  # the new model made instances stale: plan from the
-                found = _inventory(client, state)                   # list read now
+                with _after_patch(client, action, the_plan, "no instances were upgraded", options.upgrade):
+                    found = _inventory(client, state)               # list read now
                 # instances reporting latestModelApplied show the change; members that do not
                 # (Flexible) are all stale now, since the model just changed
                 the_plan.upgrade = make_plan(state.upgrade_mode, found.instances, options, unavailable_note=found.note,
@@ -358,7 +362,9 @@ def _change(
             client, state, the_plan.upgrade, options, progress, clock, profile_changed=writes
         )
         if writes or upgraded.upgraded or upgraded.waited:
-            after, policy_after = _still_as(client, action, the_plan, upgraded)
+            with _after_patch(client, action, the_plan if writes else None, _work_done(upgraded), False):
+                read = client.get()
+            after, policy_after = _still_as(client, action, the_plan, upgraded, read)
         return ChangeResult(
             action, changed=writes, dry_run=False, plan=the_plan, after=after, upgrade=upgraded,
             policy_after=policy_after,
@@ -417,6 +423,41 @@ def _patch_interruptible(client: ScaleSetClient, payload: bytes, *, wait: bool, 
                           f"{_follow_up(client)}", exc) from None
 
 
+@contextmanager
+def _after_patch(client: ScaleSetClient, action: str, the_plan: Optional[Plan], done: str,
+                 upgrade_next: bool) -> Iterator[None]:
+    """A read failing after the PATCH was applied (or after instances were upgraded) says so --
+    what changed, what was done, how to resume -- instead of only the read's own error; the
+    error's class is kept (a fleet rollout stops starting sets on CredentialRejected)."""
+    try:
+        yield
+    except (UpgradeIncomplete, ConcurrentWrite):
+        raise
+    except AzureError as exc:
+        if the_plan is not None:
+            what = "profile change" if the_plan.profile_change else "scheduled-events policy change"
+            applied = f"the {what} was applied (ARM confirmed the PATCH)"
+        else:
+            applied = "nothing was written"
+        resume = (f"resume with `{_command(client, 'upgrade')}`" if upgrade_next
+                  else f"check with `{_command(client, 'status')}`")
+        raise _said(exc, f"{action}: {applied} and {done}, then {exc}; {resume}") from None
+
+
+def _said(exc: AzureError, message: str) -> AzureError:
+    """`exc` again with `message`: same class and fields (an ArmRequestError's code and status)."""
+    told = copy.copy(exc)
+    told.args = (message,)
+    told.cli_message = None
+    return told
+
+
+def _work_done(upgraded: UpgradeResult) -> str:
+    if upgraded.upgraded:
+        return f"{len(upgraded.upgraded)} instance(s) were upgraded"
+    return "its instances were waited for" if upgraded.waited else "no instances were upgraded"
+
+
 def _reads_now(client: ScaleSetClient) -> str:
     """Best effort: the profile as it reads now, said in words."""
     try:
@@ -426,11 +467,10 @@ def _reads_now(client: ScaleSetClient) -> str:
 
 
 def _still_as(client: ScaleSetClient, action: str, the_plan: Plan,
-              upgraded: UpgradeResult) -> Tuple[ProfileState, PolicyState]:
-    """Re-read the model once the work is done, before claiming success: another writer (a
-    `disable`, an `enable` with another timeout, a template deployment) may have changed it while
-    this command upgraded instances -- then this is a failure naming what it reads now."""
-    read = client.get()
+              upgraded: UpgradeResult, read: Dict[str, Any]) -> Tuple[ProfileState, PolicyState]:
+    """The model re-read once the work is done (`read`), checked before claiming success: another
+    writer (a `disable`, an `enable` with another timeout, a template deployment) may have changed
+    it while this command upgraded instances -- then this is a failure naming what it reads now."""
     after, policy_after = parse_profile(read), parse_policy(read)
     # also when no profile PATCH was needed: the profile still has to read as the command's target
     check = the_plan if the_plan.profile_change else replace(the_plan, profile_change=True)
@@ -599,7 +639,12 @@ def _upgrade(
         operation = OperationWait(options.wait_timeout, clock)
         result = run_manual(lambda batch: client.manual_upgrade(batch, operation), the_plan, progress)
         if result.complete and result.upgraded:
-            _read_back(client, state, result)
+            try:
+                _read_back(client, state, result)
+            except AzureError as exc:
+                raise _said(exc, f"{prefix}{len(result.upgraded)} instance(s) were upgraded, then reading them back "
+                                 f"failed: {exc}; check with `{_command(client, 'status')}` and re-run `{rerun}` "
+                                 "if any still runs an older model") from None
         if not result.complete:
             raise UpgradeIncomplete(
                 f"{prefix}upgrade incomplete: {len(result.upgraded)} done, {len(result.remaining)} remaining; "

@@ -57,6 +57,10 @@ def describe_arm_error(exc: BaseException) -> str:
     status = getattr(exc, "status_code", None)
     if code is None:
         message = message or getattr(exc, "message", None) or str(exc)
+        if status and str(message).startswith("Operation returned an invalid status"):
+            # azure-core's words for an error answer without ARM's error body: say it in ARM's
+            reason = getattr(getattr(exc, "response", None), "reason", None) or ""
+            return one_line(f"ARM answered HTTP {status}{f' {reason}' if reason else ''} with no error details")
     text = f"{code}: {message}" if code else str(message)
     lro_status = _lro_status(getattr(exc, "response", None))
     if lro_status:
@@ -64,6 +68,12 @@ def describe_arm_error(exc: BaseException) -> str:
     elif status:
         text += f" (HTTP {status})"
     return one_line(text)
+
+
+GONE_HELP = ("what ARM answered for is gone (an operation or page link that expired, or a resource deleted "
+             "meanwhile): running the command again reads everything afresh; if it repeats, check that the scale "
+             "set still exists")
+"""The hint for a 410: ARM documents no 410 for scale sets, so say what it can mean and what to do."""
 
 
 def _lro_status(response: Any) -> Optional[str]:
@@ -158,15 +168,15 @@ def arm_errors(action: str, resource: str, subscription: Optional[str] = None) -
             "; the identity lacks permission: grant it a role allowing Microsoft.Compute/virtualMachineScaleSets "
             "read/write and manualupgrade (e.g. Virtual Machine Contributor) on the scale set"
             if status == 403
-            else ""
+            else f"; {GONE_HELP}" if status == 410 else ""
         )
         raise ArmRequestError(f"{action}: {describe_arm_error(exc)}{hint}", arm_error_code(exc)[0], status) from None
     except ServiceRequestError as exc:
         if "non-TLS" in str(exc):
             raise AzureError(f"{action}: refusing to send a bearer token over plain http (non-loopback URL)") from None
-        raise AzureError(f"{action}: {transport_failure(exc, 'cannot reach ARM')}") from None
+        raise AzureError(f"{action}: {proxy_failure(exc) or transport_failure(exc, 'cannot reach ARM')}") from None
     except ServiceResponseError as exc:
-        raise AzureError(f"{action}: {transport_failure(exc, 'ARM connection failed')}") from None
+        raise AzureError(f"{action}: {proxy_failure(exc) or transport_failure(exc, 'ARM connection failed')}") from None
     except VmssTerminateError:
         raise
     except OSError as exc:  # e.g. REQUESTS_CA_BUNDLE names a missing file: requests raises a bare OSError
@@ -195,6 +205,85 @@ def ca_bundle_problem(exc: OSError) -> Optional[str]:
 def credentials_tried(message: str) -> str:
     """The credential names azure-identity lists in a chain failure ("\tEnvironmentCredential: ...")."""
     return ", ".join(re.findall(r"^\s+(\w+Credential):", message, re.MULTILINE))
+
+
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    """`exc` and every exception it wraps (causes, contexts, azure-core's inner exception, args)."""
+    seen = set()
+    stack = [exc]
+    while stack:
+        current = stack.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        yield current
+        stack.extend(item for item in (current.__cause__, current.__context__,
+                                       getattr(current, "inner_exception", None), *getattr(current, "args", ()))
+                     if isinstance(item, BaseException))
+
+
+def proxy_failure(exc: BaseException) -> Optional[str]:
+    """A proxy that could not carry the request, named with the variable that set it and what went
+    wrong (refused, no answer, unknown name, credentials asked), instead of urllib3's nested repr;
+    None when the failure was not the proxy's."""
+    failed = False
+    address: Optional[Tuple[str, int]] = None
+    for current in _chain(exc):
+        if type(current).__name__ == "ProxyError" or "Unable to connect to proxy" in str(current) \
+                or "Tunnel connection failed" in str(current):
+            failed = True
+        connection = getattr(current, "conn", None)  # urllib3's NewConnectionError: the proxy's socket
+        host = getattr(connection, "host", None)
+        if address is None and isinstance(host, str):
+            address = (host, int(getattr(connection, "port", 0) or 0))
+    if not failed:
+        return None
+    proxy, variable = _proxy_named(address)
+    text = " ".join(f"{type(current).__name__} {current}" for current in _chain(exc)).lower()
+    if "407" in text:
+        reason = "the proxy asked for credentials (HTTP 407 Proxy Authentication Required)"
+    elif "refused" in text:
+        reason = "connection refused (nothing listens there)"
+    elif "timed out" in text or "timeout" in text:
+        reason = "the proxy did not answer in time"
+    elif "name or service not known" in text or "nameresolution" in text or "getaddrinfo" in text:
+        reason = "its host name does not resolve"
+    elif "reset" in text:
+        reason = "the proxy reset the connection"
+    else:
+        reason = "the proxy could not carry the request"
+    where = f" {proxy}" if proxy else ""
+    set_by = f" (set by {variable})" if variable else ""
+    fix = f"fix or unset {variable}" if variable else "fix the proxy settings"
+    return (f"cannot reach ARM through the proxy{where}{set_by}: {reason}; check that the proxy runs, or {fix} "
+            "(NO_PROXY lists hosts reached directly)")
+
+
+PROXY_VARIABLES = ("https_proxy", "HTTPS_PROXY", "http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY")
+
+
+def _proxy_named(address: Optional[Tuple[str, int]]) -> Tuple[Optional[str], Optional[str]]:
+    """(the proxy, credentials left out; the environment variable naming it) for the proxy at
+    `address` (host, port), or the only proxy the environment names when the address is unknown."""
+    from urllib.parse import urlsplit
+
+    found: Dict[str, str] = {}
+    for name in PROXY_VARIABLES:
+        value = os.environ.get(name)
+        if not value:
+            continue
+        try:
+            parts = urlsplit(value if "://" in value else f"http://{value}")
+            port = parts.port or (443 if parts.scheme == "https" else 80)
+        except ValueError:
+            continue
+        shown = f"{parts.scheme}://{parts.hostname or ''}:{port}"
+        if address is None or ((parts.hostname or "").lower(), port) == (address[0].lower(), address[1]):
+            found.setdefault(shown, name)
+    if len(found) != 1:
+        return (f"{address[0]}:{address[1]}" if address else None), None
+    ((shown, name),) = found.items()
+    return shown, name
 
 
 def transport_failure(exc: BaseException, fallback: str) -> str:
@@ -254,3 +343,4 @@ def json_object(text: Union[str, bytes], what: str) -> Dict[str, Any]:
         shown = text.decode("utf-8", "replace") if isinstance(text, bytes) else text
         raise AzureError(f"{what} with {describe_json(text=shown)} where a JSON object was expected")
     return data
+

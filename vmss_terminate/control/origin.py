@@ -33,13 +33,23 @@ class ForeignLinkRefused(AzureError):
 
 def origin_of(url: str) -> Origin:
     """(scheme, host, port) with the scheme's default port filled in; host in lower case."""
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError:  # e.g. "http://[::1": no origin at all, so never the endpoint's
+        return "", "", 0
     scheme = parts.scheme.lower()
     try:
         port = parts.port
     except ValueError:
         port = None
     return scheme, (parts.hostname or "").lower(), port or (443 if scheme == "https" else 80)
+
+
+def _path(url: str) -> str:
+    try:
+        return urlsplit(url).path
+    except ValueError:
+        return url
 
 
 def show_origin(origin: Origin) -> str:
@@ -64,7 +74,7 @@ class OriginGuard:
         if origin == self.origin:
             return
         with self._lock:
-            carrier = self._carriers.get((origin, urlsplit(url).path))
+            carrier = self._carriers.get((origin, _path(url)))
         raise self._refused(origin, carrier or "a link in an answer ARM sent")
 
     def check_link(self, link: str, carrier: str) -> None:
@@ -101,7 +111,7 @@ class OriginGuard:
         if origin == self.origin or not origin[1]:
             return
         with self._lock:
-            self._carriers[(origin, urlsplit(link).path)] = carrier
+            self._carriers[(origin, _path(link))] = carrier
             while len(self._carriers) > _REMEMBERED:
                 self._carriers.popitem(last=False)
 

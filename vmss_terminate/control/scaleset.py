@@ -16,6 +16,7 @@ import json
 import threading
 from dataclasses import replace
 from typing import Any, Dict, List, Optional, Sequence, Union
+from urllib.parse import urlsplit
 
 from vmss_terminate.control.arm_errors import ArmRequestError, arm_errors, describe_json, json_object
 from vmss_terminate.control.connection import Connection, ResolvedConnection
@@ -246,11 +247,12 @@ class ScaleSetClient:
     def _list(self, path: str, what: str, params: Optional[Dict[str, str]] = None) -> List[Dict[str, Any]]:
         """Every item of an ARM list (`value`, then `nextLink` under a PageGuard); an answer of another
         shape is an error saying what it was."""
-        guard = PageGuard(what)
+        guard = PageGuard(what, origin=self.compute.guard)
         items: List[Dict[str, Any]] = []
         url: Optional[str] = path
         while url:
-            answer = self.compute.send("GET", url, params=params if url == path else None)
+            with guard.reading():
+                answer = self.compute.send("GET", url, params=params if url == path else None)
             page = json_object(answer.text(), f"{what}: ARM answered {answer.status_code}")
             value = page.get("value", [])
             if not isinstance(value, list):
@@ -262,7 +264,8 @@ class ScaleSetClient:
                                      "object was expected")
             items.extend(value)
             link = page.get("nextLink")
-            url = guard.next_link(link if isinstance(link, str) else None)
+            url = guard.next_link(link if isinstance(link, str) else None,
+                                  f"GET {urlsplit(answer.request.url).path} (HTTP {answer.status_code})")
         return items
 
     def manual_upgrade(self, instance_ids: Sequence[str], wait: OperationWait = DEFAULT_WAIT) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional
 
 from vmss_terminate.control.arm_errors import arm_errors, describe_json, json_object
+from vmss_terminate.control.origin import OriginGuard
 from vmss_terminate.control.paging import PageGuard
 from vmss_terminate.errors import AzureError, InvalidValue
 
@@ -51,11 +52,12 @@ def list_subscriptions(client: Any) -> List[Dict[str, Any]]:
     # generated ResourceGraphClient only _send_request
     send = getattr(client, "send_request", None) or client._send_request
     seen: List[Dict[str, Any]] = []
-    guard = PageGuard("listing subscriptions")
+    guard = PageGuard("listing subscriptions", origin=OriginGuard(client.base_url) if hasattr(client, "base_url") else None)
     url: Optional[str] = f"/subscriptions?api-version={SUBSCRIPTIONS_API_VERSION}"
     while url:
-        response = send(HttpRequest("GET", url))
-        response.raise_for_status()
+        with guard.reading():
+            response = send(HttpRequest("GET", url))
+            response.raise_for_status()
         page = json_object(response.text(), f"GET /subscriptions answered {response.status_code}")
         value = page.get("value") or []
         if not isinstance(value, list):
@@ -63,5 +65,5 @@ def list_subscriptions(client: Any) -> List[Dict[str, Any]]:
                              "was expected")
         seen.extend(item for item in value if isinstance(item, dict))
         link = page.get("nextLink")
-        url = guard.next_link(link if isinstance(link, str) else None)
+        url = guard.next_link(link if isinstance(link, str) else None, f"GET /subscriptions (HTTP {response.status_code})")
     return seen
