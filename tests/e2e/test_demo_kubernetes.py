@@ -22,7 +22,7 @@ from vmss_terminate.cli import main
 from vmss_terminate.clock import ManualClock
 from vmss_terminate.pipeline.kubernetes.api import MERGE_PATCH
 from vmss_terminate.pipeline.kubernetes.drain import EVICT_RETRY_CAP
-from vmss_terminate_sim.emulator.kube import NODES, KubeState
+from vmss_terminate_sim.emulator.kube import NODES, PODS, KubeState
 from vmss_terminate_sim.emulator.kube.state import POD_START_SECONDS
 from vmss_terminate_sim.emulator.kube.status import ApiError
 from vmss_terminate_sim.sandbox.kubernetes import DEMO_GRACE_S, add_demo_workload, computer_name
@@ -94,10 +94,11 @@ def test_the_demo_cluster_drains_ten_of_twenty_nodes_well_within_the_notice() ->
     for node in draining:
         state.patch(NODES, "", node, MERGE_PATCH, {"spec": {"unschedulable": True}})
     start = clock.now()
-    left = {p["metadata"]["name"] for node in draining for p in state.pods_on(node)
-            if p["metadata"]["name"].startswith("web-")}
-    assert len(left) == 20
-    while left or any(p["metadata"]["name"].startswith("web-") for node in draining for p in state.pods_on(node)):
+    web = {p["metadata"]["name"] for node in draining for p in state.pods_on(node)
+           if p["metadata"]["name"].startswith("web-")}
+    assert len(web) == 20
+    left = set(web)
+    while left or any(state.find(PODS, "default", name) is not None for name in web):  # evicted and gone
         for name in sorted(left):
             try:
                 state.evict("default", name, {})
