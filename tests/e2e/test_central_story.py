@@ -4,12 +4,13 @@ Windows-typed scale set publishing to Resource Graph, its VMs nodes of the Kuber
 the real kubectl watching (`kubectl get nodes` and `get pods --watch -o json --output-watch-events`,
 two processes streaming every change). A scale-in of 3: each removed VM gets its hook, its node
 drained and its Run Command (RunPowerShellScript), then its event is acknowledged once through the
-Maintenance RP, and every instance is deleted before its NotBefore.
+Maintenance RP, and every instance is deleted before its NotBefore. Meanwhile one Terminate event
+lists the two VMs that stay: it is acknowledged once, after both their nodes were drained.
 
 Every node runs two replicas of its own app under a PodDisruptionBudget `minAvailable: 1`: the
-drain evicts a node's pods at once, so the second eviction is answered 429 until the first pod is
-gone and replaced elsewhere -- the cluster-side drain must honour the budget and retry, and still
-finish before NotBefore. What kubectl streamed is the evidence: the order of changes in a watch is
+drain evicts a node's pods at once, so the second eviction is answered 429 until the first pod's
+replacement is Ready on the cluster's one node of no scale set (`SPARE`) -- the cluster-side drain
+must honour the budget and retry, and still finish before NotBefore. What kubectl streamed is the evidence: the order of changes in a watch is
 the cluster's order (resourceVersion), and the resourceVersion read when each event was approved
 places every cordon and eviction before its acknowledgement."""
 
@@ -19,13 +20,14 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any, Dict, List
 
 import pytest
 from kube_helpers import KubectlWatch, needs_kubectl
 
-from vmss_terminate.clock import ScaledClock
+from vmss_terminate.clock import ScaledClock, wait_until
 from vmss_terminate.control.scaleset import ScaleSetClient
 from vmss_terminate_sim.sandbox.agents import demo_hook_command
 from vmss_terminate_sim.sandbox.environment import Sandbox, SandboxConfig
@@ -35,6 +37,7 @@ pytestmark = [pytest.mark.timeout(240), pytest.mark.slow]
 SPEED = 5.0  # PT5M lasts 60 real seconds: room for a loaded machine
 GRACE_S = 5  # the app pods' terminationGracePeriodSeconds (sandbox s): a pod terminates for 1 real s
 MIN_AVAILABLE = 1
+SPARE = "aks-system-0"  # a node of no scale set, first by name: the emulator schedules replacements there
 
 
 def add_apps(cluster: SandboxCluster) -> Dict[str, str]:
@@ -74,13 +77,17 @@ def test_windows_scale_in_of_three_is_drained_and_acknowledged_from_outside(tmp_
     with Sandbox(config, clock=ScaledClock(speed=SPEED)) as box:
         cluster = SandboxCluster(box).start()
         try:
+            cluster.state.add_node(SPARE)
             apps = add_apps(cluster)
             nodes = {vm: cluster.node_of(vm) for vm in box.vm_names()}
             approved_at: Dict[str, int] = {}  # EventId -> the cluster's resourceVersion when it was approved
+            approved = threading.Condition()
 
             def on_change(kind: str, event: Any) -> None:
                 if kind == "approved":
-                    approved_at.setdefault(event.event_id, int(cluster.state.resource_version))
+                    with approved:
+                        approved_at.setdefault(event.event_id, int(cluster.state.resource_version))
+                        approved.notify_all()
 
             box.group.add_listener(on_change)
             env = {k: v for k, v in os.environ.items() if "PROXY" not in k.upper()}
@@ -95,13 +102,16 @@ def test_windows_scale_in_of_three_is_drained_and_acknowledged_from_outside(tmp_
             node_watch = KubectlWatch(cluster.kubeconfig, tmp_path, "nodes")
             pod_watch = KubectlWatch(cluster.kubeconfig, tmp_path, "pods")
             try:  # both watches have listed what is there: every later change is streamed
-                assert node_watch.wait_for(lambda c: len(c) >= len(nodes), 60), node_watch.changes
+                assert node_watch.wait_for(lambda c: len(c) >= len(nodes) + 1, 60), node_watch.changes
                 assert pod_watch.wait_for(lambda c: len(c) >= 2 * len(nodes), 60), pod_watch.changes
                 with ScaleSetClient(box.connection(), config.resource_group, config.name) as client:
                     client.patch(json.dumps({"sku": {"capacity": 2}}).encode())
                 removed = [d.vm_name for d in box.scheduler.deletions()]
                 assert len(removed) == 3
+                stay = sorted(set(nodes) - set(removed))
+                pair = box.group.add_event("Terminate", stay, not_before=box.clock.now() + 300)  # two VMs, one event
                 assert box.scheduler.wait_deleted(removed, 180), [d.explain() for d in box.scheduler.deletions()]
+                assert wait_until(approved, lambda: pair in approved_at, 120)
                 gone = {nodes[vm] for vm in removed}
                 assert node_watch.wait_for(  # the node deletions reached kubectl too
                     lambda c: gone <= {x["object"]["metadata"]["name"] for x in c if x["type"] == "DELETED"}, 60)
@@ -124,8 +134,10 @@ def test_windows_scale_in_of_three_is_drained_and_acknowledged_from_outside(tmp_
             command = commands[deletion.vm_name]
             assert command.command_id == "RunPowerShellScript" and command.script == ["Write-Host draining"]
             assert command.at <= mine[0].at  # the Run Command came before the acknowledgement
-        assert len(acks) == 3 and box.state.maintenance.foreign_acknowledgements() == []
-        assert log.count("hook#1") >= 3 and "acknowledged" in log
+        assert len([a for a in acks if a.event_id == pair]) == 1, log  # the event listing two VMs: once
+        assert all(commands[vm].at <= next(a.at for a in acks if a.event_id == pair) for vm in stay), log
+        assert len(acks) == 4 and box.state.maintenance.foreign_acknowledgements() == []
+        assert log.count("hook#1") >= 5 and "acknowledged" in log
 
     # -- what kubectl streamed --------------------------------------------------------------------
     node_changes: List[Dict[str, Any]] = node_watch.changes
@@ -133,14 +145,18 @@ def test_windows_scale_in_of_three_is_drained_and_acknowledged_from_outside(tmp_
     assert [c for c in node_changes if c["type"] == "ERROR"] == [] and [c for c in pod_changes if c["type"] == "ERROR"] == []
     cordoned = {c["object"]["metadata"]["name"] for c in node_changes
                 if c["type"] == "MODIFIED" and c["object"]["spec"].get("unschedulable")}
-    assert cordoned == gone, log  # kubectl saw each removed VM's node cordoned, no other
-    for deletion in box.scheduler.deletions():
-        node, app = nodes[deletion.vm_name], apps[nodes[deletion.vm_name]]
-        acknowledged = approved_at[str(deletion.event_id)]
+    drained = {vm: str(d.event_id) for d in box.scheduler.deletions() for vm in [d.vm_name]}
+    drained.update({vm: pair for vm in stay})
+    assert cordoned == {nodes[vm] for vm in drained} and SPARE not in cordoned, log  # every listed VM's, no other
+    assert {c["object"]["metadata"]["name"] for c in node_changes if c["type"] == "DELETED"} == gone
+    for vm, event_id in drained.items():
+        node, app = nodes[vm], apps[nodes[vm]]
+        acknowledged = approved_at[event_id]
         of_node = [c for c in node_changes if c["object"]["metadata"]["name"] == node]
         cordon = next(c for c in of_node if c["object"]["spec"].get("unschedulable"))
-        deleted = next(c for c in of_node if c["type"] == "DELETED")
-        assert version(cordon) < acknowledged < version(deleted), log  # cordoned, acknowledged, then deleted
+        assert version(cordon) < acknowledged, log  # cordoned, then acknowledged (the pair: after both nodes)
+        if node in gone:  # then deleted
+            assert acknowledged < version(next(c for c in of_node if c["type"] == "DELETED")), log
         # both of the node's pods got their deletionTimestamp from an eviction, and left, before the
         # acknowledgement (none went with its node)
         for pod in (f"{app}-a", f"{app}-b"):
@@ -168,12 +184,11 @@ def test_windows_scale_in_of_three_is_drained_and_acknowledged_from_outside(tmp_
             count = sum(1 for p in pods.values() if p["metadata"]["labels"].get("app") == app and healthy(p))
             lowest[app] = min(lowest.get(app, count), count)
     assert all(count >= MIN_AVAILABLE for count in lowest.values()), lowest
-    assert {app for app, count in lowest.items() if count == MIN_AVAILABLE} == {apps[n] for n in gone}, lowest
+    assert {app for app, count in lowest.items() if count == MIN_AVAILABLE} == set(apps.values()), lowest
 
     # the API server's answers: the second pod of each drained app was refused (429, its budget) and
     # retried until allowed
-    for node in gone:
-        app = apps[node]
+    for app in apps.values():
         refused = [e for e in cluster.state.evictions if e.code == 429 and e.budget == app]
         assert refused, (app, cluster.state.evictions)
         allowed = {e.uid for e in cluster.state.evictions if e.code == 200}
