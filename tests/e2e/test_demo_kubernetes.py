@@ -1,6 +1,6 @@
 """`vmss-terminate demo --kubernetes`: the sandbox's VMs are nodes of the Kubernetes API emulator;
 on a scale-in each removed VM's agent cordons its node, evicts its pods (the PodDisruptionBudget
-holds one back until another is gone) and approves only then, within NotBefore."""
+holds one back until an evicted pod's replacement is Ready) and approves only then, within NotBefore."""
 
 from __future__ import annotations
 
@@ -56,7 +56,7 @@ def test_demo_kubernetes_drains_each_node_before_its_approval() -> None:
         approved = next(e["sandbox_s"] for e in mine if e["kind"] == "approval_sent")
         published = next(e for e in timeline if e["vm"] == vm and e["kind"] == "event_published")
         assert approved < published["sandbox_s"] + 300  # within NotBefore (PT5M)
-    # one eviction was held back by the PDB until another pod was gone, then it went through
+    # one eviction was held back by the PDB until an earlier one's replacement was Ready, then it went through
     refused = [e for e in timeline if e["kind"] == "kube_eviction_refused"]
     assert refused and data["totals"]["evictions_refused"] == len(refused)
     held = refused[0]["data"]["pod"]

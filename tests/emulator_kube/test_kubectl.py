@@ -95,7 +95,8 @@ def test_drain_refuses_daemonset_pods_without_ignore_daemonsets(kubectl_cluster:
 @pytest.mark.slow  # kubectl retries a refused eviction after 5 real seconds
 def test_a_pdb_holds_one_pod_back_until_the_other_is_gone(kubectl_cluster: Cluster) -> None:
     """maxUnavailable 1 over two pods on the node: the second eviction is refused (429) while the
-    first pod terminates; once it is gone and replaced elsewhere, kubectl's retry succeeds."""
+    first pod's replacement (on the other node at once) starts; once it is Ready (5 s, after the
+    first pod's 1 s grace period), kubectl's retry succeeds."""
     kube, kubectl = kubectl_cluster
     state = kube.state
     state.add_node("vmss000000")
