@@ -4,6 +4,7 @@ with the injectable clock and against the IMDS emulator."""
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Dict, Iterator, List, Tuple
 
@@ -11,8 +12,9 @@ import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
+from vmss_terminate.agent import Agent
 from vmss_terminate.agent.probes import serve
-from vmss_terminate.clock import ManualClock, ScaledClock
+from vmss_terminate.clock import ManualClock
 from vmss_terminate.errors import UsageError
 from vmss_terminate.pipeline import decisions as D
 from vmss_terminate.pipeline.decisions import Decision
@@ -187,13 +189,56 @@ def test_readyz_turns_503_before_the_approval_over_real_http(imds: Imds, tmp_pat
     assert answers == [503]
 
 
-def _fast(imds: Imds) -> Tuple[ScaledClock, PlacementGroup]:
-    """Agent and emulator on one clock running 60x real time: a minute of drain delay takes 1 s.
-    (ManualClock does not fit here: run_once's waiting loop would move it while hooks run.)"""
-    clock = ScaledClock(speed=60)
+class DelayClock(ManualClock):
+    """Time for the drain delay, independent of the machine's speed: it stands still (the agent's waits
+    pass in a few real milliseconds) until `release()`, and from then on only the event's job thread
+    moves it, by exactly what that thread waits for -- the drain delay's own waits. So clock time
+    passes neither while a hook process starts and runs (a ScaledClock(60) made each real second a
+    minute: a loaded machine's slow Python start-up broke the bounds) nor by other threads' waits."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.flowing = threading.Event()
+
+    def release(self) -> None:
+        self.flowing.set()
+
+    def wait(self, event: threading.Event, seconds: float) -> bool:
+        if self.flowing.is_set() and threading.current_thread().name.startswith("hooks:"):
+            return super().wait(event, seconds)
+        return event.wait(min(max(seconds, 0.0), 0.005))
+
+
+def _held(imds: Imds) -> Tuple[DelayClock, PlacementGroup]:
+    """Agent and emulator on one DelayClock."""
+    clock = DelayClock()
     group = PlacementGroup(clock=clock, auto_start=False)
     imds.server.reset(ImdsEmulator(group, vm_name=VM, rate_limit=None))
     return clock, group
+
+
+def _run_once(agent: Agent) -> None:
+    """`agent.run_once(retry_for=0)`, bounded: an agent that waits for time that never comes (e.g. a hook
+    held back until the delay passed, on a clock that stands still while hooks run) fails the test
+    instead of hanging it."""
+    failure: List[BaseException] = []
+    stop = threading.Event()
+
+    def run() -> None:
+        try:
+            agent.run_once(stop, retry_for=0)
+        except BaseException as exc:  # re-raised in the test's thread
+            failure.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(60)
+    if thread.is_alive():
+        stop.set()
+        thread.join(15)
+        pytest.fail("run_once did not end: the agent waited for clock time that never passed")
+    if failure:
+        raise failure[0]
 
 
 def _decisions(items: Iterator[Decision]) -> Dict[str, Decision]:
@@ -205,15 +250,17 @@ def _decisions(items: Iterator[Decision]) -> Dict[str, Decision]:
 
 
 def test_drain_delay_holds_the_approval_while_hooks_run_in_parallel(imds: Imds, tmp_path: Path) -> None:
-    clock, group = _fast(imds)
+    clock, group = _held(imds)
     eid = group.add_event("Terminate", [VM], not_before=clock.now() + 300)
     agent = make_agent(imds.url, clock=clock, hooks=[probe(tmp_path / "out")], drain_delay=60)
     recorder = Recorder()
     agent.subscribe(recorder)
-    agent.run_once(retry_for=0)
+    # time stands still until the hook has finished: a hook held back by the delay never starts
+    agent.subscribe(lambda d: clock.release() if d.kind == D.HOOK_FINISHED else None)
+    _run_once(agent)
     kinds = _decisions(iter(recorder.items))
     drain, started, approved = kinds[D.DRAIN_STARTED], kinds[D.HOOK_STARTED], kinds[D.APPROVAL_SENT]
-    assert started.at - drain.at < 15  # the hook did not wait for the delay (60x: 0.25 s real)
+    assert started.at - drain.at < 15  # the hook did not wait for the delay
     assert approved.at >= drain.at + 60  # the approval did
     assert approved.at <= drain.at + 90
     assert [a.event_id for a in group.approvals] == [eid] and group.approvals[0].at >= drain.at + 60
@@ -221,13 +268,14 @@ def test_drain_delay_holds_the_approval_while_hooks_run_in_parallel(imds: Imds, 
 
 
 def test_drain_delay_is_bounded_by_not_before_minus_safety_margin(imds: Imds) -> None:
-    clock, group = _fast(imds)
+    clock, group = _held(imds)
+    clock.release()  # no hooks: only the delay's waits move time
     not_before = clock.now() + 100
     eid = group.add_event("Terminate", [VM], not_before=not_before)
     agent = make_agent(imds.url, clock=clock, drain_delay=600, safety_margin=15)  # no hooks: only the delay
     recorder = Recorder()
     agent.subscribe(recorder)
-    agent.run_once(retry_for=0)
+    _run_once(agent)
     approved = _decisions(iter(recorder.items))[D.APPROVAL_SENT]
     deadline = int(not_before) - 15  # NotBefore travels as whole seconds (RFC 1123)
     assert deadline <= approved.at < not_before
@@ -237,16 +285,18 @@ def test_drain_delay_is_bounded_by_not_before_minus_safety_margin(imds: Imds) ->
 
 def test_drain_start_survives_a_restart(imds: Imds, tmp_path: Path) -> None:
     """A new agent does not restart the delay: the journal keeps when the drain began."""
-    clock, group = _fast(imds)
+    clock, group = _held(imds)
+    clock.release()
     eid = group.add_event("Terminate", [VM], not_before=clock.now() + 300)
     state = str(tmp_path / "state.json")
     first = make_agent(imds.url, clock=clock, state_file=state, drain_delay=60, approve_types="none")
-    first.run_once(retry_for=0)  # sees it, drains, approves nothing (observe only)
+    _run_once(first)  # sees it, drains, approves nothing (observe only)
     began = first.state.get(eid)["drain_started"]
+    clock.advance(40)  # the agent restarts 40 s later: a delay restarted then would approve at began + 100
     second = make_agent(imds.url, clock=clock, state_file=state, drain_delay=60)
     recorder = Recorder()
     second.subscribe(recorder)
-    second.run_once(retry_for=0)
+    _run_once(second)
     kinds = _decisions(iter(recorder.items))
     assert kinds[D.DRAIN_STARTED].data["since"] == began
     assert kinds[D.DRAIN_STARTED].at > began  # a new sighting, the old start
