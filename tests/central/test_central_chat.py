@@ -84,7 +84,7 @@ def test_central_run_posts_slack_notices_seen_then_acknowledged(live_arm: ArmSer
         text = json.dumps(body)
         assert eid in text and "lin_0, lin_1" in text and "Terminate" in text
     assert "draining" in seen["text"] and "approved" in acknowledged["text"]
-    assert "acknowledged; actions: hook#1:" in json.dumps(acknowledged) and "@lin_1 ok" in json.dumps(acknowledged)
+    assert f"approved Terminate {eid} for lin_0, lin_1" in json.dumps(acknowledged)
     assert "secret-token" not in result.stderr  # the chat URL's path is its token
 
 
@@ -107,7 +107,7 @@ def test_failed_action_and_withheld_acknowledgement_are_teams_cards(live_arm: Ar
                       "vmss-terminate on lin_1: approval withheld"]
     facts = {f["title"]: f["value"] for f in cards[1]["body"][1]["facts"]}
     assert facts["Event"] == f"Terminate {eid}" and facts["Hook"].endswith("@lin_1 (failed)")
-    assert "not acknowledged: a step failed" in cards[2]["body"][2]["text"]
+    assert f"not approving {eid}: a hook failed" in cards[2]["body"][2]["text"]
 
 
 def test_json_stays_the_default_and_chat_formats_are_the_agents(live_arm: ArmServers) -> None:

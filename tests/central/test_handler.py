@@ -151,8 +151,7 @@ def test_a_vm_added_to_the_event_while_its_actions_run_is_handled_before_the_ack
         group.update_event(eid, resources=["lin_1", "lin_2"])  # Azure adds a VM to the event
         central.handler.poll_once()  # Resource Graph lists both now
         go.touch()
-        for job in list(central.handler._jobs.values()):  # (not handler.join(): it ends the worker pool)
-            job.join(timeout=60)
+        central.handler.join(timeout=60)
         assert live.state.maintenance.acknowledgements == [] or (tmp_path / "lin_2.done").exists()
         central.handler.poll_once(wait=True)  # lin_2's actions run, then the one acknowledgement
     acks = live.state.maintenance.acknowledgements
@@ -216,8 +215,7 @@ def test_a_wall_clock_step_while_a_hook_runs_does_not_cut_it_short(live_arm: Arm
         assert poll_until(started.exists)
         clock.offset += 3600  # the VM's clock steps an hour ahead while the hook runs
         go.touch()
-        for job in list(central.handler._jobs.values()):
-            job.join(timeout=60)
+        central.handler.join(timeout=60)
     finally:
         central.close()
     assert [a.event_id for a in live.state.maintenance.acknowledgements] == [eid]

@@ -98,58 +98,51 @@ def test_events_from_the_queue_are_acknowledged_once_and_their_messages_deleted(
         central.handler.source.close()
 
 
-class PausableClock:
-    """Real time whose monotonic reading a test can push forward: the replica 'paused' that long."""
-
-    speed = 1.0
-
-    def __init__(self) -> None:
-        self.offset = 0.0
-
-    def now(self) -> float:
-        return SYSTEM_CLOCK.now() + self.offset
-
-    def monotonic(self) -> float:
-        return SYSTEM_CLOCK.monotonic() + self.offset
-
-    def sleep(self, seconds: float) -> None:
-        SYSTEM_CLOCK.sleep(seconds)
-
-    def wait(self, event: Any, seconds: float) -> bool:
-        return SYSTEM_CLOCK.wait(event, seconds)
-
-
-def test_a_job_whose_lease_expired_meanwhile_never_acknowledges(
+def test_a_lease_lost_mid_hook_kills_the_hook_and_never_acknowledges(
         world: World, arm: ArmServers, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The replica is paused past the lease's expiry while a hook runs: another replica may hold the
-    event by now, so this job stops and never acknowledges (review: two replicas handled one event)."""
+    """The event's lease is broken while a hook runs (its renewal is refused; the break period keeps
+    every other replica out for 15 s): the keeper's next round gives the event up, the pipeline
+    kills the running hook's process group before another replica can take the lease, and the event
+    is never acknowledged here (issue 26: the hook used to run on beside the next holder's)."""
+    import os
     import sys
+
+    from azure.storage.blob import BlobLeaseClient, ContainerClient
+
+    from vmss_terminate.central.leases import EventLeases
+    from vmss_terminate.central.metrics import CentralMetrics
 
     eid = world.group.add_event("Terminate", ["web_1"], not_before=SYSTEM_CLOCK.now() + 600)
     assert world.delivery.flush()
     started, go = tmp_path / "started", tmp_path / "go"
     script = tmp_path / "hold.py"
-    script.write_text("import os, sys, time\nopen(sys.argv[1], 'w').close()\n"
+    script.write_text("import os, sys, time\nopen(sys.argv[1], 'w').write(str(os.getpid()))\n"
                       "while not os.path.exists(sys.argv[2]):\n    time.sleep(0.01)\n")
-    clock = PausableClock()
     monkeypatch.setenv("QUEUE_CS", world.cs)
-    source = open_queue_source(world.url, "QUEUE_CS", QueueSettings(lease_container=world.container,
-                                                                    lease_duration=15, metrics_interval=0),
-                               clock=clock)
+    settings = QueueSettings(lease_container=world.container, lease_duration=15, metrics_interval=0)
+    source = open_queue_source(world.url, "QUEUE_CS", settings)
+    metrics = CentralMetrics()
     central = build(Scope.build(subscriptions=[SUB]),
                     HandlerConfig(poll_interval=0.05, hooks=(f"{sys.executable} {script} {started} {go}",)),
                     connection=Connection(arm_endpoint=arm.arm_url, retry_total=2, retry_backoff_factor=0.0),
-                    state_file=str(tmp_path / "state.json"), source=source)
+                    state_file=str(tmp_path / "state.json"), source=source, observe=metrics.observe)
     try:
         assert poll_until(lambda: any(e.event_id == eid for e in central.handler.poll_once()), timeout=60)
-        assert poll_until(started.exists, timeout=60)
-        clock.offset += 16  # paused longer than the 15 s lease: it lapsed without a renewal
-        go.touch()
-        for job in list(central.handler._jobs.values()):
-            job.join(timeout=60)
+        assert poll_until(lambda: started.exists() and started.read_text() != "", timeout=60)
+        pid = int(started.read_text())
+        event = next(e for e in central.handler.last_batch.events if e.event_id == eid)  # type: ignore[union-attr]
+        blob = ContainerClient.from_connection_string(world.cs, world.container).get_blob_client(eid.lower())
+        BlobLeaseClient(blob).break_lease(lease_break_period=15)  # no other replica may take it for 15 s
+        source.keep_alive()  # the keeper's round: the renewal is refused, the event given up, its job stopped
+        central.handler.join(timeout=30)
+        assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z"
+        assert EventLeases(ContainerClient.from_connection_string(world.cs, world.container)).acquire(eid) is None
+        assert not go.exists() and world.state.maintenance.acknowledgements == []
+        assert not source.holds(event) and source.metrics.lost == 1
+        assert "vmss_terminate_central_events_lease_lost_total{type=\"Terminate\"} 1" in metrics.text()
+        central.handler.poll_once(wait=True)  # the next poll starts nothing for it and acknowledges nothing
         assert world.state.maintenance.acknowledgements == []
-        assert not source.holds(next(e for e in central.handler.last_batch.events  # type: ignore[union-attr]
-                                     if e.event_id == eid))
     finally:
+        go.touch()
         central.close()
         source.close()

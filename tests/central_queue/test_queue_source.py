@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
+import time
 import uuid
 from typing import Any, Iterator, List
 
@@ -13,6 +14,7 @@ from helpers import poll_until
 from queue_events import event_id, properties, resource_id
 
 from vmss_terminate.central import eventgrid
+from vmss_terminate.central.leases import EventLeases
 from vmss_terminate.central.source import CentralEvent
 from vmss_terminate.central.storage_queue import QueueSettings, QueueSource, poison_queue_name
 from vmss_terminate_sim import azurite
@@ -245,8 +247,8 @@ def test_a_scheduled_change_delivered_after_the_event_moved_on_is_never_handed_o
 class _FailingRenewal:
     """The SDK's lease client, with its next renewal answered 503 (a transient Storage failure)."""
 
-    def __init__(self, inner: Any) -> None:
-        self.inner, self.failures = inner, 1
+    def __init__(self, inner: Any, failures: int = 1) -> None:
+        self.inner, self.failures = inner, failures
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
@@ -273,6 +275,52 @@ def test_a_transient_renewal_failure_keeps_the_event_held_and_is_retried(world: 
     assert source.holds(event) and source.metrics.lost == 0 and source.poll().events == [event]
     source.keep_alive()  # the retry renews it
     assert source.holds(event) and source.metrics.lost == 0
+
+
+class _Paused:
+    """Real time whose monotonic reading the test pushes forward (the replica was starved that long)."""
+
+    speed = 1.0
+
+    def __init__(self) -> None:
+        self.offset = 0.0
+
+    def now(self) -> float:
+        return time.time() + self.offset
+
+    def monotonic(self) -> float:
+        return time.monotonic() + self.offset
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(seconds)
+
+    def wait(self, event: Any, seconds: float) -> bool:
+        return bool(event.wait(seconds))
+
+
+def test_renewals_failing_until_give_up_before_lose_the_event_while_no_other_replica_can_take_it(
+        world: World) -> None:
+    """Renewals answered 503 until fewer than `give_up_before` seconds of the lease are left: the
+    event is given up then (the handler is told, `on_lost`, and stops its job) -- while the lease
+    still keeps every other replica out, so the job's hook is gone before another can start it."""
+    eid = event_id()
+    world.send(eid)
+    clock = _Paused()
+    settings = QueueSettings(lease_container=world.container, lease_duration=15, visibility=30, metrics_interval=0)
+    source = QueueSource.from_connection_string(world.cs, world.name, settings, clock=clock)
+    world.sources.append(source)
+    lost: List[CentralEvent] = []
+    source.on_lost.append(lost.append)
+    [event] = source.poll().events
+    held = source._held[event.key]
+    held.lease._lease = _FailingRenewal(held.lease._lease, failures=10)
+    source.keep_alive()  # 503 with most of the lease left: held, tried again in a second
+    assert source.holds(event) and lost == [] and source._next_round() == 1.0
+    clock.offset += 15 - settings.give_up_before  # still no renewal, and only give_up_before s are left
+    source.keep_alive()
+    assert lost == [event] and not source.holds(event) and source.metrics.lost == 1
+    other = EventLeases.from_connection_string(world.cs, world.container, duration=15)
+    assert other.acquire(eid) is None  # the lease at Azure still keeps another replica out
 
 
 def test_a_lease_taken_over_is_lost_at_the_next_renewal(world: World) -> None:

@@ -5,11 +5,11 @@ with Resource Graph as the source, and run it (`run_central`), or handle one eve
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from vmss_terminate.central.graph import ResourceGraphSource, ScaleSetDirectory, ScaleSetInfo, resolve_subscriptions
-from vmss_terminate.central.handler import Actions, CentralHandler, HandlerConfig, Outcome, ScopedJournal
+from vmss_terminate.central.handler import Actions, CentralHandler, HandlerConfig, Outcome
 from vmss_terminate.central.maintenance import MaintenanceClient
 from vmss_terminate.central.runcommand import RunCommandClient
 from vmss_terminate.central.source import CentralEvent, EventSource, ScaleSetRef
@@ -18,7 +18,6 @@ from vmss_terminate.control.connection import Connection
 from vmss_terminate.errors import UsageError
 from vmss_terminate.fleet.scope import Scope
 from vmss_terminate.fleet.session import FleetSession
-from vmss_terminate.pipeline.hooks import FAILED, OK, Run, StepResult
 from vmss_terminate.pipeline.journal import StateStore
 
 log = logging.getLogger(__name__)
@@ -31,17 +30,12 @@ class Central:
     handler: CentralHandler
     session: FleetSession
     directory: ScaleSetDirectory
-    drains: Dict[str, Any] = field(default_factory=dict)
 
     def close(self) -> None:
         self.handler.stop()
         if self.handler.notifier is not None:  # chat notices still queued are sent (bounded)
             self.handler.notifier.close()
         self.session.close()
-
-
-def _report(kind: str, eid: str, message: str, **data: Any) -> None:
-    log.info("%s %s: %s", kind, eid, message)
 
 
 def build(scope: Scope, config: HandlerConfig, *, connection: Optional[Connection] = None,
@@ -66,38 +60,21 @@ def build(scope: Scope, config: HandlerConfig, *, connection: Optional[Connectio
 
     journal = StateStore(state_file) if state_file else StateStore()
     runner = RunCommandClient(session, config.run_command, clock) if config.run_command else None
-    central = Central(None, session, directory)  # type: ignore[arg-type]
-    drain = undo = None
+    drain = None
     if config.kubernetes:
         from vmss_terminate.pipeline.kubernetes.api import KubeApi
         from vmss_terminate.pipeline.kubernetes.credentials import load_access
-        from vmss_terminate.pipeline.kubernetes.drain import DrainTarget, NodeDrain
+        from vmss_terminate.pipeline.kubernetes.drain import NodeDrain, listed_vms
 
         api = KubeApi(load_access(kubeconfig))
 
-        def node_drain(event: CentralEvent, vm: str, vm_id: str) -> Any:
-            key = f"{event.key}@{vm}"
-            if key not in central.drains:
-                target = DrainTarget(identity=lambda: (vm_id, vm), vm_name=vm)
-                central.drains[key] = NodeDrain(api, ScopedJournal(journal, event.scale_set, vm),  # type: ignore[arg-type]
-                                                _report, lambda _event: [target], clock, lambda: vm)
-            return central.drains[key]
+        def drain(journal: StateStore, report: Callable[..., None], live: Callable[[str], bool]) -> NodeDrain:
+            return NodeDrain(api, journal, report, listed_vms, clock, lambda: "vmss-terminate-central", live=live)
 
-        def drain(event: CentralEvent, vm: str, vm_id: str, run: Run) -> StepResult:
-            result: StepResult = node_drain(event, vm, vm_id).run(run)
-            if result.outcome == FAILED and result.detail.startswith("no Kubernetes node is this VM"):
-                log.info("event %s: %s is no node of the cluster: skipped", event.event_id, vm)
-                return StepResult(OK, "not a node of the cluster: skipped")
-            return result
-
-        def undo(event: CentralEvent, vm: str) -> None:
-            scoped = ScopedJournal(journal, event.scale_set, vm)
-            node_drain(event, vm, "").undo(event.event_id, scoped.get(event.event_id),
-                                           f"{event.event_type} {event.event_id} was canceled")
-
-    central.handler = CentralHandler(
+    handler = CentralHandler(
         source or ResourceGraphSource(session, scope, subscriptions), lookup, maintenance.acknowledge, config,
-        journal, Actions(runner.run if runner is not None else None, drain, undo), clock, observe)
+        journal, Actions(runner.run if runner is not None else None, drain), clock, observe)
+    central = Central(handler, session, directory)
     if session.throttle.stop is None:  # a wait for Resource Graph's quota (or a 429) ends when the handler stops
         session.throttle.stop = central.handler.stopping
     return central

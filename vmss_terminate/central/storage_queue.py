@@ -35,7 +35,7 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 from urllib.parse import urlsplit, urlunsplit
 
 from vmss_terminate.central.eventgrid import Malformed, Notification, parse_message
@@ -87,6 +87,12 @@ class QueueSettings:
     max_held: int = 32
     """Events held at once: no more is received until one is settled. Bounds the keeper's renewals
     (two requests per held event every third of a lease), which must finish well within a lease."""
+    give_up_before: float = 7.0
+    """Seconds before a lease's expiry (on this replica's clock, counted from before its last
+    successful acquire or renewal) at which a replica whose renewals keep failing (no answer, 5xx)
+    gives the event up: the job's running hook is terminated and, after the kill grace (5 s),
+    killed -- before the lease can lapse at Azure and another replica take the event, so two never
+    run its hook at once. While a renewal fails, the keeper tries again every second."""
 
     def __post_init__(self) -> None:
         if not 15 <= self.lease_duration <= 60:
@@ -97,6 +103,10 @@ class QueueSettings:
             raise ValueError(f"--max-attempts must be at least 1, not {self.max_attempts}")
         if not 1 <= self.batch <= 32:
             raise ValueError(f"a receive takes 1..32 messages (Get Messages), not {self.batch}")
+        if not 0 <= self.give_up_before < self.lease_duration - self.keep_alive_every:
+            room = self.lease_duration - self.keep_alive_every
+            raise ValueError(f"give_up_before must leave a renewal before it: 0..{room:g} s for a "
+                             f"{self.lease_duration} s lease, not {self.give_up_before}")
 
     @property
     def keep_alive_every(self) -> float:
@@ -164,6 +174,7 @@ class _Held:
     messages: List[Tuple[Any, str]] = field(default_factory=list)  # (QueueMessage, change)
     event_time: str = ""
     expires: float = 0.0  # the source clock's monotonic reading when the lease lapses unless renewed
+    failing: bool = False  # the last renewal failed (transiently): the keeper tries again every second
 
 
 class QueueSource:
@@ -186,6 +197,7 @@ class QueueSource:
         self._keeper: Optional[threading.Thread] = None
         self._measured_at: Optional[float] = None
         self._ready = False
+        self.on_lost: List[Callable[[CentralEvent], None]] = []  # called with each event whose lease was lost
 
     # --- construction ---------------------------------------------------------------------------
 
@@ -399,10 +411,11 @@ class QueueSource:
     # --- keeping held events ------------------------------------------------------------------
 
     def holds(self, event: CentralEvent) -> bool:
-        """True while this replica still holds `event`'s lease: held, and its expiry (counted on the
-        injectable clock from before the last successful acquire/renew) not passed. The handler asks
-        before it acknowledges and while its job runs; False means another replica may take the
-        event over, so this one must stop and never acknowledge it."""
+        """True while this replica still holds `event`'s lease: held (not given up by the keeper),
+        and its expiry (counted on the injectable clock from before the last successful
+        acquire/renew) not passed. The handler's pipeline asks while the event's job runs and before
+        it acknowledges; False means another replica may take the event over, so this one stops its
+        job and never acknowledges it."""
         with self._lock:
             held = self._held.get(event.key)
             return held is not None and self._clock.monotonic() < held.expires
@@ -411,32 +424,35 @@ class QueueSource:
         """Renew every held lease and extend its messages' visibility; drop what was lost.
 
         A lease is lost when its renewal is refused for good (a 4xx: taken over, broken, its blob
-        gone) or when its expiry passed without a successful renewal (the replica was paused, or
-        every renewal failed). A transient failure (5xx, 408, 429, no answer) keeps the hold: the
-        next round (every `keep_alive_every` seconds, a third of the lease) tries again while the
-        lease's remaining time lasts."""
+        gone), when its expiry passed without a successful renewal (the replica was paused), or
+        when a renewal failed with fewer than `give_up_before` seconds of it left (it is given up
+        while the lease still keeps other replicas out, so the job's hook is gone before another
+        replica can take the event). A transient failure (5xx, 408, 429, no answer) with more time
+        left keeps the hold, and the keeper tries again a second later."""
         from azure.core.exceptions import AzureError, HttpResponseError
 
+        lost: List[CentralEvent] = []
         with self._lock:
             for key, held in list(self._held.items()):
                 asked_at = self._clock.monotonic()
                 if asked_at >= held.expires:
-                    self._lose(key, held, "its expiry passed without a renewal")
+                    lost.append(self._lose(key, held, "its expiry passed without a renewal"))
                     continue
                 try:
                     held.lease.renew()
-                except HttpResponseError as exc:
-                    status = exc.status_code or 0
+                except (HttpResponseError, AzureError) as exc:
+                    status = (exc.status_code or 0) if isinstance(exc, HttpResponseError) else 0
                     if 400 <= status < 500 and status not in (408, 429):
-                        self._lose(key, held, _brief(exc))
-                    else:
-                        log.warning("renewing the lease of event %s failed (%s): retried while it lasts",
+                        lost.append(self._lose(key, held, _brief(exc)))
+                    elif asked_at >= held.expires - self.settings.give_up_before:
+                        lost.append(self._lose(key, held, f"renewal failed ({_brief(exc)}) with fewer than "
+                                                          f"{self.settings.give_up_before:g} s of it left"))
+                    else:  # 5xx, 408, 429, no answer: transient
+                        held.failing = True
+                        log.warning("renewing the lease of event %s failed (%s): retried in a second",
                                     held.event.event_id, _brief(exc))
                     continue
-                except AzureError as exc:  # no answer (connection refused, timeout): transient
-                    log.warning("renewing the lease of event %s failed (%s): retried while it lasts",
-                                held.event.event_id, _brief(exc))
-                    continue
+                held.failing = False
                 held.expires = asked_at + held.lease.duration
                 kept = []
                 for message, change in held.messages:
@@ -451,19 +467,29 @@ class QueueSource:
                     held.lease.release()
                     del self._held[key]
             self.metrics.held = len(self._held)
+        for event in lost:  # outside the lock: the handler stops the event's job now
+            for listener in list(self.on_lost):
+                listener(event)
 
-    def _lose(self, key: str, held: _Held, why: str) -> None:
+    def _lose(self, key: str, held: _Held, why: str) -> CentralEvent:
         log.warning("lost the lease of event %s (%s): another replica may take it over; this one stops it "
                     "and never acknowledges it", held.event.event_id, why)
         self.metrics.lost += 1
         del self._held[key]
+        return held.event
 
     def _keep_alive_loop(self) -> None:
-        while not self._clock.wait(self._stop, self.settings.keep_alive_every):
+        while not self._clock.wait(self._stop, self._next_round()):
             try:
                 self.keep_alive()
             except Exception:  # the keeper must outlive one failed round
                 log.exception("renewing the queue's leases failed; retrying")
+
+    def _next_round(self) -> float:
+        """Seconds until the keeper's next round: a third of the lease, or a second while a renewal fails."""
+        with self._lock:
+            failing = any(held.failing for held in self._held.values())
+        return min(1.0, self.settings.keep_alive_every) if failing else self.settings.keep_alive_every
 
     def _measure(self) -> None:
         now = self._clock.monotonic()
