@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, List, Optional
 
 import pytest
+from clifork import run_forked
 from helpers import poll_until as wait_until  # noqa: F401  (re-exported for the agent tests)
 
 from vmss_terminate.agent import Agent, AgentConfig, Decision
@@ -113,6 +114,9 @@ def agent_cli(*args: str, env: Optional[dict] = None, **kwargs: Any) -> subproce
 
 
 def run_cli(*args: str, env: Optional[dict] = None, timeout: float = 30) -> subprocess.CompletedProcess:
-    proc = agent_cli(*args, env=env)
-    out, err = proc.communicate(timeout=timeout)
-    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+    """`python -m vmss_terminate agent ...` to completion, as agent_cli's environment says: a process
+    of its own, forked from a warm interpreter (tests/clifork.py) rather than started cold."""
+    full_env = {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}
+    full_env.pop("VMSS_TERMINATE_IMDS_URL", None)
+    full_env.update(env or {})
+    return run_forked(["agent", *args], full_env, str(REPO), timeout=timeout)
