@@ -114,3 +114,13 @@ def test_an_entry_read_through_another_kinds_shape_is_refused(kind: str, shape: 
         entry.view(shape)
     with pytest.raises(TypeError):  # a sandbox entry carries no decision
         Timeline(ManualClock()).record("sandbox", kind).view(D.DATA[kind])
+
+
+@pytest.mark.parametrize("ok", [True, False])
+def test_the_central_kubernetes_line_claims_drained_acknowledgements_only_when_the_verdict_does(ok: bool) -> None:
+    options = DemoOptions(instances=4, scale_in=2, kubernetes=True, central=True)
+    totals = {"deleted": 2, "instances_after": 2, "central_hooks_ok": 2, "central_run_commands": 2,
+              "central_acknowledged": 2, "pods_evicted": 4, "evictions_refused": 3, "real_s": 1.0}
+    failure = None if ok else "myvmss_3's event was acknowledged before its node was drained"
+    text = "\n".join(render_text(DemoResult(ok, options, [], [], totals, failure, [], [failure] if failure else [])))
+    assert ("each event acknowledged only after its node was drained" in text) is ok

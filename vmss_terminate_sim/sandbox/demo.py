@@ -346,6 +346,10 @@ def _check_central(sandbox: Sandbox, removed: List[str], options: DemoOptions) -
         missing = [k for k in needed if k not in kinds]
         if missing:
             return f"{vm}: {', '.join(missing)} not seen before its deletion"
+        drained = [sandbox.timeline.sandbox_start + e.sandbox_s for e in entries
+                   if e.vm == vm and e.kind == "kubernetes:drain_ok"]
+        if drained and min(drained) > mine[0].at:
+            return f"{vm}'s event was acknowledged before its node was drained"
         if vm not in commands or commands[vm].command_id != ("RunPowerShellScript" if options.windows
                                                              else "RunShellScript"):
             return f"{vm}: no Run Command of the right kind reached ARM"
@@ -426,7 +430,7 @@ def render_text(result: DemoResult) -> List[str]:
     if o.kubernetes and o.central and "pods_evicted" in t:
         lines.append(f"Kubernetes, from the cluster side: {t['pods_evicted']} pods evicted ({t['evictions_refused']} "
                      f"evictions answered 429 by the PodDisruptionBudget and retried), DaemonSet pods left in "
-                     f"place; each event acknowledged only after its node was drained.")
+                     f"place" + ("; each event acknowledged only after its node was drained." if result.ok else "."))
     if o.kubernetes and not o.central:
         undrained = t["approved_before_node_drained"]
         verdict = ("each VM approved only after its node was drained." if not undrained and not t["nodes_not_drained"]
