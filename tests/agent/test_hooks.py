@@ -2,22 +2,26 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
 import sys
+import threading
 import time
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, Iterator, List
 
 import pytest
 
-from vmss_terminate.clock import ScaledClock
+from vmss_terminate.clock import ManualClock
+from vmss_terminate.pipeline import decisions as D
 from vmss_terminate.pipeline.hooks import HookContext
+from vmss_terminate_sim.emulator.imds.app import ImdsEmulator, PlacementGroup
 from vmss_terminate_sim.emulator.imds.events import format_not_before
 from vmss_terminate_sim.emulator.server import EmulatorServer, Request, Response
 
-from .conftest import VM, Imds, Running, make_agent, run_cli, wait_until
+from .conftest import VM, Imds, Recorder, Running, make_agent, run_cli, wait_until
 
 PROBE = Path(__file__).with_name("hook_probe.py")
 
@@ -116,20 +120,52 @@ def test_shared_terminate_runs_hooks_but_is_not_approved_by_default(imds: Imds, 
     assert imds.approved_ids() == [shared]
 
 
-@pytest.mark.slow  # a real hook deadline 3..4 s away, then the kill grace
+class HeldClock(ManualClock):
+    """Time that moves only when the test moves it (`advance`): the agent's waits pass in a few real
+    milliseconds and return, so clock time passes neither while a hook process starts nor by any
+    of the agent's threads (a ScaledClock made a loaded machine's slow process start a deadline)."""
+
+    def wait(self, event: threading.Event, seconds: float) -> bool:
+        return event.wait(min(max(seconds, 0.0), 0.005))
+
+
+@contextlib.contextmanager
+def _run_once(agent: Any) -> Iterator[threading.Thread]:
+    """`agent.run_once(retry_for=0)` in a thread while the test moves the clock; on exit the agent is
+    told to stop (it ends a hook the test left running) and joined, bounded."""
+    stop = threading.Event()
+    once = threading.Thread(target=agent.run_once, args=(stop,), kwargs={"retry_for": 0}, daemon=True)
+    once.start()
+    try:
+        yield once
+    finally:
+        stop.set()
+        once.join(30)
+    assert not once.is_alive(), "run_once did not end"
+
+
 @pytest.mark.parametrize("prefix", ["", "trap \"\" TERM; "], ids=["plain", "ignores-sigterm"])
 def test_deadline_stops_a_long_hook_and_its_children(imds: Imds, tmp_path: Path, prefix: str) -> None:
+    """On a held clock: the hook (and its child) run while time stands still, then the test moves
+    the clock past the deadline (NotBefore - 3 s margin); no real deadline to race on a busy machine."""
+    clock = HeldClock()
+    group = PlacementGroup(clock=clock, auto_start=False)
+    imds.server.reset(ImdsEmulator(group, vm_name=VM, rate_limit=None))
     pidfile = tmp_path / "child.pid"
-    # NotBefore is whole seconds: the hook's deadline (NotBefore - 3 s margin) is 3..4 s away, plenty
-    # for the agent to start it first (else "too late to start" would also be a deadline outcome)
-    eid = imds.group.add_event("Terminate", [VM], not_before=format_not_before(time.time() + 7))
+    eid = group.add_event("Terminate", [VM], not_before=clock.now() + 7)
     hook = f"sh -c '{prefix}sleep 60 & echo $! > \"$0\"; wait' {shlex.quote(str(pidfile))}"
-    agent = make_agent(imds.url, hooks=[hook], safety_margin=3.0)
-    with Running(agent) as running:
-        assert wait_until(pidfile.exists, 10), "the hook never started"
-        assert running.decisions.wait_kind("hook_failed", eid, timeout=15)
-        assert running.decisions.wait_kind("approval_sent", eid, timeout=5)
-    failed = next(d for d in running.decisions.items if d.kind == "hook_failed")
+    agent = make_agent(imds.url, clock=clock, hooks=[hook], safety_margin=3.0)
+    decisions = Recorder()
+    agent.subscribe(decisions)
+    with _run_once(agent) as once:
+        assert wait_until(lambda: pidfile.exists() and pidfile.read_text().strip() != "", 30), \
+            "the hook never started"
+        assert D.HOOK_FAILED not in decisions.kinds(eid)  # time stands still: the deadline is 3..4 s away
+        clock.advance(5)  # past NotBefore - 3 s
+        assert decisions.wait_kind(D.HOOK_FAILED, eid, timeout=30)
+        assert decisions.wait_kind(D.APPROVAL_SENT, eid, timeout=30)
+        once.join(30)
+    failed = next(d for d in decisions.items if d.kind == D.HOOK_FAILED)
     assert failed.data["outcome"] == "deadline"
     child = int(pidfile.read_text())
     assert wait_until(lambda: not _alive(child), 5), "the hook's child survived"
@@ -314,17 +350,30 @@ def test_hook_not_started_too_late_names_the_event_in_its_message(imds: Imds, tm
     assert runs(tmp_path / "out") == []
 
 
-def test_the_assumed_window_for_an_unreadable_not_before_counts_from_the_first_hook(imds: Imds) -> None:
+def test_the_assumed_window_for_an_unreadable_not_before_counts_from_the_first_hook(imds: Imds, tmp_path: Path) -> None:
     # An unbelievable NotBefore gives the hooks one assumed 15-minute window from when they began,
-    # not a fresh window per hook: after a first hook of ~10 agent minutes (1 real second at x600),
-    # a second one of 10 minutes is stopped at the shared deadline (15 min - 15 s margin), and a
-    # third never starts.
+    # not a fresh window per hook: after a first hook of 10 agent minutes, a second one of 10 minutes
+    # is stopped at the shared deadline (15 min - 15 s margin), and a third never starts. The hooks
+    # block until released; the test moves the clock while they run.
     imds.group.add_event("Terminate", [VM], not_before="Mon, 01 Jan 0001 00:00:00 GMT")
-    agent = make_agent(imds.url, clock=ScaledClock(speed=600), vm_name=VM,
-                       hooks=["sleep 1", "sleep 1", "sleep 0"])
+    clock = HeldClock()
+    first, second, third = tmp_path / "first", tmp_path / "second", tmp_path / "third"
+    agent = make_agent(imds.url, clock=clock, vm_name=VM,
+                       hooks=[probe(first, "block"), probe(second, "block"), probe(third)])
     seen: List[Any] = []
     agent.subscribe(seen.append)
-    agent.run_once(retry_for=0)
+    try:
+        with _run_once(agent) as once:
+            assert wait_until(lambda: runs(first), 30), "the first hook never started"
+            clock.advance(600)  # the first hook takes 10 minutes
+            (first / "release").write_text("go")
+            assert wait_until(lambda: runs(second), 30), "the second hook never started"
+            clock.advance(600)  # the second 10 more: past the window's end, 885 s after the first began
+            once.join(30)
+    finally:
+        second.mkdir(exist_ok=True)
+        (second / "release").write_text("go")  # an agent that left it running: end it
     assert len([d for d in seen if d.kind == "hook_started"]) == 2
     failed = [d.message for d in seen if d.kind == "hook_failed"]
     assert any("hook#2" in m and "deadline" in m for m in failed), failed
+    assert runs(third) == []
