@@ -118,7 +118,7 @@ def _poll(get: Get, poll_url: str, done: Callable[[Any], bool], what: str, guard
 
 def _status_done(response: Any) -> bool:
     """An Azure-AsyncOperation status answer: Succeeded ends, Failed/Canceled raise, others wait."""
-    body = json_object(response.text(), f"the operation status ({_path(response.request.url)}) answered "
+    body = json_object(response.content, f"the operation status ({_path(response.request.url)}) answered "
                                         f"{response.status_code}")
     status = str(body.get("status") or "")
     if status.lower() == "succeeded":
@@ -143,7 +143,7 @@ def _provisioning_done(response: Any) -> bool:
 
 def _provisioning(response: Any) -> str:
     try:
-        body = json.loads(response.text() or "null")
+        body = json.loads(response.content or b"null")
     except ValueError:
         return ""
     properties = body.get("properties") if isinstance(body, dict) else None

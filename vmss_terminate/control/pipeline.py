@@ -112,11 +112,19 @@ def environment_once_transport() -> Any:
     import requests.utils
     from azure.core.pipeline.transport import RequestsTransport
 
+    from vmss_terminate.control.lean_session import LeanSession
+
     class EnvironmentOnce(RequestsTransport):  # type: ignore[misc]
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
             self._proxies: Dict[str, Dict[str, Any]] = {}
             self._bundle = os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("CURL_CA_BUNDLE")
+
+        def open(self) -> None:
+            if self.session is None and self._session_owner and not self._has_been_opened:  # type: ignore[has-type]
+                self.session = LeanSession()  # nothing to merge per request: see control/lean_session.py
+                self._init_session(self.session)
+            super().open()
 
         def _init_session(self, session: Any) -> None:
             super()._init_session(session)

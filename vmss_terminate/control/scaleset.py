@@ -98,7 +98,7 @@ class ComputeClient:
             self.sdk()
             answer = self.send("GET", f"/subscriptions/{self.resolved.subscription_id}/providers/Microsoft.Features"
                                       f"/providers/{namespace}/features/{name}?api-version={FEATURES_API_VERSION}")
-        body = json_object(answer.text(), f"{what}: ARM answered {answer.status_code}")
+        body = json_object(answer.content, f"{what}: ARM answered {answer.status_code}")
         state = (body.get("properties") or {}).get("state") if isinstance(body.get("properties"), dict) else None
         if not isinstance(state, str) or not state:
             raise AzureError(f"{what}: Microsoft.Features answered without properties.state "
@@ -192,7 +192,7 @@ class ScaleSetClient:
         action = f"reading scale set {self.resource}"
         with self._errors(action):
             answer = self.compute.send("GET", self._path())
-            return json_object(answer.text(), f"{action}: ARM answered {answer.status_code}")
+            return json_object(answer.content, f"{action}: ARM answered {answer.status_code}")
 
     def patch(self, body: bytes, wait: OperationWait = DEFAULT_WAIT, if_match: Optional[str] = None) -> Optional[str]:
         """PATCH these exact bytes (a VirtualMachineScaleSetUpdate) and wait for its operation,
@@ -253,7 +253,7 @@ class ScaleSetClient:
         while url:
             with guard.reading():
                 answer = self.compute.send("GET", url, params=params if url == path else None)
-            page = json_object(answer.text(), f"{what}: ARM answered {answer.status_code}")
+            page = json_object(answer.content, f"{what}: ARM answered {answer.status_code}")
             value = page.get("value", [])
             if not isinstance(value, list):
                 raise AzureError(f"{what}: ARM answered {describe_json(value)} for 'value' where a JSON list "
@@ -304,7 +304,7 @@ class ConcurrentWrite(AzureError):
 def _answer_etag(answer: Any) -> Optional[str]:
     """The etag in a PATCH answer's body (best effort: an answer without a readable one is None)."""
     try:
-        return etag_of(json.loads(answer.text() or "null"))
+        return etag_of(json.loads(answer.content or b"null"))
     except (ValueError, RecursionError, AttributeError):
         return None
 
