@@ -108,3 +108,22 @@ def test_the_same_origin_written_differently_is_the_same_origin() -> None:
     for other in ("http://127.0.0.1:8081/x", "https://127.0.0.1:8080/x", "http://localhost:8080/x"):
         with pytest.raises(Exception, match="refused to follow a link to"):
             guard.check("GET", other)
+
+
+TRICKY = ["http://127.0.0.1:8080/a", "HTTP://127.0.0.1:8080/b", "http://127.0.0.1:80800/c", "http://127.0.0.1:8080@evil/x",
+          "http://evil/http://127.0.0.1:8080/", "http://127.0.0.1:8080?x=/y", "http://127.0.0.1:8080#/z",
+          "http://127.0.0.1:8080\\@evil/", "http://127.0.0.1:8080\t/x", "https://127.0.0.1:8080/", "http://127.0.0.1/",
+          "//127.0.0.1:8080/x", "http://127.0.0.1:8080", "http://[::1]:8080/x", "http://127.0.0.1:8080:1/x",
+          "http://[::1/x"]
+
+
+@pytest.mark.parametrize("url", TRICKY)
+def test_a_remembered_answer_is_the_answer_parsing_gives(url: str) -> None:
+    """The guard remembers its answer per `scheme://netloc` as written: for each URL, asked twice
+    (the second time from memory, after other URLs filled it), the answer is urlsplit's."""
+    guard = OriginGuard("http://127.0.0.1:8080")
+    expected = origin_of(url) == guard.origin
+    for _ in range(2):
+        for other in TRICKY:
+            guard.allows(other)
+        assert guard.allows(url) is expected

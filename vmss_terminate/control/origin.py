@@ -15,7 +15,7 @@ import json
 import re
 import threading
 from collections import OrderedDict
-from typing import Any, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 from urllib.parse import urlsplit
 
 from vmss_terminate.errors import AzureError
@@ -52,6 +52,24 @@ def _path(url: str) -> str:
         return url
 
 
+def origin_text(url: str) -> Optional[str]:
+    """`scheme://netloc` as written at the start of `url` (the netloc ends at the first '/', '?' or
+    '#', as urlsplit reads it), or None when the URL has no such plain form. Two URLs with the same
+    text have the same origin: a key under which a check's answer can be remembered."""
+    scheme, sep, rest = url.partition("://")
+    if not sep or not scheme.isalpha():
+        return None
+    end = len(rest)
+    for mark in "/?#":
+        found = rest.find(mark)
+        if 0 <= found < end:
+            end = found
+    netloc = rest[:end]
+    if not netloc or not netloc.isprintable() or "\\" in netloc:
+        return None
+    return f"{scheme}://{netloc}"
+
+
 def show_origin(origin: Origin) -> str:
     scheme, host, port = origin
     host = f"[{host}]" if ":" in host else host
@@ -67,12 +85,24 @@ class OriginGuard:
         self.origin = origin_of(base_url)
         self._carriers: "OrderedDict[Tuple[Origin, str], str]" = OrderedDict()
         self._lock = threading.Lock()
+        self._allowed: Dict[str, bool] = {}  # origin_text -> on the endpoint's origin (parsed once per text)
+
+    def allows(self, url: str) -> bool:
+        """Whether `url` is on the ARM endpoint's origin. Every request and link is checked; the
+        answer is remembered per `origin_text` (a client meets a handful), not parsed again."""
+        text = origin_text(url)
+        allowed = self._allowed.get(text) if text is not None else None
+        if allowed is None:
+            allowed = origin_of(url) == self.origin
+            if text is not None and len(self._allowed) < _REMEMBERED:
+                self._allowed[text] = allowed
+        return allowed
 
     def check(self, method: str, url: str) -> None:
         """Raise ForeignLinkRefused unless `url` is on the ARM endpoint's origin."""
-        origin = origin_of(url)
-        if origin == self.origin:
+        if self.allows(url):
             return
+        origin = origin_of(url)
         with self._lock:
             carrier = self._carriers.get((origin, _path(url)))
         raise self._refused(origin, carrier or "a link in an answer ARM sent")
@@ -81,9 +111,8 @@ class OriginGuard:
         """Raise ForeignLinkRefused if `link` (found in `carrier`, e.g. "the Location header of the
         answer to POST ...") points off the ARM endpoint's origin: for links a caller reads itself,
         checked before it follows any of them."""
-        origin = origin_of(link)
-        if origin != self.origin:
-            raise self._refused(origin, carrier)
+        if not self.allows(link):
+            raise self._refused(origin_of(link), carrier)
 
     def _refused(self, origin: Origin, carrier: str) -> ForeignLinkRefused:
         return ForeignLinkRefused(
@@ -93,18 +122,21 @@ class OriginGuard:
 
     def seen(self, method: str, url: str, status: int, headers: Any, body: Optional[bytes]) -> None:
         """Remember the foreign links an answer carries (headers, and a page's nextLink)."""
-        answer = f"the answer to {method} {urlsplit(url).path} (HTTP {status})"
+        def answer() -> str:  # named only for a foreign link: most answers carry none
+            return f"the answer to {method} {urlsplit(url).path} (HTTP {status})"
+
         for name in LINK_HEADERS:
             value = headers.get(name)
-            if value:
-                self._remember(str(value), f"the {name} header of {answer}")
+            if value and not self.allows(str(value)):
+                self._remember(str(value), f"the {name} header of {answer()}")
         if body and b"extLink" in body:
             for key, raw in _NEXT_LINK.findall(body):
                 try:
                     link = json.loads(b'"' + raw + b'"')
                 except ValueError:
                     continue
-                self._remember(str(link), f"the {key.decode()} of {answer}")
+                if not self.allows(str(link)):
+                    self._remember(str(link), f"the {key.decode()} of {answer()}")
 
     def _remember(self, link: str, carrier: str) -> None:
         origin = origin_of(link)

@@ -26,19 +26,31 @@ from urllib.parse import urlsplit
 from vmss_terminate import extras
 from vmss_terminate.clock import SYSTEM_CLOCK, Clock
 from vmss_terminate.control.connection import CLOUDS, DEFAULT_CLOUD, ResolvedConnection
-from vmss_terminate.control.origin import arm_origin_policy
+from vmss_terminate.control.origin import arm_origin_policy, origin_text
 from vmss_terminate.control.token_answers import ExplainedCredential, TokenAnswers
 from vmss_terminate.errors import AzureError
 from vmss_terminate.net import is_local_host, is_loopback_http
 
 
 def allow_loopback_http_policy() -> Any:
-    """A per-call pipeline policy that lifts azure-core's https-only bearer rule for loopback URLs only."""
+    """A per-call pipeline policy that lifts azure-core's https-only bearer rule for loopback URLs only.
+    The answer is remembered per origin (`scheme://host:port`, as written): a client sends to one
+    or two origins, and parsing every request's URL again was per-request work with one answer."""
     from azure.core.pipeline.policies import SansIOHTTPPolicy
 
     class AllowLoopbackHttp(SansIOHTTPPolicy[Any, Any]):
+        def __init__(self) -> None:
+            self._loopback: Dict[str, bool] = {}
+
         def on_request(self, request: Any) -> None:
-            if is_loopback_http(request.http_request.url):
+            url = request.http_request.url
+            origin = origin_text(url)
+            loopback = self._loopback.get(origin) if origin is not None else None
+            if loopback is None:
+                loopback = is_loopback_http(url)
+                if origin is not None and len(self._loopback) < 256:  # bounded: a link elsewhere is refused anyway
+                    self._loopback[origin] = loopback
+            if loopback:
                 request.context["enforce_https"] = False
 
     return AllowLoopbackHttp()
@@ -294,18 +306,20 @@ class ArmClient:
         scopes = kwargs.pop("credential_scopes")
         kwargs.pop("polling_interval", None)  # operations are awaited by control/operations.py
         kwargs["sdk_moniker"] = f"{moniker} vmss-terminate/{__version__}"
+        # the generated clients' list less the policies that can only act on an option this client
+        # is never given (HeadersPolicy: `headers`; ProxyPolicy: `proxies`, which the transport reads
+        # from the environment itself; CustomHookPolicy: `raw_request_hook`/`raw_response_hook`;
+        # NetworkTraceLoggingPolicy: `logging_enable`): each cost a pass through the pipeline per
+        # request, for nothing. ContentDecodePolicy stays: an unstreamed answer that is not JSON
+        # (GET /subscriptions) is named by it; a streamed one (every other request) it leaves alone
         chain = [
             policies.RequestIdPolicy(**kwargs),
-            policies.HeadersPolicy(**kwargs),
             policies.UserAgentPolicy(**kwargs),
-            policies.ProxyPolicy(**kwargs),
             policies.ContentDecodePolicy(**kwargs),
             ARMAutoResourceProviderRegistrationPolicy(),
             policies.RedirectPolicy(**kwargs),
             kwargs["retry_policy"],
             ARMChallengeAuthenticationPolicy(credential, *scopes, **kwargs),
-            policies.CustomHookPolicy(**kwargs),
-            policies.NetworkTraceLoggingPolicy(**kwargs),
             policies.DistributedTracingPolicy(**kwargs),
             policies.SensitiveHeaderCleanupPolicy(**kwargs),
             ARMHttpLoggingPolicy(**kwargs),
