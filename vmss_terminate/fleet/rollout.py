@@ -16,8 +16,9 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from queue import Empty, SimpleQueue
 from typing import Any, Callable, Dict, List, Optional, Set
 
 from vmss_terminate import control
@@ -303,6 +304,7 @@ def _execute(plan: RolloutPlan, session: FleetSession, options: UpgradeOptions, 
     queue = _FairQueue([(i, p.record.subscription_id) for i, p in enumerate(plan.sets) if p.works])
     running: Set["Future[SetOutcome]"] = set()
     index_of: Dict["Future[SetOutcome]", int] = {}
+    finishing: "SimpleQueue[Future[SetOutcome]]" = SimpleQueue()  # each future puts itself here when done
     pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="fleet-rollout")
     rejected: List[str] = []  # ARM refused this run's token (401): every further set would be refused too
     try:
@@ -313,9 +315,11 @@ def _execute(plan: RolloutPlan, session: FleetSession, options: UpgradeOptions, 
                                      stop, clock, policy, rejected)
                 running.add(future)
                 index_of[future] = i
+                future.add_done_callback(finishing.put)
             if not running:
                 break  # stopped with work still queued: it stays not-started
-            finished, running = _wait(running)
+            finished = _finished(finishing)
+            running.difference_update(finished)
             for future in finished:
                 i = index_of.pop(future)
                 queue.done(plan.sets[i].record.subscription_id)
@@ -355,9 +359,20 @@ class _FairQueue:
         self.running[subscription.lower()] -= 1
 
 
-def _wait(running: Set["Future[SetOutcome]"]) -> "tuple[Set[Future[SetOutcome]], Set[Future[SetOutcome]]]":
-    done, pending = wait(running, timeout=0.2, return_when=FIRST_COMPLETED)
-    return set(done), set(pending)
+def _finished(finishing: "SimpleQueue[Future[SetOutcome]]") -> "List[Future[SetOutcome]]":
+    """The futures done since the last call: waits up to 0.2 s for the first (so a stop is seen),
+    then takes every other one already there. Why a queue fed by done-callbacks and not
+    `concurrent.futures.wait`: that installs a waiter on every running future and removes it again
+    on every call -- per set done, a pass over all `concurrency` futures under their locks."""
+    try:
+        done = [finishing.get(timeout=0.2)]
+    except Empty:
+        return []
+    while True:
+        try:
+            done.append(finishing.get_nowait())
+        except Empty:
+            return done
 
 
 def _one(planned: PlannedSet, minutes: int, session: FleetSession, options: UpgradeOptions, book: Optional[Journal],
