@@ -279,10 +279,10 @@ def pooled_transport() -> Any:
 class ArmClient:
     """One ARM pipeline, built once per subscription (and one for Resource Graph) and shared by
     every request and thread: azure-core's pipeline with azure-mgmt-core's ARM policies -- the
-    policy list the generated management clients build (request id, headers, user agent, proxy,
+    policy list the generated management clients build (request id, user agent, content decoding,
     resource-provider registration, redirect, our capped retry, ARM's challenge authentication,
-    hooks, logging, tracing, sensitive-header cleanup) plus `sdk_client_kwargs`' policies and
-    pooled transport.
+    tracing, sensitive-header cleanup, HTTP logging; less the four that act only on options never
+    given here) plus `sdk_client_kwargs`' policies and pooled transport.
 
     Why not the generated ComputeManagementClient / ResourceGraphClient: every request here is
     sent raw (`control/scaleset.py`, `fleet/session.py`), so their operation classes and models
