@@ -1,4 +1,4 @@
-"""A fork server for `python -m vmss_terminate ...` runs (tests/clifork.py drives it; stdlib only).
+"""A fork server for `python -m vmss_terminate ...` (and `python -c ...`) runs (tests/clifork.py drives it; stdlib only).
 
 Started once per pytest-xdist worker, it imports the CLI's modules once and forks a child per run.
 The child is a real process of its own (its pid, file descriptors 0-2 on /dev/null and the run's
@@ -9,7 +9,7 @@ non-daemon threads are waited for). What it saves is the interpreter's start-up 
 ~0.2 s of CPU per run.
 
 Protocol: one JSON line per run on stdin, {"args", "env", "cwd", "stdout", "stderr"} (the two output
-files exist); the answers are JSON lines on the original stdout: {"pid": n} once the child is
+files exist), with "code" for `python -c CODE ARGS` instead of `python -m vmss_terminate ARGS`; the answers are JSON lines on the original stdout: {"pid": n} once the child is
 forked, then {"returncode": n} (negative: killed by that signal, as subprocess reports it).
 """
 
@@ -60,8 +60,12 @@ def main() -> int:
         pid = os.fork()
         if pid == 0:
             _become(request, answers)
-            runpy.run_module("vmss_terminate", run_name="__main__", alter_sys=True)
-            return 0  # the module returned: exit 0 through the interpreter's normal shutdown
+            if request.get("code") is not None:  # python -c CODE ARGS
+                sys.argv = ["-c", *request["args"]]
+                exec(compile(request["code"], "<string>", "exec"), {"__name__": "__main__", "__builtins__": __builtins__})
+            else:
+                runpy.run_module("vmss_terminate", run_name="__main__", alter_sys=True)
+            return 0  # the code returned: exit 0 through the interpreter's normal shutdown
         os.write(answers, (json.dumps({"pid": pid}) + "\n").encode())
         _, status = os.waitpid(pid, 0)
         os.write(answers, (json.dumps({"returncode": os.waitstatus_to_exitcode(status)}) + "\n").encode())

@@ -34,8 +34,9 @@ class CliForkServer:
         self._pending = b""
         self._lock = threading.Lock()
 
-    def run(self, args: List[str], env: Mapping[str, str], cwd: str, timeout: float) -> "subprocess.CompletedProcess[str]":
-        argv = [sys.executable, "-m", "vmss_terminate", *args]
+    def run(self, args: List[str], env: Mapping[str, str], cwd: str, timeout: float,
+            code: Optional[str] = None) -> "subprocess.CompletedProcess[str]":
+        argv = [sys.executable, *(["-c", code] if code is not None else ["-m", "vmss_terminate"]), *args]
         if not hasattr(os, "fork"):
             done = subprocess.run(argv, env=dict(env), cwd=cwd, capture_output=True, text=True, timeout=timeout)
             return done
@@ -46,7 +47,7 @@ class CliForkServer:
             proc = self._zygote()
             assert proc.stdin is not None
             proc.stdin.write((json.dumps({"args": list(args), "env": dict(env), "cwd": cwd, "stdout": str(out),
-                                          "stderr": str(err)}) + "\n").encode())
+                                          "stderr": str(err), "code": code}) + "\n").encode())
             proc.stdin.flush()
             deadline = time.monotonic() + timeout
             pid = int(self._answer(deadline + 30)["pid"])
@@ -96,6 +97,8 @@ class CliForkServer:
 FORK_SERVER = CliForkServer()
 
 
-def run_forked(args: List[str], env: Mapping[str, str], cwd: str, timeout: float = 30) -> "subprocess.CompletedProcess[str]":
-    """`python -m vmss_terminate ARGS` to completion, as subprocess.run(capture_output=True, text=True)."""
-    return FORK_SERVER.run(args, env, cwd, timeout)
+def run_forked(args: List[str], env: Mapping[str, str], cwd: str, timeout: float = 30,
+               code: Optional[str] = None) -> "subprocess.CompletedProcess[str]":
+    """`python -m vmss_terminate ARGS` (with `code`: `python -c CODE ARGS`) to completion, as
+    subprocess.run(capture_output=True, text=True)."""
+    return FORK_SERVER.run(args, env, cwd, timeout, code)

@@ -8,14 +8,14 @@ module declares one of these flags a second time."""
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
 import click
 import pytest
+from clifork import run_forked
 
 from vmss_terminate.agent.command import RUN_OPTIONS, RunOptions, build, parse_args
 from vmss_terminate.agent.config import AgentConfig
@@ -216,8 +216,8 @@ _LEAN = "import sys\nfrom vmss_terminate.agent.command import main\nsys.exit(mai
 
 def _agent_run(code: str, argv: List[str]) -> Tuple[int, str]:
     base = ["--imds-url", "http://127.0.0.1:9", "--state-file", ":memory:", "--once"]
-    args = [sys.executable, "-c", code, *(["agent", "run"] if code is _CLICK else []), *base, *argv]
-    done = subprocess.run(args, capture_output=True, text=True, timeout=60, cwd=str(ROOT))
+    args = [*(["agent", "run"] if code is _CLICK else []), *base, *argv]
+    done = run_forked(args, os.environ, str(ROOT), timeout=60, code=code)  # python -c code args, forked warm
     return done.returncode, done.stderr
 
 
