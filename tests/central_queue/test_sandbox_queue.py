@@ -14,6 +14,7 @@ from typing import Any, Dict, List
 
 import pytest
 import requests
+from clifork import run_forked
 from helpers import interrupt, poll_until
 
 from vmss_terminate.central.eventgrid import parse_message
@@ -70,16 +71,15 @@ def test_scale_in_events_reach_the_sandboxs_azurite_queue(azurite_endpoints: Any
 
 def test_without_azurite_the_sandbox_says_how_to_install_it(tmp_path: Path) -> None:
     env = {**os.environ, "VMSS_TERMINATE_AZURITE_DIR": str(tmp_path / "nothing-here")}
-    result = subprocess.run([sys.executable, "-m", "vmss_terminate", "sandbox", "--central", "--source", "queue",
-                             "--duration", "1"], capture_output=True, text=True, timeout=60, env=env)
+    result = run_forked(["sandbox", "--central", "--source", "queue", "--duration", "1"], env, os.getcwd(),
+                        timeout=60)  # a process of its own, forked from a warm interpreter
     assert result.returncode == 1
     assert "-m vmss_terminate_sim.azurite install" in result.stderr or "npm" in result.stderr
     assert "Traceback" not in result.stderr
 
 
 def test_source_needs_central() -> None:
-    result = subprocess.run([sys.executable, "-m", "vmss_terminate", "sandbox", "--source", "queue"],
-                            capture_output=True, text=True, timeout=60)
+    result = run_forked(["sandbox", "--source", "queue"], os.environ, os.getcwd(), timeout=60)
     assert result.returncode == 2 and "--source needs --central" in result.stderr
 
 
@@ -94,6 +94,5 @@ def test_demo_central_source_queue_completes_the_story_through_the_queue(azurite
 
 
 def test_demo_source_queue_needs_central() -> None:
-    result = subprocess.run([sys.executable, "-m", "vmss_terminate", "demo", "--source", "queue"],
-                            capture_output=True, text=True, timeout=60)
+    result = run_forked(["demo", "--source", "queue"], os.environ, os.getcwd(), timeout=60)
     assert result.returncode == 2 and "--central" in result.stderr

@@ -5,10 +5,12 @@ when hooks fail."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
 import pytest
+from clifork import run_forked
 from helpers import invoke_cli
 
 from vmss_terminate.cli import main
@@ -44,8 +46,7 @@ def test_demo_passes_at_the_fastest_speed_it_accepts_and_refuses_a_faster_one() 
     ("", "empty --hook command"),
 ])
 def test_demo_checks_the_hook_before_anything_runs(hook: str, message: str) -> None:
-    started = subprocess.run([sys.executable, "-m", "vmss_terminate", "demo", "--hook", hook],
-                             capture_output=True, text=True, timeout=60)
+    started = run_forked(["demo", "--hook", hook], os.environ, os.getcwd(), timeout=60)  # a process, forked warm
     assert started.returncode == 2
     assert started.stderr.strip().splitlines() == [f"error: {message}"]
     assert started.stdout == ""  # no header, no enable, no upgrade
