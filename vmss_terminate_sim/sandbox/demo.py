@@ -211,7 +211,9 @@ def _story(sandbox: Sandbox, options: DemoOptions, deadline: float,  # type: ign
 
     kube: Dict[str, Any] = {} if cluster is None else {"kubernetes": True, "kubeconfig": cluster.kubeconfig}
     agents = SandboxAgents(sandbox, hooks=[options.hook or demo_hook_command()], **kube).start()
-    if not agents.wait_ready(max(0.0, deadline - time.monotonic())):  # waits until the deadline, no longer
+    # the deadline first: agents that became ready while this thread waited for a core (a loaded
+    # machine) must not carry a story whose deadline has passed on into the scale-in
+    if time.monotonic() >= deadline or not agents.wait_ready(max(0.0, deadline - time.monotonic())):
         return (f"the {options.real_deadline:g} s deadline passed before every agent was running (learnt its VM "
                 f"name from its IMDS); allow more time: a larger --deadline, or leave it out for the default",
                 [], None, agents)
