@@ -14,6 +14,7 @@ from vmss_terminate.clock import ManualClock
 from vmss_terminate.control import Connection
 from vmss_terminate.control.operations import retry_after_seconds
 from vmss_terminate.control.pipeline import RETRY_AFTER_MAX
+from vmss_terminate.control.upgrade import UpgradeOptions
 from vmss_terminate_sim.emulator.arm.app import ArmServers, ArmState
 from vmss_terminate_sim.emulator.faults import parse_fault_spec
 
@@ -61,3 +62,19 @@ def test_a_single_set_command_retries_a_429_without_retry_after(arm: ArmServers,
     assert result.changed and result.upgrade is not None and result.upgrade.complete
     statuses = [(r.method, r.status) for r in arm.arm_server.log.all() if r.method in ("PATCH", "POST")]
     assert statuses[:2] == [("PATCH", 429), ("PATCH", 200)] and ("POST", 429) in statuses
+
+
+def test_a_429_without_retry_after_waits_the_documented_backoff(arm: ArmServers, state: ArmState) -> None:
+    """Issue 28 item 11: the resends of a 429 that names no Retry-After follow the SDK's documented
+    exponential backoff (docs/control-plane.md "Retries": backoff factor x 2^(n-1) from the second
+    failure in a row) -- checked as lower bounds on the emulator's arrival times, which a slow
+    machine can only lengthen."""
+    state.add_scale_set(SUB, RG, "web", capacity=2)
+    arm.arm_server.faults.add(parse_fault_spec("status=429,method=PATCH,times=3"))
+    factor = 0.05
+    conn = Connection(subscription_id=SUB, arm_endpoint=arm.arm_url, retry_total=5, retry_backoff_factor=factor)
+    assert control.enable(RG, "web", 10, connection=conn, options=UpgradeOptions(upgrade=False)).changed
+    patches = [r for r in arm.arm_server.log.all() if r.method == "PATCH"]
+    assert [r.status for r in patches] == [429, 429, 429, 200]
+    gaps = [later.at - earlier.at for earlier, later in zip(patches, patches[1:])]
+    assert gaps[1] >= factor * 2 and gaps[2] >= factor * 4, gaps

@@ -7,6 +7,10 @@ counted ten times and 1 run in 4 drew a third 429 (issue 28)."""
 
 from __future__ import annotations
 
+import heapq
+import itertools
+from typing import Any, List, Tuple
+
 import pytest
 
 from vmss_terminate.clock import ManualClock
@@ -16,7 +20,7 @@ from vmss_terminate.fleet.rollout import rollout
 from vmss_terminate.fleet.throttle import BACKOFF_FIRST, SubscriptionThrottle, remaining_count
 from vmss_terminate_sim.emulator.arm import fleetgen
 from vmss_terminate_sim.emulator.arm.app import ArmServers, ArmState
-from vmss_terminate_sim.emulator.arm.quota import parse_spec
+from vmss_terminate_sim.emulator.arm.quota import Quotas, parse_spec
 from vmss_terminate_sim.emulator.faults import parse_fault_spec
 
 LIMITED = fleetgen.subscription_id(0)
@@ -82,3 +86,81 @@ def test_after_a_retry_after_one_request_goes_and_the_next_waits_for_the_refill(
     throttle.release("a", "writes", 200, {"x-ms-ratelimit-remaining-subscription-writes": "0"})
     throttle.acquire("a", "writes")  # the next one waits for the refill (1 per 2 s), not a burst
     assert clock.now() - start == pytest.approx(4.0, abs=0.3)
+
+
+
+
+def _paced(spec: str, requests: int, workers: int, latency: float = 0.05) -> Tuple[int, float]:
+    """`workers` rollout workers sending `requests` writes between them through one
+    SubscriptionThrottle, against the emulator's own quota model, as a discrete-event simulation
+    on one ManualClock: each request reaches the quota `latency / 2` after it leaves and its answer
+    comes back `latency / 2` later; a worker the gate holds looks again when its pause ends or, told
+    to wait for an answer, when the next one arrives. No thread, no wall clock: the same run every
+    time, however loaded the machine. Returns the 429s and the clock seconds between the first and
+    the last accepted write."""
+    clock = ManualClock()
+    quotas = Quotas(clock, [parse_spec(spec)])
+    throttle = SubscriptionThrottle(clock)
+    path = f"/subscriptions/{LIMITED}/resourceGroups/rg/providers/Microsoft.Compute/virtualMachineScaleSets/x"
+    events: List[Tuple[float, int, str, int, Any]] = []
+    order = itertools.count()
+
+    def at(when: float, what: str, worker: int, data: Any = None) -> None:
+        heapq.heappush(events, (when, next(order), what, worker, data))
+
+    for worker in range(workers):
+        at(clock.now(), "look", worker)
+    waiting: List[int] = []
+    refused, accepted, started = 0, [], 0
+    while events:
+        when, _, what, worker, data = heapq.heappop(events)
+        clock.advance(max(0.0, when - clock.now()))
+        if what == "look":
+            if started >= requests:
+                continue
+            pause = throttle.try_acquire(LIMITED, "writes")
+            if pause == 0:
+                started += 1
+                at(when + latency / 2, "arrive", worker, when)
+            elif pause > 0:
+                at(when + max(pause, 0.001), "look", worker)
+            else:
+                waiting.append(worker)
+        elif what == "arrive":
+            at(when + latency / 2, "answer", worker, (data, quotas.decide(LIMITED, "writes", path)))
+        else:
+            sent, decision = data
+            headers = dict(decision.headers)
+            if not decision.allowed:
+                headers["Retry-After"] = str(decision.retry_after)
+                refused += 1
+                started -= 1  # the throttle sends it again
+            else:
+                accepted.append(sent)
+            throttle.release(LIMITED, "writes", 200 if decision.allowed else 429, headers, sent)
+            for other in [worker, *waiting]:
+                at(when, "look", other)
+            waiting.clear()
+    assert len(accepted) == requests
+    return refused, accepted[-1] - accepted[0]
+
+
+@pytest.mark.parametrize("spec, requests, workers, minimum", [
+    # sliding windows (ARM's per-hour limits, Compute's ...3Min policies): `bucket` more per window
+    ("writes=2/4s", 13, 6, 24.0),   # benchmarks/fleet.py pacing --quota window
+    ("writes=4/8s", 20, 6, 32.0),
+    ("writes=10/30s", 40, 18, 90.0),
+    ("writes=4/8s", 20, 1, 32.0),
+    # token buckets: the window rule must neither slow them nor cost them 429s
+    ("writes=2/0.5", 13, 6, 22.0),  # benchmarks/fleet.py pacing
+    ("writes=2/0.5", 20, 1, 36.0),
+])
+def test_pacing_keeps_429s_under_ten_percent_for_windows_and_buckets(spec: str, requests: int, workers: int,
+                                                                      minimum: float) -> None:
+    """Issue 28 item 11: paced at the refill rate the count taught, a sliding window's writes were
+    answered 429 14-23 % of the time (its tokens come back in clumps, one window after they were
+    spent); now one 429 teaches the window and the rest fit it: <= 10 %, within 1.2 x the quota's
+    minimum time (the first `bucket` writes at once, then `bucket` per window, or one per refill)."""
+    refused, took = _paced(f"{spec},subscription={LIMITED}", requests, workers)
+    assert refused <= 0.1 * requests, refused
+    assert took <= 1.2 * minimum, took

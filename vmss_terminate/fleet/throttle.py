@@ -17,14 +17,26 @@ ends, one request goes and the rest follow at the rate instead of in a burst tha
 again (measured: 47 % of a throttled subscription's writes were 429s before, see docs/benchmarks.md).
 Compute's per-resource policies are counted with the subscription's (the lowest count paces the
 subscription): conservative, and the issue's rule is per subscription.
+
+Sliding windows (ARM's per-hour limits, Compute's `...3Min`/`...30Min` policies): at most N requests
+in any W seconds, each token back exactly W after it was spent. A burst's tokens then come back
+together, and the rate learnt from the count moving (N tokens in W seconds) is right on average but
+wrong in its timing: paced at it, a request went while the window still held the burst (14-23 % of
+writes answered 429, issue 28 item 11). So the gate also keeps when its own accepted requests were
+sent, and a 429's Retry-After tells how long the window is: the oldest of the last N sends leaves
+it then (W = now + Retry-After - that send). From then on no more than N requests are sent in any W
+seconds (counting those in flight). A token bucket of N refilled at R never refuses what that allows
+once W >= N / R, and the rate model still paces it as before; the window rule only holds a request
+back where a window would refuse it.
 """
 
 from __future__ import annotations
 
 import re
 import threading
+from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Deque, Dict, Optional, Tuple
 
 from vmss_terminate.clock import SYSTEM_CLOCK, Clock
 from vmss_terminate.control.operations import retry_after_seconds
@@ -44,6 +56,7 @@ NAP_SECONDS = 0.25  # a paced request re-checks its gate this often while it wai
 MIN_PAUSE = 0.001  # the shortest wait: a refill a hair short of a token asks for ~1e-12 s, which a
 # clock at epoch 1.7e9 (resolution 2.4e-7 s) cannot count -- an injected clock never moved and acquire spun
 MAX_RETRIES = 30  # per request; a request still throttled after that is answered with its 429
+HISTORY = 1000  # accepted sends remembered per gate: a window is measured against the last N of them
 _SUBSCRIPTION = re.compile(r"/subscriptions/([^/?]+)", re.IGNORECASE)
 _POLICY_COUNT = re.compile(r";\s*(-?\d{1,18})\s*$")  # digits bounded: int() of thousands fails
 
@@ -63,6 +76,44 @@ class _Gate:
     in_a_row: int = 0  # 429s in a row (the backoff without Retry-After doubles with them)
     heard: bool = False  # an answer came back: until then one request at a time finds out the count
     sent: Optional[float] = None  # when the request whose count is `tokens` was sent (the count is from then .. `at`)
+    window: Optional[float] = None  # seconds: a sliding window's length, learnt from a 429 (None: none seen)
+    clumped: bool = False  # a count came back a whole token above the refill's: tokens return in clumps
+    history: Deque[float] = field(default_factory=lambda: deque(maxlen=HISTORY))  # accepted sends, in order
+
+    def window_wait(self, now: float) -> float:
+        """Seconds until one more request fits the learnt window (0 when it does, or none is known):
+        at most `bucket` sends -- those remembered and those in flight -- in any `window` seconds."""
+        if self.window is None:
+            return 0.0
+        limit = max(1, int(self.bucket))
+        inside = [sent for sent in self.history if sent > now - self.window]  # oldest first
+        excess = len(inside) + self.in_flight - limit + 1
+        if excess <= 0:
+            return 0.0
+        if excess > len(inside):  # requests in flight alone fill it: their answers will tell
+            return -1.0
+        return inside[excess - 1] + self.window - now
+
+    def window_returned(self, now: float) -> bool:
+        """With a window learnt, whether the last count plus the tokens the window gave back since
+        (sends that left it after that count was read) leaves one for another request: a window's
+        tokens come back when its oldest sends leave it, not at the average rate."""
+        if self.window is None or self.tokens is None or not self.clumped:
+            return False
+        since, until = self.at - self.window, now - self.window
+        back = sum(1 for sent in self.history if since < sent <= until)
+        return self.tokens + back - self.in_flight >= 1
+
+    def learn_window(self, now: float, retry_after: float) -> None:
+        """A 429 from a full window: the oldest of the last `bucket` accepted sends leaves it after
+        `retry_after`, so the window is at least `now + retry_after - that send` long (whole-second
+        Retry-Afters round it up: the estimate errs long, never short). The longest seen is kept."""
+        limit = max(1, int(self.bucket))
+        if len(self.history) < limit:
+            return
+        length = now + retry_after - self.history[-limit]
+        if length > 0:
+            self.window = max(self.window or 0.0, min(length, RETRY_AFTER_MAX))
 
     def available(self, now: float) -> Optional[float]:
         """Tokens the next request may use: the last count, refilled at the learnt rate, less what
@@ -76,6 +127,17 @@ class _Gate:
         """Tokens a request could have at the most once the bucket is full again."""
         return max(self.bucket, self.tokens or 0.0) - self.in_flight
 
+    def note_clump(self, remaining: int, now: float) -> None:
+        """A count a whole token above what the last count and the learnt rate explain: tokens came
+        back together (a window's oldest sends leaving it), not at a rate. Only then does the
+        gate count a window's returns (`window_returned`); a bucket's counts never jump so, and
+        there a window guessed from one 429 after a burst would be too short."""
+        if self.window is None or self.tokens is None:
+            return
+        expected = self.tokens + (self.rate or 0.0) * max(0.0, now - self.at) - self.answered - 1
+        if remaining >= min(expected, self.bucket - 1) + 1:
+            self.clumped = True
+
     def learn(self, remaining: int, now: float, sent: Optional[float] = None) -> None:
         """A fresh count from an answer: learn the refill rate from how the count moved since the
         last one (answers since then each spent a token), then restart from it. Only an answer with
@@ -87,7 +149,12 @@ class _Gate:
         request's sending and its answer): dividing by that, a slow or delayed answer (a loaded
         machine, a far region) makes the rate err low, never high."""
         span = max(0.1, 0.5 / self.rate) if self.rate else 0.1  # at least half a token's refill time
-        alone = self.in_flight == 0  # no other request spent tokens meanwhile: the change is refill
+        # no other request spent tokens meanwhile, so the change is refill: none in flight now, none
+        # answered since the last count, and this one sent after that count was read -- one sent
+        # before it may already be in it (the server counted it first, its answer came second), and
+        # reading its spend as refill overestimated the rate by a token (under load, when answers
+        # overtake each other, and on a test's shared ManualClock: test_pacing's extra 429s)
+        alone = self.in_flight == 0 and self.answered == 0 and (sent is None or sent >= self.at)
         if (self.tokens is not None and alone and remaining >= 1 and now - self.at >= span
                 and self.tokens < self.bucket - 1):
             since = self.at if self.sent is None else min(self.sent, self.at)
@@ -156,23 +223,11 @@ class SubscriptionThrottle:
         while True:
             self._check_stop(subscription)
             with self._changed:
-                gate = self._gate(key)
-                now = self.clock.now()
-                available = gate.available(now)
-                if gate.blocked_until > now:
-                    pause = gate.blocked_until - now
-                elif (available is None and (gate.heard or gate.in_flight == 0)) or (
-                        available is not None and available >= 1) or (gate.rate is None and gate.in_flight == 0):
-                    gate.in_flight += 1
+                pause = self._step(key)
+                if pause == 0:
                     self.stats.waited_seconds += waited
                     self.stats.paced += int(held)
                     return
-                elif gate.rate is None or available is None or gate.ceiling() < 1:
-                    # wait for an in-flight answer: to tell what is left, or because requests in
-                    # flight hold every token the bucket can refill (waiting on the clock would spin)
-                    pause = -1.0
-                else:
-                    pause = (1.0 - available) / max(MIN_RATE, gate.rate)
                 held = True
                 if pause < 0:
                     self._changed.wait(self.slice)
@@ -183,6 +238,34 @@ class SubscriptionThrottle:
             else:
                 self.clock.sleep(pause)
             waited += pause
+
+    def try_acquire(self, subscription: str, kind: str) -> float:
+        """One look at the gate, never waiting: 0.0 when a request may go now (it is then counted in
+        flight, as by `acquire`), else the seconds to wait on the clock before looking again, or a
+        negative number while only an in-flight answer can tell (`acquire` is this, waited out)."""
+        with self._changed:
+            return self._step((subscription.lower(), kind))
+
+    def _step(self, key: Tuple[str, str]) -> float:
+        """`try_acquire` with the lock held."""
+        gate = self._gate(key)
+        now = self.clock.now()
+        available = gate.available(now)
+        window_wait = gate.window_wait(now)
+        if gate.blocked_until > now:
+            return gate.blocked_until - now
+        if window_wait != 0:
+            return window_wait  # the window still holds as many as it allows (< 0: the ones in flight)
+        if (available is None and (gate.heard or gate.in_flight == 0)) or (
+                available is not None and available >= 1) or (gate.rate is None and gate.in_flight == 0) \
+                or gate.window_returned(now):
+            gate.in_flight += 1
+            return 0.0
+        if gate.rate is None or available is None or gate.ceiling() < 1:
+            # wait for an in-flight answer: to tell what is left, or because requests in flight hold
+            # every token the bucket can refill (waiting on the clock would spin)
+            return -1.0
+        return (1.0 - available) / max(MIN_RATE, gate.rate)
 
     def _check_stop(self, subscription: str) -> None:
         if self.stop is not None and self.stop.is_set():
@@ -209,6 +292,7 @@ class SubscriptionThrottle:
                     backoff = min(BACKOFF_MAX, BACKOFF_FIRST * 2 ** (gate.in_a_row - 1))
                 else:
                     backoff = min(retry_after, RETRY_AFTER_MAX)
+                    gate.learn_window(now, backoff)
                 if gate.rate is not None and gate.blocked_until <= now:  # once per pause, not per answer
                     # it was sent too early: the refill is slower than we thought (never below a
                     # token per BACKOFF_MAX: a wait stays bounded)
@@ -223,7 +307,9 @@ class SubscriptionThrottle:
                 self.stats.throttled[sub] = self.stats.throttled.get(sub, 0) + 1
             elif status is not None:
                 gate.in_a_row = 0
+                gate.history.append(now if sent is None else sent)
                 if remaining is not None:
+                    gate.note_clump(remaining, now)
                     gate.learn(remaining, now, sent)
                 else:
                     gate.answered += 1

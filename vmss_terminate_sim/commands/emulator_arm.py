@@ -156,6 +156,8 @@ def _banner(state: ArmState, arm_url: str, token_url: str, connect: Dict[str, st
                    "e.g. 200/5x20 (mix: vmss_terminate_sim/emulator/arm/fleetgen.py).")
 @click.option("--quota", "quotas", multiple=True, metavar="KIND=BUCKET/PERSECOND[,subscription=ID][,compute=POLICY]",
               help="Per-subscription quota (repeatable), e.g. writes=40/20: a bucket of 40 refilled at 20/s; "
+                   "writes=4/8s: a sliding window, at most 4 writes in any 8 s (ARM's per-hour limits, "
+                   "Compute's windowed policies); "
                    "answers 429 + Retry-After when empty. subscription=ID limits only that subscription; "
                    "compute=POLICY makes it a Compute policy (requests under Microsoft.Compute, header "
                    "x-ms-ratelimit-remaining-resource). Off by default.")
