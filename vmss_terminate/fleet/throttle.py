@@ -100,6 +100,11 @@ class _Gate:
         tokens come back when its oldest sends leave it, not at the average rate."""
         if self.window is None or self.tokens is None or not self.clumped:
             return False
+        if self.rate is not None and self.window < self.bucket / self.rate:
+            # shorter than a bucket this size refills in at the learnt rate: counting "returns"
+            # then could promise a bucket's burst back long before it refilled (a 200-write burst
+            # 429'd after one second looks like a 2-second window; ARM refills 10 a second)
+            return False
         since, until = self.at - self.window, now - self.window
         back = sum(1 for sent in self.history if since < sent <= until)
         return self.tokens + back - self.in_flight >= 1
