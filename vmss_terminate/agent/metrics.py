@@ -1,7 +1,10 @@
 """What the agent is doing, as Prometheus metrics and two probes (`/healthz`, `/readyz`).
 
 `AgentMetrics` is a DecisionBus subscriber plus an IMDS request observer: it only counts what the
-agent reports and renders it, so it cannot change what the agent decides. `probes.py` serves it
+agent reports and renders it, so it cannot change what the agent decides. The pipeline's decisions
+(steps, approvals, the node drain) are counted by the table the central handler shares
+(`pipeline/metrics.py`); what is here is the agent's own: IMDS requests, own and foreign events,
+the drain probe and the own events' NotBefore. `probes.py` serves it
 over HTTP (`agent run --listen`). Time comes from the agent's clock. No secret is ever a label:
 labels are event types, EventIds, VM names, versions and outcomes.
 
@@ -14,20 +17,18 @@ Readiness (`/readyz`, the drain probe): 200, or 503 from the moment an own event
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 
 from vmss_terminate import __version__
 from vmss_terminate.clock import Clock
 from vmss_terminate.pipeline import decisions as D
 from vmss_terminate.pipeline.decisions import Decision
 from vmss_terminate.pipeline.events import parse_not_before
+from vmss_terminate.pipeline.metrics import Labels, PipelineMetrics, family
 
 if TYPE_CHECKING:
     from vmss_terminate.agent.agent import Agent
 
-PREFIX = "vmss_terminate_"
-HOOK_BUCKETS = (1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 900.0)
-Labels = Tuple[Tuple[str, str], ...]
 
 
 class AgentMetrics:
@@ -39,9 +40,7 @@ class AgentMetrics:
         self.stale_after = stale_after if stale_after is not None else max(60.0, 3 * agent.config.poll_interval)
         self._lock = threading.Lock()
         self._counters: Dict[str, Dict[Labels, float]] = {}
-        self._hooks = _Histogram()  # hook durations
-        self._drains = _Histogram()  # --kubernetes: node drain durations
-        self._cordoned: Dict[str, float] = {}  # node -> 1 while cordoned by this agent
+        self.pipeline = PipelineMetrics()  # steps, approvals, the node drain: the table central shares
         self._own_pending: Dict[str, Dict[str, Any]] = {}  # EventId -> type, not_before, duration
         self._draining: Dict[str, Tuple[str, float]] = {}  # EventId -> (type, since)
         self.last_poll: Optional[float] = None    # last successful Scheduled Events GET
@@ -66,6 +65,7 @@ class AgentMetrics:
                     self.last_poll = now
 
     def __call__(self, decision: Decision) -> None:
+        self.pipeline(decision)
         handler = _HANDLERS.get(decision.kind)
         if handler is not None:
             with self._lock:
@@ -87,23 +87,6 @@ class AgentMetrics:
     def _gone(self, decision: Decision) -> None:
         self._own_pending.pop(decision.event_id or "", None)
 
-    def _hook_started(self, decision: Decision) -> None:
-        self._count("hooks_run_total", ())
-
-    def _hook_ended(self, decision: Decision) -> None:
-        data = decision.view(D.HookData)
-        if decision.kind == D.HOOK_FAILED:
-            self._count("hooks_failed_total", (("outcome", str(data.get("outcome", "failed"))),))
-        duration = data.get("duration")
-        if isinstance(duration, (int, float)):
-            self._hooks.observe(float(duration))
-
-    def _approval_sent(self, decision: Decision) -> None:
-        self._count("approvals_sent_total", (("event_type", str(decision.view(D.ApprovalData).get("event_type", ""))),))
-
-    def _approval_failed(self, decision: Decision) -> None:
-        self._count("approvals_failed_total", ())
-
     def _drain_started(self, decision: Decision) -> None:
         data = decision.view(D.DrainData)
         since = data.get("since")
@@ -115,28 +98,6 @@ class AgentMetrics:
 
     def _imds_error(self, decision: Decision) -> None:
         self.last_error = decision.message
-
-    def _kube_evicted(self, decision: Decision) -> None:
-        self._count("kubernetes_pods_evicted_total", ())
-
-    def _kube_refused(self, decision: Decision) -> None:
-        self._count("kubernetes_evictions_refused_total", ())
-
-    def _kube_cordoned(self, decision: Decision) -> None:
-        data = decision.view(D.KubeData)
-        if data.get("by_us"):
-            self._cordoned[str(data.get("node", ""))] = 1.0
-
-    def _kube_uncordoned(self, decision: Decision) -> None:
-        self._cordoned[str(decision.view(D.KubeData).get("node", ""))] = 0.0
-
-    def _kube_drain_ended(self, decision: Decision) -> None:
-        data = decision.view(D.KubeData)
-        seconds = data.get("seconds")
-        if isinstance(seconds, (int, float)):
-            self._drains.observe(float(seconds))
-            stayed = len(data.get("not_evicted") or ()) + len(data.get("still_terminating") or ())
-            self._count("kubernetes_pods_not_drained_total", (), stayed)
 
     def _count(self, name: str, labels: Labels, by: float = 1.0) -> None:
         series = self._counters.setdefault(name, {})
@@ -190,95 +151,35 @@ class AgentMetrics:
         with self._lock:
             info = (("version", __version__), ("vm_name", self.agent.vm_name or ""),
                     ("api_version", self.agent.client.api_version))
-            _family(out, "agent_info", "gauge", "The agent's version, VM name and Scheduled Events api-version.",
-                    [(info, 1.0)])
+            family(out, "agent_info", "gauge", "The agent's version, VM name and Scheduled Events api-version.",
+                   [(info, 1.0)])
             for name, kind_help in _COUNTERS.items():
-                _family(out, name, "counter", kind_help, sorted(self._counters.get(name, {}).items()))
-            _histogram(out, "hook_duration_seconds", "Clock seconds each hook ran (finished or failed).", self._hooks)
-            if self.agent.drain is not None:  # --kubernetes
-                _histogram(out, "kubernetes_drain_seconds", "Clock seconds from the node drain's start to its "
-                           "end (drained, or the deadline).", self._drains)
-                _family(out, "kubernetes_node_cordoned", "gauge", "1 while this agent has the node cordoned "
-                        "(0 after it uncordoned it).", sorted(((("node", n),), v) for n, v in self._cordoned.items()))
-            _family(out, "last_successful_poll_timestamp_seconds", "gauge",
-                    "Unix time of the last successful Scheduled Events GET (0: none yet).",
-                    [((), self.last_poll or 0.0)])
+                family(out, name, "counter", kind_help, sorted(self._counters.get(name, {}).items()))
+        self.pipeline.render(out, kubernetes=self.agent.drain is not None)
+        with self._lock:
+            family(out, "last_successful_poll_timestamp_seconds", "gauge",
+                   "Unix time of the last successful Scheduled Events GET (0: none yet).",
+                   [((), self.last_poll or 0.0)])
             pending = sorted(self._own_pending.items())
-            _family(out, "not_before_seconds", "gauge",
-                    "Seconds left until NotBefore of each own Scheduled event (negative: past).",
-                    [((("event_id", eid), ("event_type", e["event_type"])), e["not_before"] - now)
-                     for eid, e in pending if e["not_before"] is not None])
-            _family(out, "event_duration_seconds", "gauge",
-                    "DurationInSeconds of each own Scheduled event, as IMDS gives it (api-version 2020-07-01 and later).",
-                    [((("event_id", eid), ("event_type", e["event_type"])), float(e["duration"]))
-                     for eid, e in pending if isinstance(e["duration"], (int, float))])
-            _family(out, "draining", "gauge", "1 from the moment an own drain event is seen (/readyz 503).",
-                    [((), 0.0 if ready else 1.0)])
-        _family(out, "healthy", "gauge", "1 while the poll loop runs and IMDS answered recently (/healthz).",
-                [((), 1.0 if healthy else 0.0)])
+            family(out, "not_before_seconds", "gauge",
+                   "Seconds left until NotBefore of each own Scheduled event (negative: past).",
+                   [((("event_id", eid), ("event_type", e["event_type"])), e["not_before"] - now)
+                    for eid, e in pending if e["not_before"] is not None])
+            family(out, "event_duration_seconds", "gauge",
+                   "DurationInSeconds of each own Scheduled event, as IMDS gives it (api-version 2020-07-01 and later).",
+                   [((("event_id", eid), ("event_type", e["event_type"])), float(e["duration"]))
+                    for eid, e in pending if isinstance(e["duration"], (int, float))])
+            family(out, "draining", "gauge", "1 from the moment an own drain event is seen (/readyz 503).",
+                   [((), 0.0 if ready else 1.0)])
+        family(out, "healthy", "gauge", "1 while the poll loop runs and IMDS answered recently (/healthz).",
+               [((), 1.0 if healthy else 0.0)])
         return "\n".join(out) + "\n"
 
 
 _COUNTERS = {
     "events_seen_total": "Scheduled events seen, by type, own or foreign, and EventSource (2019-08-01 and later).",
-    "hooks_run_total": "Hooks started.",
-    "hooks_failed_total": "Hooks that failed, by outcome (failed, deadline, cancelled).",
-    "approvals_sent_total": "Approvals (StartRequests) IMDS accepted, by event type.",
-    "approvals_failed_total": "Approval POSTs that failed (retried on the next poll).",
     "imds_requests_total": "IMDS requests by method, endpoint and outcome.",
-    "kubernetes_pods_evicted_total": "--kubernetes: pod evictions the API server accepted.",
-    "kubernetes_evictions_refused_total": "--kubernetes: evictions refused with 429 (a PodDisruptionBudget), retried.",
-    "kubernetes_pods_not_drained_total": "--kubernetes: pods a drain left on its node (not evicted, or evicted and "
-                                         "still terminating, at the deadline).",
 }
-
-
-def _family(out: List[str], name: str, kind: str, help_text: str, samples: Sequence[Tuple[Labels, float]]) -> None:
-    out.append(f"# HELP {PREFIX}{name} {help_text}")
-    out.append(f"# TYPE {PREFIX}{name} {kind}")
-    for labels, value in samples:
-        out.append(f"{PREFIX}{name}{_labels(labels)} {_number(value)}")
-
-
-class _Histogram:
-    """Cumulative counts per upper bound (HOOK_BUCKETS), count and sum of observed seconds."""
-
-    def __init__(self) -> None:
-        self.buckets = [0] * len(HOOK_BUCKETS)
-        self.count = 0
-        self.total = 0.0
-
-    def observe(self, seconds: float) -> None:
-        for i, bound in enumerate(HOOK_BUCKETS):
-            if seconds <= bound:
-                self.buckets[i] += 1
-        self.count += 1
-        self.total += seconds
-
-
-def _histogram(out: List[str], name: str, help_text: str, histogram: _Histogram) -> None:
-    out.append(f"# HELP {PREFIX}{name} {help_text}")
-    out.append(f"# TYPE {PREFIX}{name} histogram")
-    for bound, in_bucket in zip(HOOK_BUCKETS, histogram.buckets):
-        out.append(f'{PREFIX}{name}_bucket{{le="{_number(bound)}"}} {in_bucket}')
-    out.append(f'{PREFIX}{name}_bucket{{le="+Inf"}} {histogram.count}')
-    out.append(f"{PREFIX}{name}_sum {_number(histogram.total)}")
-    out.append(f"{PREFIX}{name}_count {histogram.count}")
-
-
-def _labels(labels: Labels) -> str:
-    if not labels:
-        return ""
-    escaped = (f'{k}="{_escape(v)}"' for k, v in labels)
-    return "{" + ",".join(escaped) + "}"
-
-
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
-
-
-def _number(value: float) -> str:
-    return repr(float(value)) if value != int(value) else f"{int(value)}"
 
 
 _HANDLERS: Dict[str, Callable[[AgentMetrics, Decision], None]] = {
@@ -286,19 +187,9 @@ _HANDLERS: Dict[str, Callable[[AgentMetrics, Decision], None]] = {
     D.EVENT_CHANGED: AgentMetrics._changed,
     D.EVENT_STARTED: AgentMetrics._changed,
     D.EVENT_GONE: AgentMetrics._gone,
-    D.HOOK_STARTED: AgentMetrics._hook_started,
-    D.HOOK_FINISHED: AgentMetrics._hook_ended,
-    D.HOOK_FAILED: AgentMetrics._hook_ended,
-    D.APPROVAL_SENT: AgentMetrics._approval_sent,
-    D.APPROVAL_FAILED: AgentMetrics._approval_failed,
     D.DRAIN_STARTED: AgentMetrics._drain_started,
     D.DRAIN_ENDED: AgentMetrics._drain_ended,
     D.IMDS_ERROR: AgentMetrics._imds_error,
-    D.KUBE_EVICTED: AgentMetrics._kube_evicted,
-    D.KUBE_EVICTION_REFUSED: AgentMetrics._kube_refused,
-    D.KUBE_CORDONED: AgentMetrics._kube_cordoned,
-    D.KUBE_UNCORDONED: AgentMetrics._kube_uncordoned,
-    D.KUBE_DRAINED: AgentMetrics._kube_drain_ended,
-    D.KUBE_NOT_DRAINED: AgentMetrics._kube_drain_ended,
 }
-"""What each decision kind changes in the metrics (a kind not here changes nothing)."""
+"""What each decision kind of the agent's own changes in the metrics; the pipeline's kinds (steps,
+approvals, the node drain) are `pipeline.metrics.TABLE`'s."""

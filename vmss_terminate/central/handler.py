@@ -471,7 +471,9 @@ class CentralHandler:
         self._report(kind, event_id, message, **data)
 
     def _count(self, decision: Decision) -> None:
-        """The decisions the handler's metrics count (`observe`): each step's outcome."""
+        """The decisions the handler's metrics count (`observe`): every one for the pipeline's table
+        (`pipeline.metrics.PipelineMetrics`, as the agent's), and each step's outcome per action."""
+        self.observe("decision", decision=decision)
         if decision.kind in (D.HOOK_FINISHED, D.HOOK_FAILED):
             step = str(decision.view(D.HookData).get("hook") or "")
             self.observe("action", action=action_label(step), vm=step.split("@", 1)[1] if "@" in step else "",

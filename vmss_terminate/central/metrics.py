@@ -1,6 +1,8 @@
 """`central run --listen`: Prometheus metrics, `/healthz` and `/readyz` of the handler.
 
-Labels are bounded: event type, action, outcome -- never an EventId, VM or scale set name.
+Labels are bounded: event type, action, outcome -- never an EventId, VM or scale set name. The
+pipeline's own families (steps, approvals, the node drain: `vmss_terminate_hooks_run_total`, ...)
+are counted by the table the agent uses (`pipeline/metrics.py`), fed with the handler's decisions.
 `/healthz` is 200 while the poll loop is alive (a poll ended within three intervals plus a
 minute); `/readyz` is 200 once a poll read a complete answer and the last one did (an incomplete
 or failed source answer turns it 503 until the next complete one). Listens on loopback unless told.
@@ -14,6 +16,7 @@ from collections import Counter
 from typing import Any, Callable, List, Optional, Tuple
 
 from vmss_terminate.pipeline import probes
+from vmss_terminate.pipeline.metrics import PipelineMetrics
 
 BUCKETS = (1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 900.0)
 
@@ -34,8 +37,12 @@ class CentralMetrics:
         self.last_complete: Optional[bool] = None
         self.started = time.monotonic()
         self.sections: List[Callable[[], str]] = []  # a source's own metrics (the queue's), appended to text()
+        self.pipeline = PipelineMetrics()  # steps, approvals, the node drain: the agent's table, shared
 
     def observe(self, kind: str, **data: Any) -> None:
+        if kind == "decision":  # the pipeline's decisions: its own table (pipeline/metrics.py)
+            self.pipeline(data["decision"])
+            return
         with self._lock:
             if kind == "poll":
                 self.last_poll = time.monotonic()
@@ -88,6 +95,7 @@ class CentralMetrics:
             cumulative += n
             lines.append(f'{hist}_bucket{{le="{bound:g}"}} {cumulative}')
         lines += [f'{hist}_bucket{{le="+Inf"}} {count}', f"{hist}_sum {total:.3f}", f"{hist}_count {count}"]
+        self.pipeline.render(lines, kubernetes=True, per_node=False)  # no node (a VM's) name as a label
         return "\n".join(lines) + "\n" + "".join(section() for section in self.sections)
 
 
