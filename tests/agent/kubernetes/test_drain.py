@@ -9,16 +9,18 @@ from __future__ import annotations
 import json
 import ssl
 import threading
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Dict, List
 
 import pytest
 
 from vmss_terminate.agent.metrics import AgentMetrics
+from vmss_terminate.clock import ManualClock
 from vmss_terminate.pipeline import decisions as D
 from vmss_terminate.pipeline.kubernetes import credentials
 from vmss_terminate.pipeline.kubernetes.rules import DEFAULT_TAINT
-from vmss_terminate_sim.emulator.kube import start_kube
+from vmss_terminate_sim.emulator.kube import KubeState, start_kube
 
 from ..conftest import Running, run_cli
 from .conftest import NODE, OTHER, VM, Cluster
@@ -165,10 +167,20 @@ def test_a_node_cordoned_by_an_admin_stays_cordoned_after_a_cancel(cluster: Clus
 
 
 def test_a_restart_in_the_middle_of_the_drain_continues_it(cluster: Cluster, tmp_path: Path) -> None:
+    # The API server gets a clock of its own that only the test moves: while the first agent runs, the
+    # first web pod's replacement never turns Ready, so the PDB holds the second back however long the
+    # agent takes to stop (on the scaled clock the replacement was Ready 0.25 real s after the first
+    # eviction, and a loaded machine let the first agent evict both before its stop landed).
+    kube_clock = ManualClock()
+    state = cluster.kube.reset(KubeState(clock=kube_clock))
+    state.add_node(NODE, provider_id=cluster.provider_id)
+    state.add_node(OTHER)
+    cluster = replace(cluster, state=state)
     workloads(cluster)
     at_approval = on_approval(cluster)
     state_file = tmp_path / "state.json"
-    eid = cluster.group.add_event("Terminate", [VM], not_before=cluster.clock.now() + 600)
+    # NotBefore far enough (90 real s at SPEED) that the deadline never decides this story
+    eid = cluster.group.add_event("Terminate", [VM], not_before=cluster.clock.now() + 1800)
     first = cluster.agent(state_file=str(state_file))
     with Running(first) as running:  # stopped while web-b is held back by the PDB
         assert running.decisions.wait_kind(D.KUBE_EVICTION_REFUSED, eid, timeout=30)
@@ -181,7 +193,10 @@ def test_a_restart_in_the_middle_of_the_drain_continues_it(cluster: Cluster, tmp
     assert cluster.group.approvals == []
     evictions_before = len(cluster.state.evictions)
     restarted_at = cluster.clock.now()
+    kube_clock.advance(60)  # the first pods' grace periods pass and the replacement turns Ready
     second = cluster.agent(state_file=str(state_file), rerun_interrupted=False)  # the drain resumes anyway
+    # and the held pod, evicted now, is gone its grace period later
+    second.subscribe(lambda d: kube_clock.advance(60) if d.kind == D.KUBE_EVICTED else None)
     with Running(second) as running:
         assert running.decisions.wait_kind(D.APPROVAL_SENT, eid, timeout=30)
     assert D.HOOK_RERUN in running.decisions.kinds(eid)
