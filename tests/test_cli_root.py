@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
+import os
 
 import click
+from clifork import run_forked
 from helpers import invoke_cli
 
 from vmss_terminate import cli
@@ -55,7 +55,6 @@ def test_good_timeout_is_minutes() -> None:
 
 
 def test_unknown_command_is_one_line_exit_2_without_traceback() -> None:
-    proc = subprocess.run([sys.executable, "-m", "vmss_terminate", "no-such-command"],
-                          capture_output=True, text=True, timeout=60)
+    proc = run_forked(["no-such-command"], os.environ, os.getcwd(), timeout=60)  # a process, forked warm
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == ["error: vmss-terminate: No such command 'no-such-command'."]

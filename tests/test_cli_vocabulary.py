@@ -4,11 +4,12 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
-import sys
 
 import click
 import pytest
+from clifork import run_forked
 from helpers import invoke_cli
 
 from vmss_terminate import cli
@@ -18,7 +19,8 @@ from vmss_terminate.errors import AzureError
 
 
 def _cli(*args: str) -> "subprocess.CompletedProcess[str]":
-    return subprocess.run([sys.executable, "-m", "vmss_terminate", *args], capture_output=True, text=True, timeout=60)
+    """`python -m vmss_terminate ARGS` as a process, forked from a warm interpreter (tests/clifork.py)."""
+    return run_forked(list(args), os.environ, os.getcwd(), timeout=60)
 
 
 def test_unknown_root_option_is_one_error_line_exit_2() -> None:

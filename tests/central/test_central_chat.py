@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Dict, Iterator, List
 
 import pytest
+from clifork import run_forked
 from helpers import poll_until, serve_arm_state
 
 from vmss_terminate.central.handler import HandlerConfig
@@ -111,6 +112,5 @@ def test_failed_action_and_withheld_acknowledgement_are_teams_cards(live_arm: Ar
 
 
 def test_json_stays_the_default_and_chat_formats_are_the_agents(live_arm: ArmServers) -> None:
-    result = subprocess.run([sys.executable, "-m", "vmss_terminate", "central", "run", "--webhook-format", "xml"],
-                            capture_output=True, text=True, timeout=60)
+    result = run_forked(["central", "run", "--webhook-format", "xml"], os.environ, os.getcwd(), timeout=60)
     assert result.returncode == 2 and "json" in result.stderr and "teams" in result.stderr

@@ -14,6 +14,7 @@ from typing import Any, List
 
 import pytest
 import requests
+from clifork import run_forked
 from helpers import poll_until, serve_arm_state
 
 from vmss_terminate.clock import SYSTEM_CLOCK
@@ -77,10 +78,9 @@ def test_central_run_source_queue_acknowledges_and_empties_the_queue(
 
 
 def test_the_connection_string_variable_must_be_set(tmp_path: Path) -> None:
-    result = subprocess.run([sys.executable, "-m", "vmss_terminate", "central", "run", "--subscription", SUB,
-                             "--source", "queue", "--queue-url", "https://acct.queue.core.windows.net/events",
-                             "--queue-connection-string-env", "NOT_SET_ANYWHERE"],
-                            capture_output=True, text=True, timeout=60, env={**os.environ, "NOT_SET_ANYWHERE": ""})
+    result = run_forked(["central", "run", "--subscription", SUB, "--source", "queue", "--queue-url",
+                         "https://acct.queue.core.windows.net/events", "--queue-connection-string-env", "NOT_SET_ANYWHERE"],
+                        {**os.environ, "NOT_SET_ANYWHERE": ""}, os.getcwd(), timeout=60)  # a process, forked warm
     assert result.returncode == 2
     assert "NOT_SET_ANYWHERE" in result.stderr and "is not set" in result.stderr
     assert "Traceback" not in result.stderr
