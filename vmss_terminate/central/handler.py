@@ -209,6 +209,7 @@ class CentralHandler:
         self.pipeline = Pipeline(config, Source(latest=self._latest, gone=self._gone, approve=self._approve,
                                                 report=self._report, once=self._once, holds=self._holds),
                                  self.journal, self.bus, clock, me=lambda: EVERY_LISTED_VM)
+        self.pipeline.approve_in_jobs = True  # one poll may hand over dozens of events: acknowledged in parallel
         if config.kubernetes and actions.drain is not None:
             self.pipeline.drain = actions.drain(self.journal, self._report, self._live)
         if config.run_command and actions.run_command is not None:

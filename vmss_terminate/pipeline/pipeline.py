@@ -93,6 +93,9 @@ class Pipeline:
         self.jobs = JobRunner(settings, clock, journal, source.report, source.latest, me, gone=source.gone,
                               held=source.holds)
         self.drain: Any = None  # --kubernetes: the node drain step (kubernetes/drain.py), set by the source
+        # A source handing over many events per pass (a central handler) sends an approval that is
+        # due at once from a job thread too, so one pass is not a row of approval requests.
+        self.approve_in_jobs = False
 
     # -- what runs ---------------------------------------------------------------------------------
 
@@ -154,7 +157,10 @@ class Pipeline:
                 self._widen(event, verdict.message)
             self.jobs.start(event, steps, then=self._after_steps)
         elif verdict.action == policy.APPROVE:
-            self.maybe_approve(event)
+            if self.approve_in_jobs:
+                self.jobs.start(event, [], then=self._after_steps)  # no step: only the approval
+            else:
+                self.maybe_approve(event)
         elif verdict.action == policy.DRAIN_WAIT:
             self.jobs.start(event, [], then=self._after_steps)  # no hooks left: only the drain delay
         else:
