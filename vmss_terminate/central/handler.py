@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 from vmss_terminate.central.graph import ScaleSetInfo
+from vmss_terminate.central.legacy import Legacy
 from vmss_terminate.central.maintenance import AckResult
 from vmss_terminate.central.runcommand import CommandOutput
 from vmss_terminate.central.source import CANCELED, CentralEvent, EventSource, ScaleSetRef, SourceBatch
@@ -200,6 +201,7 @@ class CentralHandler:
         self.source, self.lookup, self._acknowledge = source, lookup, acknowledge
         self.config, self.clock = config, clock
         self.journal = journal or StateStore()
+        self.legacy = Legacy(self.journal)  # the journal of the handler before the pipeline, re-keyed
         self.observe = observe or (lambda kind, **data: None)
         self.stopping = threading.Event()
         self._known: Dict[str, _Known] = {}  # by EventId (guarded by _lock)
@@ -215,6 +217,7 @@ class CentralHandler:
         if config.run_command and actions.run_command is not None:
             self.pipeline.add_step(Step(RUN_COMMAND_STEP, _RunCommand(actions.run_command, self._info), always=True,
                                         per_vm=True), after_drain=True)
+        self.legacy.migrate(self.pipeline.webhook_step)
         listeners = getattr(source, "on_lost", None)
         if isinstance(listeners, list):
             listeners.append(self._lost)
@@ -241,6 +244,8 @@ class CentralHandler:
             log.warning("the source's answer is incomplete (%s): events missing from it are not taken as gone",
                         batch.problem)
         handled = [e for e in batch.events if e.event_type in self.config.handle_types]
+        for event in handled:
+            self.legacy.adopt(event.event_id)  # before anything reads its record
         pending = [e for e in handled if e.pending and not self._finished(e)]
         infos: Dict[str, ScaleSetInfo] = {}
         if pending:
@@ -323,6 +328,7 @@ class CentralHandler:
             elif decision.kind in (D.APPROVAL_WITHHELD, D.EVENT_LOST):
                 outcome.withheld = decision.message
 
+        self.legacy.adopt(event.event_id)
         if self.journal.get(event.event_id).get("approved"):
             outcome.withheld = "acknowledged before"
             return outcome

@@ -152,6 +152,23 @@ class StateStore:
                     record.pop(key, None)
                 self._save()
 
+    def rename(self, old: str, new: str, **fields: Any) -> bool:
+        """Move the record of `old` to `new` (merged under what `new` already has), then merge
+        `fields` (None deletes a key), in one save; False if there is no record of `old`."""
+        with self._lock:
+            record = self._events.pop(old, None)
+            if record is None:
+                return False
+            merged = {**record, **self._events.get(new, {})}
+            for key, value in fields.items():
+                if value is None:
+                    merged.pop(key, None)
+                else:
+                    merged[key] = value
+            self._events[new] = merged
+            self._save()
+            return True
+
     def prune(self, keep: Iterable[str]) -> List[str]:
         """Drop records of events not in `keep` (they left the document); returns the dropped ids."""
         keep = set(keep)

@@ -99,6 +99,11 @@ class Pipeline:
 
     # -- what runs ---------------------------------------------------------------------------------
 
+    @property
+    def webhook_step(self) -> Optional[str]:
+        """The JSON webhook step's name (`webhook:URL`, redacted), None without one."""
+        return self._webhook.name if self._webhook is not None else None
+
     def add_handler(self, kind: str, fn: Handler) -> None:
         """`fn(event, context)` for events of type `kind` ("*": every type), after the command hooks."""
         self._handlers.append((kind, fn))
