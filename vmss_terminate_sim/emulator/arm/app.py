@@ -926,10 +926,12 @@ class ArmServers(RunningServers):
         return credential_env(self.token_server)
 
     def reset(self, state: Optional[ArmState] = None) -> ArmState:
-        """Serve `state` (a fresh ArmState when None) with an empty request log and no pending
-        faults; lets a test suite share one running server pair across tests (a stop costs ~0.5 s)."""
+        """Serve `state` (a fresh ArmState when None) with an empty request log, no pending faults
+        and no token remembered as issued; lets a test suite share one running server pair across
+        tests (a stop costs ~0.5 s)."""
         for server in (self.arm_server, self.token_server):
             server.reset()
+        self.tokens.recently_issued.clear()  # an earlier test's tokens are not this one's
         self.state = self.arm.state = state if state is not None else ArmState()
         self.tokens.tenant_id = self.state.tenant_id
         return self.state
