@@ -26,7 +26,7 @@ import logging
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Set
 
 from vmss_terminate.clock import Clock
 from vmss_terminate.pipeline import decisions as D
@@ -216,12 +216,17 @@ class JobRunner:
         another replica) or the event left the document for good, else True."""
         eid = event.event_id
         journal = self.journal
+        ran: Dict[str, Set[str]] = {}  # step -> the VMs it ran for in this job (ended, ok or failed)
+        ended: Set[str] = set()  # steps not run because an earlier step failed (or the deadline came)
+        listed: Dict[str, None] = dict.fromkeys(event.resources)  # every VM the event listed meanwhile
         try:
             done = list(journal.get(eid).get("steps_done", []))
-            for step in steps:
+            for index, step in enumerate(steps):
                 if failed is not None and not step.always:
+                    ended.add(step.name)
                     continue  # after a failure only the steps that always run (the node drain)
                 latest = self._latest(eid) or event
+                listed.update(dict.fromkeys(latest.resources))
                 vms = self._fanned(step, latest, done)
                 if step.name in done or vms == []:
                     self._report(D.HOOK_SKIPPED, eid, f"hook {step.name} already finished before a restart; "
@@ -236,16 +241,19 @@ class JobRunner:
                     self._report(D.HOOK_FAILED, eid, f"hook {step.name} for {event.event_type} {eid} not "
                                                       f"started: {failed.detail}",
                                  hook=step.name, outcome=failed.outcome)
+                    ended.update(s.name for s in steps[index:])
                     break  # nor any later step: they would be too late as well
                 journal.update(eid, hooks_started=journal.get(eid).get("hooks_started") or self.clock.now(),
                                current_step=step.name, event_type=event.event_type,
                                hooks=[s.name for s in steps])
                 if vms is None:
                     result = self._run_one(job, latest, step, self._vm_name(), done)
+                    ran[step.name] = set(latest.resources)  # a once-per-event step: the VMs it was told of
                 else:  # once per listed VM, at once: the step is over when every VM's run is
                     with ThreadPoolExecutor(max_workers=min(MAX_VMS_AT_ONCE, len(vms)),
                                             thread_name_prefix=f"{step.name[:12]}:{eid[:8]}") as pool:
                         results = list(pool.map(lambda vm: self._run_one(job, latest, step, vm, done), vms))  # noqa: B023 (used now)
+                    ran[step.name] = {vm for vm, r in zip(vms, results) if r.outcome not in (CANCELLED, LOST, GONE)}
                     result = worst(results)
                 if result.outcome == GONE:
                     return self._forget(event, step.name)
@@ -253,12 +261,31 @@ class JobRunner:
                     return False
                 if result.outcome != OK:
                     failed = result
+            listed.update(dict.fromkeys((self._latest(eid) or event).resources))
             journal.update(eid, hooks_finished=self.clock.now(), hooks_result="failed" if failed else "ok",
-                           current_step=None, covered=list(event.resources))
+                           current_step=None, covered=self._covered(steps, list(listed), done, ran, ended))
         except Exception:
             log.exception("hook worker for %s failed", eid)
             journal.update(eid, hooks_finished=self.clock.now(), hooks_result="failed")
         return True
+
+    def _covered(self, steps: List[Step], listed: List[str], done: List[str], ran: Dict[str, Set[str]],
+                 ended: Set[str]) -> List[str]:
+        """The VMs the steps ran for (`covered`, what `policy.uncovered` checks before an approval):
+        those for which every step finished (`name@VM` in `done`) or ended in this job (ok or failed:
+        the policy judges failures), a step that ran once for the event having been told of the VM.
+        A step no VM ran because an earlier one failed (or the deadline came) leaves no VM out; a VM
+        listed only after a step ran without it is out, and its steps run before the approval."""
+        def has(step: Step, vm: str) -> bool:
+            if step.name in ended:
+                return True
+            if step.name in ran:
+                return vm in ran[step.name] or f"{step.name}@{vm}" in done
+            if step.per_vm and self._vm_name() == EVERY_LISTED_VM:
+                return f"{step.name}@{vm}" in done
+            return True  # a once-per-event step finished before a restart (its VMs not journalled)
+
+        return [vm for vm in listed if all(has(step, vm) for step in steps)]
 
     def _fanned(self, step: Step, event: Event, done: List[str]) -> Optional[List[str]]:
         """The listed VMs a per-VM step still runs for (those without `name@VM` in `done`); None: the
