@@ -13,9 +13,10 @@ from e2e_helpers import compute_client, imds_events, resources_by_event, running
 from helpers import invoke_cli
 
 from vmss_terminate.cli import main
+from vmss_terminate.clock import ScaledClock
 from vmss_terminate.control import UpgradeOptions, disable, enable, status
 from vmss_terminate.control.scaleset import ScaleSetClient
-from vmss_terminate_sim.sandbox import DemoOptions, Sandbox, SandboxAgents, demo_hook_command, run_demo
+from vmss_terminate_sim.sandbox import DemoOptions, Sandbox, SandboxAgents, SandboxConfig, demo_hook_command, run_demo
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -60,10 +61,19 @@ def test_demo_text_output_and_failure_exit_code() -> None:
     assert not failed.ok and "drain hook failed" in (failed.failure or "")
 
 
-@pytest.mark.slow  # a PT5M notice lasts 4 real seconds by design
+class JumpingClock(ScaledClock):
+    """Scaled time that a test can also move forward at once, when what it waited for has happened."""
+
+    def advance(self, seconds: float) -> None:
+        self._start += seconds
+
+
+@pytest.mark.slow  # two deletions of 10 sandbox seconds at x5
 def test_unapproved_pending_deletion_holds_back_an_approved_one() -> None:
-    # x75: myvmss_3's PT5M is 4 s of real time, ~3 s of slack for myvmss_2's approval to arrive first
-    with running(instances=4, timeout_minutes=5, speed=75.0, delete_duration=10.0) as box:
+    # x5: myvmss_3's PT5M is 60 s of real time, slack for myvmss_2's approval to arrive first however
+    # loaded the machine (at x75 it had 3 s); once it has, the clock jumps to myvmss_3's NotBefore.
+    clock = JumpingClock(speed=5.0)
+    with Sandbox(SandboxConfig(instances=4, timeout_minutes=5, speed=5.0, delete_duration=10.0), clock=clock) as box:
         rg, name = box.config.resource_group, box.config.name
         # myvmss_2 runs a PT10M model, myvmss_3 still PT5M: distinct NotBefore whatever the timing,
         # so this is the "pending" case, not the "simultaneous" one.
@@ -77,7 +87,13 @@ def test_unapproved_pending_deletion_holds_back_an_approved_one() -> None:
                 first = compute.virtual_machine_scale_sets.begin_delete_instances(rg, name, {"instanceIds": ["3"]})
                 assert box.timeline.wait_for(lambda es: any(e.kind == "event_published" for e in es), 5)
                 second = compute.virtual_machine_scale_set_vms.begin_delete(rg, name, "2")
-                assert box.scheduler.wait_deleted(["myvmss_2", "myvmss_3"], 20)
+                assert box.group.wait_for(lambda: any(a.vm_name == "myvmss_2" for a in box.group.approvals), 30)
+                assert box.timeline.wait_for(  # approved, and seen held back by myvmss_3's pending deletion
+                    lambda es: any(e.kind == "held_back" and e.vm == "myvmss_2" for e in es), 30)
+                pending = box.scheduler.find("myvmss_3")
+                assert pending is not None and pending.approved_at is None
+                clock.advance(max(0.0, pending.not_before - clock.now()))  # myvmss_3's notice is over
+                assert box.scheduler.wait_deleted(["myvmss_2", "myvmss_3"], 30)
                 first.result()
                 second.result()  # the delete LROs end once the instances are gone
         finally:
