@@ -106,6 +106,17 @@ class HandlerConfig:
         return True  # hooks at least once
 
 
+def kill_grace_problem(kill_grace: float, give_up_before: Optional[float]) -> Optional[str]:
+    """Why `kill_grace` cannot go with a leasing source's `give_up_before` (None: it can): a hook
+    stopped when a lease is given up is killed `kill_grace` later, and must be dead before the lease
+    can lapse and another replica run the event's hook (`QueueSettings.give_up_before`)."""
+    if give_up_before is None or kill_grace < give_up_before:
+        return None
+    return (f"--kill-grace {kill_grace:g} must be shorter than the queue source's give_up_before "
+            f"({give_up_before:g} s): a hook stopped when a lease is given up would outlive it, and another "
+            f"replica could run the same event's hook meanwhile")
+
+
 @dataclass
 class Outcome:
     """What happened to one event in one handling (`CentralHandler.handle`)."""
@@ -198,6 +209,10 @@ class CentralHandler:
                  config: HandlerConfig = HandlerConfig(), journal: Optional[StateStore] = None,
                  actions: Actions = Actions(), clock: Clock = SYSTEM_CLOCK,
                  observe: Optional[Callable[..., None]] = None) -> None:
+        give_up = getattr(getattr(source, "settings", None), "give_up_before", None)  # a leasing source's
+        problem = kill_grace_problem(config.kill_grace, give_up if isinstance(give_up, (int, float)) else None)
+        if problem is not None:
+            raise ValueError(problem)
         self.source, self.lookup, self._acknowledge = source, lookup, acknowledge
         self.config, self.clock = config, clock
         self.journal = journal or StateStore()

@@ -114,9 +114,12 @@ def central_group() -> None:
               help="Run CMD (no shell) for every VM the event lists; event in VMSS_TERMINATE_* variables and "
                    "stdin JSON (with VmName, VmId, ScaleSetId, VmIds). Repeatable, in order.")
 @click.option("--webhook", metavar="URL", help="POST each event as JSON to URL (once per event).")
-@click_options(chosen_options(AgentConfig, only=["webhook_format"], help={"webhook_format": (
+@click_options(chosen_options(AgentConfig, only=["webhook_format", "kill_grace"], help={"webhook_format": (
     "json: the event, as an action before the acknowledgement; slack / teams: incoming-webhook chat "
-    "messages of what the handler did (event seen, action failed, acknowledged or withheld), never delaying it.")}))
+    "messages of what the handler did (event seen, action failed, acknowledged or withheld), never delaying it."),
+    "kill_grace": ("A hook stopped (at its deadline, on a stop, or when a queue lease is given up) gets SIGTERM, "
+                   "then SIGKILL after S seconds, with its whole process tree; with --source queue it must be "
+                   "shorter than the 7 s before a failing lease's expiry at which it is given up.")}))
 @click.option("--kubernetes", is_flag=True,
               help="Cordon and drain every node the event names (found by providerID, cluster-wide).")
 @click.option("--kubeconfig", metavar="FILE", help="With --kubernetes: this kubeconfig (default: in-cluster).")
@@ -137,7 +140,7 @@ def central_group() -> None:
 @click.option("--once", is_flag=True, help="One pass (act on what is pending, wait for it), then exit.")
 def run_command(scope: Scope, connection: Connection, scale_sets: Tuple[str, ...], source: str,
                 queue_url: Optional[str], queue_connection_string_env: Optional[str], hooks: Tuple[str, ...],
-                webhook: Optional[str], webhook_format: str, kubernetes: bool, kubeconfig: Optional[str], run_command: Optional[str],
+                webhook: Optional[str], webhook_format: str, kill_grace: float, kubernetes: bool, kubeconfig: Optional[str], run_command: Optional[str],
                 types: str, safety_margin: float, on_failure: str, poll_interval: float, state_file: Optional[str],
                 listen: Optional[str], listen_any: bool, once: bool) -> None:
     """Handle scheduled events of every scale set in scope from here: hooks, webhook, node drain,
@@ -146,7 +149,7 @@ def run_command(scope: Scope, connection: Connection, scale_sets: Tuple[str, ...
     (one handles each event at a time: a blob lease per EventId)."""
     import logging
 
-    from vmss_terminate.central.handler import HandlerConfig
+    from vmss_terminate.central.handler import HandlerConfig, kill_grace_problem
     from vmss_terminate.central.metrics import CentralMetrics, parse_listen, serve
     from vmss_terminate.central.run import build, handled_types, read_script
     from vmss_terminate.errors import UsageError
@@ -159,10 +162,16 @@ def run_command(scope: Scope, connection: Connection, scale_sets: Tuple[str, ...
         raise UsageError("--source queue needs --queue-url")
     if source != "queue" and (queue_url or queue_connection_string_env):
         raise UsageError("--queue-url / --queue-connection-string-env need --source queue")
+    if source == "queue":
+        from vmss_terminate.central.storage_queue import QueueSettings
+
+        problem = kill_grace_problem(kill_grace, QueueSettings.give_up_before)
+        if problem is not None:
+            raise UsageError(problem)
     address = parse_listen(listen, listen_any) if listen else None
     config = HandlerConfig(hooks=hooks, webhook=webhook, webhook_format=webhook_format, run_command=read_script(run_command), kubernetes=kubernetes,
                            handle_types=handled, safety_margin=safety_margin, on_failure=on_failure,
-                           poll_interval=poll_interval)
+                           poll_interval=poll_interval, kill_grace=kill_grace)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     logging.getLogger("azure").setLevel(logging.WARNING)  # the SDK's per-request lines are not the handler's story
     queue = None
