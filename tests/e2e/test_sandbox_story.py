@@ -119,7 +119,10 @@ def test_unapproved_pending_deletion_holds_back_an_approved_one() -> None:
 
 
 def test_every_instance_sees_every_event_and_deleted_imds_stops_answering() -> None:
-    with running(instances=3, timeout_minutes=5, speed=100.0, delete_duration=5.0) as box:
+    # x5, then a jump to NotBefore once the approval was seen held back: at x100 the PT5M notice lasted
+    # 3 real s, and a loaded machine could let it pass before the test saw myvmss_2 still pending
+    clock = JumpingClock(speed=5.0)
+    with Sandbox(SandboxConfig(instances=3, timeout_minutes=5, speed=5.0, delete_duration=5.0), clock=clock) as box:
         urls = box.imds_urls()
         agent_like = requests.Session()  # a keep-alive connection opened before the deletion
         agent_like.trust_env = False
@@ -137,7 +140,9 @@ def test_every_instance_sees_every_event_and_deleted_imds_stops_answering() -> N
                       proxies={"http": None, "https": None}, timeout=5).raise_for_status()
         # Approved, but myvmss_1's simultaneous deletion is not: nothing starts before NotBefore.
         assert box.timeline.wait_for(lambda es: any(e.kind == "held_back" for e in es), 5)
-        assert box.scheduler.find("myvmss_2").pending
+        held = box.scheduler.find("myvmss_2")
+        assert held is not None and held.pending
+        clock.advance(max(0.0, held.not_before - clock.now()))  # the simultaneous deletions' notice is over
         assert box.scheduler.wait_deleted(["myvmss_1", "myvmss_2"], 20)
         assert box.wait_imds_gone("myvmss_2", 5)
         with pytest.raises(requests.ConnectionError):
