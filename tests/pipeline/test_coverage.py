@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from typing import Callable, List, Optional, Sequence
+from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 from vmss_terminate.clock import SYSTEM_CLOCK
 from vmss_terminate.pipeline import DecisionBus, Event, StateStore
+from vmss_terminate.pipeline import decisions as D
 from vmss_terminate.pipeline.events import EVERY_LISTED_VM
 from vmss_terminate.pipeline.hooks import OK, Run, StepResult
 from vmss_terminate.pipeline.jobs import Step
@@ -35,10 +36,14 @@ class Side:
 
     event: Event
     approvals: List[List[str]] = field(default_factory=list)
+    said: List[Tuple[str, str]] = field(default_factory=list)  # (kind, message) of each decision
 
     def source(self) -> Source:
         return Source(latest=lambda eid: self.event, gone=lambda eid: False, approve=self.approve,
-                      report=lambda *a, **k: None, once=lambda *a, **k: None)
+                      report=self.report, once=self.report)
+
+    def report(self, kind: str, event_id: Optional[str], message: str, event: Any = None, **data: Any) -> None:
+        self.said.append((kind, message))
 
     def approve(self, event: Event) -> bool:
         self.approvals.append(list(event.resources))
@@ -139,3 +144,34 @@ def test_an_event_shrinking_then_growing_back_is_not_approved_for_a_vm_a_step_sk
     _finish(pipeline)
     assert side.approvals == [["a", "b"]]
     assert sorted(first.runs) == ["a", "b"] and sorted(second.runs) == ["a", "b"]
+
+
+def test_an_event_listing_no_vm_is_withheld_with_no_step_run() -> None:
+    side = Side(_event())  # Resources: [] (an incomplete read, or a malformed event)
+    step = Recorder("step")
+    pipeline = _pipeline(side, StateStore(), [step])
+    pipeline.advance(side.event)
+    _finish(pipeline)
+    assert side.approvals == [] and step.runs == []
+    withheld = [message for kind, message in side.said if kind == D.APPROVAL_WITHHELD]
+    assert len(withheld) == 1 and "lists no VM (empty Resources)" in withheld[0]
+
+    side.event = _event("a")  # a later read lists the VM: its steps run, then the approval
+    pipeline.advance(side.event)
+    _finish(pipeline)
+    assert step.runs == ["a"] and side.approvals == [["a"]]
+
+
+def test_an_event_read_with_no_vm_while_its_steps_run_is_not_approved() -> None:
+    side = Side(_event("a"))
+
+    def empty(vm: str) -> None:
+        side.event = _event()  # the next read lists nothing
+
+    first, second = Recorder("first", empty), Recorder("second")
+    pipeline = _pipeline(side, StateStore(), [first, second])
+    pipeline.advance(side.event)
+    _finish(pipeline)
+    assert first.runs == ["a"] and second.runs == [] and side.approvals == []
+    assert any(kind == D.HOOK_SKIPPED and "lists no VM now" in message for kind, message in side.said)
+    assert not any("already finished before a restart" in message for _, message in side.said)

@@ -47,6 +47,7 @@ from vmss_terminate.central.source import CANCELED, CentralEvent, EventSource, S
 from vmss_terminate.clock import SYSTEM_CLOCK, Clock
 from vmss_terminate.errors import AzureError
 from vmss_terminate.pipeline import decisions as D
+from vmss_terminate.pipeline import policy
 from vmss_terminate.pipeline.decisions import Decision, DecisionBus
 from vmss_terminate.pipeline.events import EVERY_LISTED_VM, Event
 from vmss_terminate.pipeline.hooks import FAILED, OK, Run, StepResult
@@ -357,7 +358,21 @@ class CentralHandler:
         with self._lock:
             known = self._known.get(event.event_id)
             outcome.acknowledged = known.ack if known is not None else None
+        if outcome.acknowledged is None and not outcome.withheld:
+            outcome.withheld = self._why_not_acknowledged(event.event_id)
         return outcome
+
+    def _why_not_acknowledged(self, event_id: str) -> str:
+        """What kept a handled event from its acknowledgement when no decision said it (`handle`)."""
+        latest = self._latest(event_id)
+        if self.stopping.is_set():
+            return "handler stopping (the event is handled again on restart)"
+        if latest is None or not latest.scheduled:
+            return "the event is no longer Scheduled (as last read): not acknowledged"
+        verdict = policy.approval(latest, EVERY_LISTED_VM, self.config,
+                                  policy.Progress.from_record(self.journal.get(event_id)),
+                                  now=self.pipeline.jobs.steady_now(latest))
+        return verdict.message or f"not acknowledged (the policy says {verdict.action})"
 
     def _advance(self, event: CentralEvent) -> bool:
         """Hand `event` to the pipeline (a first sighting is journalled and said); True when no job
@@ -442,6 +457,14 @@ class CentralHandler:
         if known is None or not self._holds(event.event_id):
             return False
         central = known.central
+        if sorted(vm.lower() for vm in central.resources) != sorted(vm.lower() for vm in event.resources):
+            # a poll read the event again since the policy checked it: what it would release now is
+            # not what was checked; the next sighting judges the event as read (a new VM's steps run)
+            self._report(D.APPROVAL_WITHHELD, event.event_id, f"not acknowledging {event.event_id} yet: it now lists "
+                                                              f"{', '.join(central.resources) or 'no VM'} (checked: "
+                                                              f"{', '.join(event.resources) or 'no VM'}); judged "
+                                                              "again as read next poll")
+            return False
         try:
             answer = self._acknowledge(central.scale_set, [central.event_id])[0]
         except AzureError as exc:
@@ -485,10 +508,12 @@ class CentralHandler:
         with self._lock:
             known = self._known.get(event_id)
             if known is not None:
-                if kind in known.said:
+                said = kind if known.central.resources else f"{kind}:no VM"  # said again once it lists VMs
+                if said in known.said:
                     return
-                known.said.add(kind)
-        if kind == D.APPROVAL_WITHHELD:
+                known.said.add(said)
+        if kind == D.APPROVAL_WITHHELD and known is not None and known.central.resources:
+            # journalled: never handled again; an event read with no VM is not (a later read may list them)
             self.journal.update(event_id, withheld=message)
         self._report(kind, event_id, message, **data)
 

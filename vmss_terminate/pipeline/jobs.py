@@ -228,6 +228,10 @@ class JobRunner:
                 latest = self._latest(eid) or event
                 listed.update(dict.fromkeys(latest.resources))
                 vms = self._fanned(step, latest, done)
+                if vms == [] and not latest.resources:
+                    self._report(D.HOOK_SKIPPED, eid, f"hook {step.name} not run: {event.event_type} {eid} lists no "
+                                                      f"VM now (empty Resources)", hook=step.name)
+                    continue
                 if step.name in done or vms == []:
                     self._report(D.HOOK_SKIPPED, eid, f"hook {step.name} already finished before a restart; "
                                                       f"not rerun", hook=step.name)

@@ -134,6 +134,18 @@ def acts_for(event: Event, vm_name: str) -> bool:
     return vm_name == EVERY_LISTED_VM or event.names(vm_name)
 
 
+def lists_no_vm(event: Event, vm_name: str) -> Optional[Verdict]:
+    """A source acting for every listed VM read the event with no `Resources`: no per-VM step can
+    run, and what an approval would release is unknown (an incomplete answer), so it is withheld;
+    a later read that lists VMs is handled then."""
+    if vm_name != EVERY_LISTED_VM or event.resources:
+        return None
+    return Verdict(WITHHOLD, f"not acting on {event.event_type} {event.event_id} and not approving it: the event "
+                             f"as read lists no VM (empty Resources), so no step could run for the VMs an "
+                             f"approval would release; handled when a read lists them, else it starts at "
+                             f"NotBefore", kind=D.APPROVAL_WITHHELD)
+
+
 def uncovered(event: Event, vm_name: str, progress: Progress) -> Tuple[str, ...]:
     """Listed VMs the finished steps did not run for: a source acting for every listed VM saw the
     event grow (Azure added a VM) after its steps began. Approving now would release a VM whose
@@ -150,6 +162,9 @@ def next_step(event: Event, vm_name: str, config: Settings, progress: Progress, 
         return Verdict(IGNORE)
     if progress.approved:
         return Verdict(DONE)
+    empty = lists_no_vm(event, vm_name)
+    if empty is not None:
+        return empty
     unpassable = unpassable_variables(event, vm_name) if has_hooks and _runs_commands(event, config) else []
     if unpassable and not progress.hooks_finished:
         # Neither "hook failed, approve anyway" nor a silent skip: approving would let the VM go undrained.
@@ -187,6 +202,9 @@ def approval(event: Event, vm_name: str, config: Settings, progress: Progress,
                                  f"it starts at NotBefore", kind=D.APPROVAL_WITHHELD)
     if not acts_for(event, vm_name) or not event.scheduled:
         return Verdict(IGNORE)  # no longer ours (Resources changed) or started: never approve it
+    empty = lists_no_vm(event, vm_name)
+    if empty is not None:
+        return empty
     grown = uncovered(event, vm_name, progress)
     if grown:  # the next sighting runs their steps (next_step), then approves
         return Verdict(RUN_HOOKS, f"not approving {eid} yet: it now also lists {', '.join(grown)}")
