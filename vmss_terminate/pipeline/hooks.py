@@ -61,6 +61,7 @@ class HookContext:
     deadline: Callable[[], Optional[float]]
     cancelled: threading.Event
     data: Dict[str, Any] = field(default_factory=dict)
+    vm_names: Tuple[str, ...] = ()  # the VMs the run is for: (vm_name,), or every listed VM with vm_name ""
 
     def seconds_left(self) -> Optional[float]:
         """Clock seconds until the hook is stopped (None: no deadline known)."""
@@ -227,6 +228,14 @@ def _wake_on_exit(proc: Any, wake: threading.Event) -> None:
     wake.set()
 
 
+def acting_for(run: "Run") -> Tuple[str, Tuple[str, ...]]:
+    """The VM a run is for and the VMs: a source acting for every listed VM (`EVERY_LISTED_VM`, a
+    central handler's once-per-event step) gives "" and every VM the event lists, never the sentinel."""
+    if run.vm_name == EVERY_LISTED_VM:
+        return "", tuple(run.event.resources)
+    return run.vm_name, (run.vm_name,)
+
+
 class PythonHook:
     """`agent.on(type, fn)`: `fn(event, context)` in a daemon thread; an exception is a failure."""
 
@@ -235,7 +244,8 @@ class PythonHook:
         self.name = f"python:{getattr(fn, '__qualname__', repr(fn))}"
 
     def run(self, run: Run) -> StepResult:
-        context = HookContext(run.vm_name, run.clock, run.deadline, run.cancelled)
+        vm_name, vm_names = acting_for(run)
+        context = HookContext(vm_name, run.clock, run.deadline, run.cancelled, vm_names=vm_names)
         outcome, result = _bounded(run, f"hook:{self.name}", lambda: self.fn(run.event, context))
         if outcome != OK:
             return StepResult(outcome, "abandoned (a Python hook cannot be killed; it keeps running)")
@@ -282,7 +292,8 @@ class WebhookHook:
 
         if self._session is None:
             self._session = requests.Session()
-        payload = {"vm_name": run.vm_name, "event": run.event.to_json(), "deadline": run.deadline(),
+        vm_name, vm_names = acting_for(run)
+        payload = {"vm_name": vm_name, "vm_names": list(vm_names), "event": run.event.to_json(), "deadline": run.deadline(),
                    "event_source": run.event.event_source, "duration_in_seconds": run.event.duration_in_seconds}
         left = run.deadline()
         timeout = self.timeout if left is None else max(0.5, min(self.timeout, left - run.clock.now()))
