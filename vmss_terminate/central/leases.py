@@ -14,6 +14,11 @@ The blob (`{container}/{EventId}`) also keeps what was done for the event: the c
 (status and NotBefore) and their outcome, written only under the lease. A duplicate delivery that
 reaches another replica, or arrives after a restart, finds its change there and runs nothing.
 
+Every request is bounded (`client_options`): the SDK's defaults -- ExponentialRetry with 3 retries
+backing off ~15/18/24 s, a 20 s connect and a 60 s read timeout -- let one renewal answered 503, or
+sent to a connection that hangs, take a minute or more before it raises, longer than a whole lease
+(15..60 s). A holder that cannot renew must find out well before its lease lapses at Azure.
+
 The Azure Storage SDK (azure-storage-blob) is imported lazily, in the functions that use it.
 """
 
@@ -22,12 +27,34 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
-__all__ = ["DEFAULT_CONTAINER", "LEASE_MIN", "LEASE_MAX", "EventLeases", "Lease", "Record"]
+__all__ = ["DEFAULT_CONTAINER", "LEASE_MIN", "LEASE_MAX", "CONNECT_TIMEOUT", "READ_TIMEOUT", "RETRIES",
+           "RETRY_BACKOFF", "EventLeases", "Lease", "Record", "client_options", "request_bound"]
 
 DEFAULT_CONTAINER = "vmss-terminate-leases"
 LEASE_MIN, LEASE_MAX = 15, 60  # seconds: what Lease Blob accepts besides infinite (-1), which we never take
+CONNECT_TIMEOUT = 2.0  # seconds to open a connection to the Storage account
+READ_TIMEOUT = 3.0  # seconds an answer may keep the client waiting (any read of it)
+RETRIES, RETRY_BACKOFF = 2, 1  # LinearRetry: 2 retries, 1 s (+-1 s) apart; the renewal and the keeper's calls: none
+NO_RETRY: Dict[str, Any] = {"retry_total": 0}  # per call: the keeper retries on its own clock
+
+
+def client_options(linear_retry: Callable[..., Any], connect_timeout: float = CONNECT_TIMEOUT,
+                   read_timeout: float = READ_TIMEOUT) -> Dict[str, Any]:
+    """Keyword arguments for a Storage client (blob or queue: `linear_retry` is the package's
+    `LinearRetry`, a new policy per client) whose every request ends within `request_bound`."""
+    return {"retry_policy": linear_retry(backoff=RETRY_BACKOFF, random_jitter_range=RETRY_BACKOFF,
+                                         retry_total=RETRIES),
+            "connection_timeout": connect_timeout, "read_timeout": read_timeout}
+
+
+def request_bound(connect_timeout: float = CONNECT_TIMEOUT, read_timeout: float = READ_TIMEOUT,
+                  retries: int = RETRIES) -> float:
+    """Seconds one call can take at most: each attempt connects and waits for its answer, and a
+    retry waits up to twice the backoff first (a server that trickles its answer byte by byte is
+    bounded per read only)."""
+    return (retries + 1) * (connect_timeout + read_timeout) + retries * 2 * RETRY_BACKOFF
 
 
 @dataclass
@@ -82,8 +109,10 @@ class Lease:
         self._blob.upload_blob(record.to_bytes(), overwrite=True, lease=self._lease)
 
     def renew(self) -> None:
-        """Renew the lease (raises the SDK's HttpResponseError if it was lost: expired and taken)."""
-        self._lease.renew()
+        """Renew the lease in one attempt (`request_bound(retries=0)`: connect and read timeouts):
+        raises the SDK's HttpResponseError if it was refused (lost: expired and taken) or failed,
+        its ServiceRequestError/ServiceResponseError if no answer came in time."""
+        self._lease.renew(**NO_RETRY)
         self.renewed_at = time.monotonic()
 
     def release(self) -> None:
@@ -109,17 +138,21 @@ class EventLeases:
 
     @classmethod
     def from_connection_string(cls, connection_string: str, container: str = DEFAULT_CONTAINER,
-                               duration: int = LEASE_MAX) -> "EventLeases":
-        from azure.storage.blob import ContainerClient
+                               duration: int = LEASE_MAX, connect_timeout: float = CONNECT_TIMEOUT,
+                               read_timeout: float = READ_TIMEOUT) -> "EventLeases":
+        from azure.storage.blob import ContainerClient, LinearRetry
 
-        return cls(ContainerClient.from_connection_string(connection_string, container), duration)
+        options = client_options(LinearRetry, connect_timeout, read_timeout)
+        return cls(ContainerClient.from_connection_string(connection_string, container, **options), duration)
 
     @classmethod
     def from_url(cls, account_url: str, credential: Any, container: str = DEFAULT_CONTAINER,
-                 duration: int = LEASE_MAX) -> "EventLeases":
-        from azure.storage.blob import ContainerClient
+                 duration: int = LEASE_MAX, connect_timeout: float = CONNECT_TIMEOUT,
+                 read_timeout: float = READ_TIMEOUT) -> "EventLeases":
+        from azure.storage.blob import ContainerClient, LinearRetry
 
-        return cls(ContainerClient(account_url, container, credential=credential), duration)
+        options = client_options(LinearRetry, connect_timeout, read_timeout)
+        return cls(ContainerClient(account_url, container, credential=credential, **options), duration)
 
     def ensure_container(self) -> None:
         from azure.core.exceptions import ResourceExistsError

@@ -19,6 +19,13 @@ and hands the handler `CentralEvent`s like every other source (`central.source.E
 * **settle(event)** -- the handler acknowledged the event, or it will never be acted on (Completed,
   Canceled, past NotBefore) -- records the change in the event's blob, deletes its messages and
   releases the lease. Nothing is deleted before that.
+* **Giving up in time.** `holds(event)` reads only this replica's clock: it turns False
+  `give_up_before` seconds before the lease's expiry (counted from before its last successful
+  acquire or renewal) unless a renewal moved that expiry on. No request is ever made under the
+  lock `holds` takes, and every request is bounded (`leases.client_options`: a few seconds to
+  connect and to answer, few quick retries; a renewal and the keeper's visibility extensions are
+  tried once, the keeper trying again a second later), so a renewal that hangs or keeps failing
+  neither blocks the job asking `holds` nor delays the give-up past the lease.
 
 Metrics (`QueueMetrics`): queue depth and age of the oldest message (read every `metrics_interval`
 seconds), messages received, duplicates dropped, poison moves by reason, leases busy elsewhere.
@@ -33,13 +40,23 @@ import os
 import re
 import threading
 from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 from urllib.parse import urlsplit, urlunsplit
 
 from vmss_terminate.central.eventgrid import Malformed, Notification, parse_message
-from vmss_terminate.central.leases import DEFAULT_CONTAINER, LEASE_MAX, EventLeases, Lease
+from vmss_terminate.central.leases import (
+    CONNECT_TIMEOUT,
+    DEFAULT_CONTAINER,
+    LEASE_MAX,
+    NO_RETRY,
+    READ_TIMEOUT,
+    EventLeases,
+    Lease,
+    client_options,
+)
 from vmss_terminate.central.source import CentralEvent, SourceBatch
 from vmss_terminate.clock import Clock, SystemClock
 from vmss_terminate.errors import UsageError
@@ -54,6 +71,7 @@ POISON_SUFFIX = "-poison"
 MAX_QUEUE_MESSAGE = 64 * 1024
 _REMEMBERED = 10_000  # settled changes remembered in memory (the blob remembers them all)
 POISON_REASONS = ("malformed", "attempts")
+_KEEPERS = 8  # renewals sent at once by the keeper
 
 
 def poison_queue_name(queue: str) -> str:
@@ -90,9 +108,15 @@ class QueueSettings:
     give_up_before: float = 7.0
     """Seconds before a lease's expiry (on this replica's clock, counted from before its last
     successful acquire or renewal) at which a replica whose renewals keep failing (no answer, 5xx)
-    gives the event up: the job's running hook is terminated and, after the kill grace (5 s),
+    gives the event up: `holds` turns False then, whatever a renewal in flight is doing; the job
+    sees it within a second, its running hook is terminated and, after the kill grace (5 s),
     killed -- before the lease can lapse at Azure and another replica take the event, so two never
     run its hook at once. While a renewal fails, the keeper tries again every second."""
+    connect_timeout: float = CONNECT_TIMEOUT
+    """Seconds to open a connection to the Storage account (queue and lease blobs)."""
+    read_timeout: float = READ_TIMEOUT
+    """Seconds an answer of the Storage account may keep a request waiting. A renewal (tried once)
+    ends within connect_timeout + read_timeout; every other request within `leases.request_bound`."""
 
     def __post_init__(self) -> None:
         if not 15 <= self.lease_duration <= 60:
@@ -103,6 +127,9 @@ class QueueSettings:
             raise ValueError(f"--max-attempts must be at least 1, not {self.max_attempts}")
         if not 1 <= self.batch <= 32:
             raise ValueError(f"a receive takes 1..32 messages (Get Messages), not {self.batch}")
+        for name, value in (("connect_timeout", self.connect_timeout), ("read_timeout", self.read_timeout)):
+            if not 0 < value <= 60:
+                raise ValueError(f"{name} must be more than 0 and at most 60 seconds, not {value}")
         if not 0 <= self.give_up_before < self.lease_duration - self.keep_alive_every:
             room = self.lease_duration - self.keep_alive_every
             raise ValueError(f"give_up_before must leave a renewal before it: 0..{room:g} s for a "
@@ -175,6 +202,7 @@ class _Held:
     event_time: str = ""
     expires: float = 0.0  # the source clock's monotonic reading when the lease lapses unless renewed
     failing: bool = False  # the last renewal failed (transiently): the keeper tries again every second
+    io: threading.Lock = field(default_factory=threading.Lock)  # one request sequence on this event at a time
 
 
 class QueueSource:
@@ -206,10 +234,12 @@ class QueueSource:
                                settings: QueueSettings = QueueSettings(), **kwargs: Any) -> "QueueSource":
         from azure.storage.queue import QueueClient
 
-        queue = QueueClient.from_connection_string(connection_string, queue_name)
-        poison = QueueClient.from_connection_string(connection_string, poison_queue_name(queue_name))
+        queue = QueueClient.from_connection_string(connection_string, queue_name, **_options(settings))
+        poison = QueueClient.from_connection_string(connection_string, poison_queue_name(queue_name),
+                                                    **_options(settings))
         leases = EventLeases.from_connection_string(connection_string, settings.lease_container,
-                                                    settings.lease_duration)
+                                                    settings.lease_duration, settings.connect_timeout,
+                                                    settings.read_timeout)
         return cls(queue, poison, leases, settings, **kwargs)
 
     @classmethod
@@ -220,11 +250,11 @@ class QueueSource:
         poison queue -- and Storage Blob Data Contributor on the lease container)."""
         from azure.storage.queue import QueueClient
 
-        queue = QueueClient.from_queue_url(queue_url, credential=credential)
+        queue = QueueClient.from_queue_url(queue_url, credential=credential, **_options(settings))
         poison = QueueClient(queue.url.rsplit("/", 1)[0] + "/", poison_queue_name(queue.queue_name),
-                             credential=credential)
+                             credential=credential, **_options(settings))
         leases = EventLeases.from_url(blob_account_url(queue_url), credential, settings.lease_container,
-                                      settings.lease_duration)
+                                      settings.lease_duration, settings.connect_timeout, settings.read_timeout)
         return cls(queue, poison, leases, settings, **kwargs)
 
     def _prepare(self) -> None:
@@ -273,24 +303,31 @@ class QueueSource:
             held = self._held.get(event.key)
             if held is None:
                 return
-            # A change that is not pending (Started, Completed, Canceled) supersedes every earlier
-            # one: nothing of the Scheduled change is actionable any more, so all are settled.
-            done = [(m, c) for m, c in held.messages if not event.pending or c.split("|", 1)[0] == event.status]
+        with held.io:  # the requests outside `_lock` (`holds` never waits for them)
+            with self._lock:
+                # A change that is not pending (Started, Completed, Canceled) supersedes every earlier
+                # one: nothing of the Scheduled change is actionable any more, so all are settled.
+                done = [(m, c) for m, c in held.messages
+                        if not event.pending or c.split("|", 1)[0] == event.status]
             if not done:
                 return
             record = held.lease.record()
             for _, change in done:
                 record.handled[change] = "settled"
             held.lease.write(record)
-            for message, change in done:
+            for message, _ in done:
                 self._delete(message)
-                self._remember((event.event_id.lower(), change))
-                self.metrics.settled += 1
-            held.messages = [(m, c) for m, c in held.messages if (m, c) not in done]
-            if not held.messages:
+            with self._lock:
+                for _, change in done:
+                    self._remember((event.event_id.lower(), change))
+                    self.metrics.settled += 1
+                held.messages = [(m, c) for m, c in held.messages if (m, c) not in done]
+                release = not held.messages and self._held.get(event.key) is held
+                if release:
+                    del self._held[event.key]
+                self.metrics.held = len(self._held)
+            if release:
                 held.lease.release()
-                del self._held[event.key]
-            self.metrics.held = len(self._held)
 
     def close(self) -> None:
         """Stop renewing; release the leases held (their messages reappear after their visibility)."""
@@ -298,10 +335,11 @@ class QueueSource:
         if self._keeper is not None:
             self._keeper.join(timeout=10)
         with self._lock:
-            for held in self._held.values():
-                held.lease.release()
+            helds = list(self._held.values())
             self._held.clear()
             self.metrics.held = 0
+        for held in helds:
+            held.lease.release()
 
     # --- receiving ------------------------------------------------------------------------------
 
@@ -400,11 +438,11 @@ class QueueSource:
         except ResourceNotFoundError:
             pass  # already gone (its visibility lapsed and another replica deleted it)
 
-    def _hide(self, message: Any, seconds: int) -> Any:
+    def _hide(self, message: Any, seconds: int, **call: Any) -> Any:
         from azure.core.exceptions import ResourceNotFoundError
 
         try:
-            return self._queue.update_message(message.id, message.pop_receipt, visibility_timeout=seconds)
+            return self._queue.update_message(message.id, message.pop_receipt, visibility_timeout=seconds, **call)
         except ResourceNotFoundError:
             return None
 
@@ -412,61 +450,123 @@ class QueueSource:
 
     def holds(self, event: CentralEvent) -> bool:
         """True while this replica still holds `event`'s lease: held (not given up by the keeper),
-        and its expiry (counted on the injectable clock from before the last successful
-        acquire/renew) not passed. The handler's pipeline asks while the event's job runs and before
-        it acknowledges; False means another replica may take the event over, so this one stops its
-        job and never acknowledges it."""
+        and more than `give_up_before` seconds of it left on the injectable clock (its expiry counted
+        from before the last successful acquire/renew). The handler's pipeline asks while the event's
+        job runs and before it acknowledges; False means the lease may soon lapse at Azure and
+        another replica take the event over, so this one stops its job and never acknowledges it.
+        Reads local state only, under a lock no request is ever made under: it never waits for a
+        renewal in flight."""
         with self._lock:
             held = self._held.get(event.key)
-            return held is not None and self._clock.monotonic() < held.expires
+            return held is not None and self._clock.monotonic() < held.expires - self.settings.give_up_before
 
     def keep_alive(self) -> None:
         """Renew every held lease and extend its messages' visibility; drop what was lost.
 
         A lease is lost when its renewal is refused for good (a 4xx: taken over, broken, its blob
-        gone), when its expiry passed without a successful renewal (the replica was paused), or
-        when a renewal failed with fewer than `give_up_before` seconds of it left (it is given up
-        while the lease still keeps other replicas out, so the job's hook is gone before another
-        replica can take the event). A transient failure (5xx, 408, 429, no answer) with more time
-        left keeps the hold, and the keeper tries again a second later."""
-        from azure.core.exceptions import AzureError, HttpResponseError
+        gone), or when fewer than `give_up_before` seconds of it are left on this replica's clock
+        without a renewal that moved its expiry on: renewals failing (5xx, 408, 429, no answer),
+        or the replica paused. It is given up while the lease still keeps other replicas out, so
+        the job's hook is gone before another replica can take the event; `holds` already says
+        False from that moment, whatever the keeper is doing. A transient failure with more time
+        left keeps the hold, and the keeper tries again a second later.
 
+        The requests are made outside `_lock`, each tried once (connect_timeout + read_timeout at
+        most), the events' renewals side by side (up to `_KEEPERS` at once, so a round takes about
+        one request however many events are held), then their visibility extensions; the events
+        given up are told to `on_lost` as soon as they are known."""
+        self._tell_lost(self._give_up_due())
+        with self._lock:
+            helds = list(self._held.items())
+        if not helds:
+            return
+        with ThreadPoolExecutor(max_workers=min(_KEEPERS, len(helds)), thread_name_prefix="queue-keeper") as pool:
+            renewed = list(pool.map(lambda item: self._renew(*item), helds))
+            self._tell_lost([event for event, _ in renewed if event is not None])
+            list(pool.map(lambda item: self._extend(*item), [item for item, (_, ok) in zip(helds, renewed) if ok]))
+
+    def _give_up_due(self) -> List[CentralEvent]:
+        """Drop the events whose give-up moment passed without a renewal (on this replica's clock)."""
         lost: List[CentralEvent] = []
         with self._lock:
+            now = self._clock.monotonic()
             for key, held in list(self._held.items()):
+                if now >= held.expires - self.settings.give_up_before:
+                    why = ("its expiry passed without a renewal" if now >= held.expires else
+                           f"fewer than {self.settings.give_up_before:g} s of it left without a renewal")
+                    lost.append(self._lose(key, held, why))
+            self.metrics.held = len(self._held)
+        return lost
+
+    def _renew(self, key: str, held: _Held) -> Tuple[Optional[CentralEvent], bool]:
+        """Renew one event's lease: (the event if it was lost now, whether it was renewed)."""
+        from azure.core.exceptions import AzureError, HttpResponseError
+
+        with held.io:
+            with self._lock:
+                if self._held.get(key) is not held:
+                    return None, False  # settled or given up meanwhile
                 asked_at = self._clock.monotonic()
-                if asked_at >= held.expires:
-                    lost.append(self._lose(key, held, "its expiry passed without a renewal"))
-                    continue
-                try:
-                    held.lease.renew()
-                except (HttpResponseError, AzureError) as exc:
-                    status = (exc.status_code or 0) if isinstance(exc, HttpResponseError) else 0
-                    if 400 <= status < 500 and status not in (408, 429):
-                        lost.append(self._lose(key, held, _brief(exc)))
-                    elif asked_at >= held.expires - self.settings.give_up_before:
-                        lost.append(self._lose(key, held, f"renewal failed ({_brief(exc)}) with fewer than "
-                                                          f"{self.settings.give_up_before:g} s of it left"))
-                    else:  # 5xx, 408, 429, no answer: transient
-                        held.failing = True
-                        log.warning("renewing the lease of event %s failed (%s): retried in a second",
-                                    held.event.event_id, _brief(exc))
-                    continue
+            failure: Optional[BaseException] = None
+            try:
+                held.lease.renew()
+            except AzureError as exc:
+                failure = exc
+            with self._lock:
+                if self._held.get(key) is not held:
+                    return None, False
+                now = self._clock.monotonic()
+                status = (failure.status_code or 0) if isinstance(failure, HttpResponseError) else 0
+                if failure is not None and 400 <= status < 500 and status not in (408, 429):
+                    return self._lose(key, held, _brief(failure)), False
+                if now >= held.expires - self.settings.give_up_before:
+                    # `holds` has said False since that moment (the job is being stopped): a renewal
+                    # that came back later changes nothing, the event stays given up.
+                    what = "failed" if failure is not None else "came back too late"
+                    detail = f" ({_brief(failure)})" if failure is not None else ""
+                    return self._lose(key, held, f"renewal {what}{detail} with fewer than "
+                                                 f"{self.settings.give_up_before:g} s of it left"), False
+                if failure is not None:  # 5xx, 408, 429, no answer: transient
+                    held.failing = True
+                    log.warning("renewing the lease of event %s failed (%s): retried in a second",
+                                held.event.event_id, _brief(failure))
+                    return None, False
                 held.failing = False
                 held.expires = asked_at + held.lease.duration
-                kept = []
-                for message, change in held.messages:
-                    updated = self._hide(message, self.settings.visibility)
-                    if updated is None:
-                        self.metrics.lost += 1
-                        continue
-                    message.pop_receipt = updated.pop_receipt
-                    kept.append((message, change))
-                held.messages = kept
-                if not kept:
-                    held.lease.release()
+                return None, True
+
+    def _extend(self, key: str, held: _Held) -> None:
+        """Make a renewed event's messages invisible for another `visibility`; forget those gone."""
+        from azure.core.exceptions import AzureError
+
+        with held.io:
+            with self._lock:
+                if self._held.get(key) is not held:
+                    return
+                messages = list(held.messages)
+            gone = []
+            for message, change in messages:
+                try:
+                    updated = self._hide(message, self.settings.visibility, **NO_RETRY)
+                except AzureError as exc:  # transient: the next round extends it (a third of its visibility)
+                    log.warning("extending the visibility of a message of event %s failed (%s)",
+                                held.event.event_id, _brief(exc))
+                    continue
+                if updated is None:
+                    gone.append((message, change))
+                    continue
+                message.pop_receipt = updated.pop_receipt
+            with self._lock:
+                self.metrics.lost += len(gone)
+                held.messages = [m for m in held.messages if m not in gone]
+                release = not held.messages and self._held.get(key) is held
+                if release:
                     del self._held[key]
-            self.metrics.held = len(self._held)
+                self.metrics.held = len(self._held)
+            if release:
+                held.lease.release()
+
+    def _tell_lost(self, lost: List[CentralEvent]) -> None:
         for event in lost:  # outside the lock: the handler stops the event's job now
             for listener in list(self.on_lost):
                 listener(event)
@@ -476,6 +576,7 @@ class QueueSource:
                     "and never acknowledges it", held.event.event_id, why)
         self.metrics.lost += 1
         del self._held[key]
+        self.metrics.held = len(self._held)
         return held.event
 
     def _keep_alive_loop(self) -> None:
@@ -486,10 +587,14 @@ class QueueSource:
                 log.exception("renewing the queue's leases failed; retrying")
 
     def _next_round(self) -> float:
-        """Seconds until the keeper's next round: a third of the lease, or a second while a renewal fails."""
+        """Seconds until the keeper's next round: a third of the lease, or a second while a renewal
+        fails -- and no later than the next give-up moment, so `on_lost` is told on time."""
         with self._lock:
             failing = any(held.failing for held in self._held.values())
-        return min(1.0, self.settings.keep_alive_every) if failing else self.settings.keep_alive_every
+            give_ups = [held.expires - self.settings.give_up_before for held in self._held.values()]
+            now = self._clock.monotonic()
+        every = min(1.0, self.settings.keep_alive_every) if failing else self.settings.keep_alive_every
+        return max(0.0, min([every] + [at - now for at in give_ups]))
 
     def _measure(self) -> None:
         now = self._clock.monotonic()
@@ -559,6 +664,12 @@ def open_queue_source(queue_url: str, connection_string_env: Optional[str] = Non
 
         credential = build_credential()
     return QueueSource.from_url(queue_url, credential, settings, **kwargs)
+
+
+def _options(settings: QueueSettings) -> Dict[str, Any]:
+    from azure.storage.queue import LinearRetry
+
+    return client_options(LinearRetry, settings.connect_timeout, settings.read_timeout)
 
 
 def _raw_event(content: str, note: Notification) -> Dict[str, Any]:
