@@ -466,6 +466,8 @@ class CentralHandler:
                                                               "again as read next poll")
             return False
         try:
+            if not self._fence(central):
+                return False
             answer = self._acknowledge(central.scale_set, [central.event_id])[0]
         except AzureError as exc:
             self._report(D.APPROVAL_FAILED, event.event_id, f"acknowledging {event.event_id} failed: {exc}; "
@@ -473,6 +475,9 @@ class CentralHandler:
             return False
         known.ack = answer
         if not answer.ok:
+            taken_back: Optional[Callable[[CentralEvent], None]] = getattr(self.source, "unacknowledging", None)
+            if taken_back is not None:
+                taken_back(central)  # refused: nothing released, another replica may acknowledge it
             self.observe("acknowledge_refused", event_type=central.event_type, event_id=central.event_id)
             self._report(D.APPROVAL_FAILED, event.event_id, f"event {central.event_id} of {central.scale_set}: "
                                                             f"acknowledge refused (HTTP {answer.status} "
@@ -483,6 +488,17 @@ class CentralHandler:
                      seconds=max(0.0, self.clock.now() - seen))
         log.info("event %s of %s acknowledged: %s", central.event_id, central.scale_set, answer.message)
         return True
+
+    def _fence(self, central: CentralEvent) -> bool:
+        """A source shared by replicas records the acknowledgement under the event's lease before
+        it is sent (`acknowledging`: the queue's blob); False when it refused (said and published)."""
+        fence: Optional[Callable[[CentralEvent], Optional[str]]] = getattr(self.source, "acknowledging", None)
+        why = fence(central) if fence is not None else None
+        if why is None:
+            return True
+        self._report(D.EVENT_LOST, central.event_id, f"{central.event_type} {central.event_id} of "
+                                                     f"{central.scale_set} is not acknowledged here: {why}")
+        return False
 
     def _report(self, kind: str, event_id: Optional[str], message: str, event: Optional[Event] = None,
                 **data: Any) -> None:

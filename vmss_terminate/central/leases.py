@@ -13,6 +13,9 @@ hold one copy. A lease per EventId serialises them.
 The blob (`{container}/{EventId}`) also keeps what was done for the event: the changes handled
 (status and NotBefore) and their outcome, written only under the lease. A duplicate delivery that
 reaches another replica, or arrives after a restart, finds its change there and runs nothing.
+It also keeps the acknowledgement (`Record.ack`), written under the lease *before* the POST: the
+write succeeds only while the writer's lease is the blob's (Azure answers 412 otherwise), so it is
+the fence that lets at most one replica send the acknowledgement, whatever its clock or its speed.
 
 Every request is bounded (`client_options`): the SDK's defaults -- ExponentialRetry with 3 retries
 backing off ~15/18/24 s, a 20 s connect and a 60 s read timeout -- let one renewal answered 503, or
@@ -63,6 +66,11 @@ class Record:
 
     event_id: str
     handled: Dict[str, str] = field(default_factory=dict)  # "status|NotBefore" -> outcome
+    ack: Dict[str, str] = field(default_factory=dict)
+    """The acknowledgement decided for the event (empty: none): `lease` (the id of the lease it was
+    written under), `change` and `at` (ISO 8601). Written before the POST is sent: a replica that
+    finds one written under another lease never acknowledges the event (the holder of that lease
+    sent it, or died before it could: then Azure goes on at NotBefore)."""
 
     @staticmethod
     def key(status: str, not_before: str) -> str:
@@ -72,7 +80,10 @@ class Record:
         return self.handled.get(self.key(status, not_before))
 
     def to_bytes(self) -> bytes:
-        return json.dumps({"eventId": self.event_id, "handled": self.handled}, sort_keys=True).encode("utf-8")
+        value: Dict[str, Any] = {"eventId": self.event_id, "handled": self.handled}
+        if self.ack:
+            value["acknowledgement"] = self.ack
+        return json.dumps(value, sort_keys=True).encode("utf-8")
 
     @classmethod
     def from_bytes(cls, event_id: str, data: bytes) -> "Record":
@@ -83,7 +94,10 @@ class Record:
         handled = value.get("handled") if isinstance(value, dict) else None
         if not isinstance(handled, dict):
             handled = {}
-        return cls(event_id, {str(k): str(v) for k, v in handled.items()})
+        ack = value.get("acknowledgement") if isinstance(value, dict) else None
+        if not isinstance(ack, dict):
+            ack = {}
+        return cls(event_id, {str(k): str(v) for k, v in handled.items()}, {str(k): str(v) for k, v in ack.items()})
 
 
 class Lease:

@@ -393,9 +393,12 @@ class QueueSource:
             return
         record = lease.record()
         moved_on = note.event.pending and any(not c.startswith(f"{note.status}|") for c in record.handled)
-        if record.handled.get(note.change) or moved_on:
+        acknowledged = note.event.pending and bool(record.ack)
+        if record.handled.get(note.change) or moved_on or acknowledged:
             # moved_on: Event Grid does not keep order, and a Scheduled change arriving after the
             # event's Started/Completed/Canceled change was settled is stale: never acted on.
+            # acknowledged: a replica decided the acknowledgement under its lease (and sent it, or
+            # died first), then lost the lease before settling: never acknowledged twice.
             self._remember(note.dedup_key)
             lease.release()
             self._drop_duplicate(message)
@@ -408,6 +411,55 @@ class QueueSource:
     def _drop_duplicate(self, message: Any) -> None:
         self.metrics.duplicates_dropped += 1
         self._delete(message)
+
+    def acknowledging(self, event: CentralEvent) -> Optional[str]:
+        """Record in the event's blob, under its lease, that this replica sends its acknowledgement
+        now; the handler calls it right before the POST. None: go ahead. Otherwise why not: the
+        lease is no longer held here, the blob answers that it is another's (412: lapsed at Azure
+        and taken, or broken), or another lease's holder decided the acknowledgement already.
+
+        The write is the fence: it succeeds only while this replica's lease is the blob's, and a
+        replica that takes the lease later reads the record before it hands the event on
+        (`_take_one`), so at most one acknowledgement is sent for an event, however long the
+        sender is starved between this write and its POST, or between the POST and `settle`. A
+        retry under the same lease (the POST failed) goes ahead."""
+        from azure.core.exceptions import AzureError
+
+        with self._lock:
+            held = self._held.get(event.key)
+        if held is None or not self.holds(event):
+            return "this replica no longer holds the event's lease"
+        try:
+            record = held.lease.record()
+            if record.ack and record.ack.get("lease") != held.lease.lease_id:
+                return (f"its acknowledgement was recorded under another replica's lease at "
+                        f"{record.ack.get('at', '?')}")
+            if not record.ack:
+                record.ack = {"lease": held.lease.lease_id, "change": held.change,
+                              "at": datetime.fromtimestamp(self._clock.now(), timezone.utc).isoformat()}
+                held.lease.write(record)
+        except AzureError as exc:
+            return f"recording the acknowledgement under the event's lease failed ({_brief(exc)})"
+        return None
+
+    def unacknowledging(self, event: CentralEvent) -> None:
+        """Azure refused the acknowledgement (nothing was released): take the record back, under
+        the lease, so a replica taking the event over may acknowledge it. Best effort: if the lease
+        is gone, the record stays and the event goes on at its NotBefore."""
+        from azure.core.exceptions import AzureError
+
+        with self._lock:
+            held = self._held.get(event.key)
+        if held is None:
+            return
+        try:
+            record = held.lease.record()
+            if record.ack.get("lease") == held.lease.lease_id:
+                record.ack = {}
+                held.lease.write(record)
+        except AzureError as exc:
+            log.warning("taking back the acknowledgement record of event %s failed (%s)", event.event_id,
+                        _brief(exc))
 
     def _remember(self, key: Tuple[str, str]) -> None:
         self._settled[key] = None

@@ -1,0 +1,172 @@
+"""One acknowledgement per event across replicas, whatever a replica's speed: two QueueSources and
+two CentralHandlers in process on the real Azurite, replica A's lease made to lapse at Azure at the
+worst moments (its clock pushed past the lease's expiry: A was starved that long; the lease broken:
+Azure let it go), and a duplicate delivery of the event reaching replica B meanwhile.
+
+The acknowledgement is recorded in the event's lease blob, under the lease, before the POST
+(`QueueSource.acknowledging`): a replica taking the lease over reads it and never sends another,
+and a replica whose lease is no longer the blob's cannot write it (412) and sends nothing."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any, Dict, Iterator, List, Sequence, Tuple
+
+import pytest
+from queue_events import event_id, properties, resource_id
+
+from vmss_terminate.central import eventgrid
+from vmss_terminate.central.graph import ScaleSetInfo
+from vmss_terminate.central.handler import CentralHandler
+from vmss_terminate.central.leases import EventLeases
+from vmss_terminate.central.maintenance import APPROVED, AckResult
+from vmss_terminate.central.source import CentralEvent, ScaleSetRef
+from vmss_terminate.central.storage_queue import QueueSettings, QueueSource
+
+pytestmark = pytest.mark.timeout(120)
+
+
+class Starved:
+    """Real time whose readings the test pushes forward: the replica was starved that long."""
+
+    speed = 1.0
+
+    def __init__(self) -> None:
+        self.offset = 0.0
+
+    def now(self) -> float:
+        return time.time() + self.offset
+
+    def monotonic(self) -> float:
+        return time.monotonic() + self.offset
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(seconds)
+
+    def wait(self, event: Any, seconds: float) -> bool:
+        return bool(event.wait(seconds))
+
+
+class World:
+    def __init__(self, endpoints: Any) -> None:
+        from azure.storage.queue import QueueClient
+
+        self.cs = endpoints.connection_string
+        self.name = f"q{uuid.uuid4().hex[:20]}"
+        self.queue = QueueClient.from_connection_string(self.cs, self.name)
+        self.queue.create_queue()
+        self.container = f"l{uuid.uuid4().hex[:20]}"
+        self.sources: List[QueueSource] = []
+        self.sent: List[Tuple[str, str]] = []  # (replica, EventId): every acknowledge POST
+
+    def source(self, clock: Starved) -> QueueSource:
+        made = QueueSource.from_connection_string(
+            self.cs, self.name, QueueSettings(lease_container=self.container, lease_duration=15, visibility=30,
+                                              metrics_interval=0), clock=clock)
+        self.sources.append(made)
+        return made
+
+    def send(self, eid: str) -> None:
+        """One delivery of the event's Scheduled change (a new Event Grid id: a duplicate delivery)."""
+        event = eventgrid.event_grid_schema(resource_id(eid), properties(eid), delivery_id=str(uuid.uuid4()),
+                                            event_time="2026-11-26T18:00:00Z")
+        self.queue.send_message(eventgrid.encode_body(event))
+
+    def break_lease(self, eid: str) -> None:
+        """The event's lease lapses at Azure (broken at once: free for the next replica's acquire)."""
+        from azure.storage.blob import BlobLeaseClient, ContainerClient
+
+        blob = ContainerClient.from_connection_string(self.cs, self.container).get_blob_client(eid.lower())
+        BlobLeaseClient(blob).break_lease(lease_break_period=0)
+
+    def handler(self, name: str, source: QueueSource, during_post: Any = None) -> CentralHandler:
+        def lookup(refs: Sequence[ScaleSetRef]) -> Dict[str, ScaleSetInfo]:
+            return {ref.key: ScaleSetInfo(ref) for ref in refs}
+
+        def acknowledge(ref: ScaleSetRef, ids: Sequence[str]) -> List[AckResult]:
+            self.sent.extend((name, eid) for eid in ids)  # the POST went out
+            if during_post is not None:
+                during_post()
+            return [AckResult(ref, eid, True, 200, APPROVED) for eid in ids]
+
+        return CentralHandler(source, lookup, acknowledge)
+
+
+@pytest.fixture
+def world(azurite_endpoints: Any) -> Iterator[World]:
+    made = World(azurite_endpoints)
+    yield made
+    for source in made.sources:
+        source.close()
+
+
+def test_a_replica_starved_between_its_post_and_settling_is_not_acknowledged_again_by_another(
+        world: World) -> None:
+    """(a) A sends the acknowledgement, then is starved past its lease's expiry before it deletes
+    the message and records the change: its keeper gives the event up ("its expiry passed without a
+    renewal"), the lease lapses at Azure, and B takes the lease with a duplicate delivery of the
+    same Scheduled change. B must find that the event was acknowledged (the message it holds is
+    only a snapshot) and send nothing. Before the acknowledgement was recorded before the POST,
+    B acknowledged it a second time."""
+    eid = event_id()
+    world.send(eid)
+    clock_a = Starved()
+    source_a = world.source(clock_a)
+    lost: List[CentralEvent] = []
+    source_a.on_lost.append(lost.append)
+
+    def starved_after_the_post() -> None:
+        clock_a.offset += source_a.settings.lease_duration + 1
+        world.break_lease(eid)  # its expiry passed at Azure too: free for the next acquire
+        world.send(eid)  # Event Grid delivers the same change again (at least once)
+        source_a.keep_alive()  # A's keeper runs first when A gets a core again
+
+    handler_a = world.handler("A", source_a, during_post=starved_after_the_post)
+    handler_a.poll_once(wait=True)
+    assert world.sent == [("A", eid)]
+    assert [e.event_id for e in lost] == [eid] and source_a.metrics.lost == 1
+
+    source_b = world.source(Starved())
+    handler_b = world.handler("B", source_b)
+    handler_b.poll_once(wait=True)
+    assert world.sent == [("A", eid)], "the event was acknowledged twice"
+    assert source_b.metrics.duplicates_dropped == 1 and source_b.poll().events == []
+    record = EventLeases.from_connection_string(world.cs, world.container, duration=15).record(eid)
+    assert record.ack["change"].startswith("Scheduled|")
+
+
+def test_a_replica_whose_lease_lapsed_before_its_post_sends_nothing(world: World) -> None:
+    """(b) A's own clock says it still holds the lease, but the lease lapsed at Azure and B took the
+    event (a duplicate delivery): A's record of the acknowledgement is refused (the lease is B's),
+    so A sends no POST, and B acknowledges the event, once. Before, A's check of its lease was its
+    own clock only, and both sent one."""
+    eid = event_id()
+    world.send(eid)
+    source_a = world.source(Starved())
+    [event_a] = source_a.poll().events
+    world.break_lease(eid)
+    world.send(eid)
+    source_b = world.source(Starved())
+    assert [e.event_id for e in source_b.poll().events] == [eid]
+    assert source_a.holds(event_a)  # nothing told A yet: its clock says the lease has time left
+
+    world.handler("A", source_a).poll_once(wait=True)
+    assert world.sent == []
+    world.handler("B", source_b).poll_once(wait=True)
+    assert world.sent == [("B", eid)]
+
+
+def test_the_record_is_kept_for_a_retry_under_the_same_lease_and_taken_back_when_azure_refuses(
+        world: World) -> None:
+    """The same holder may try again (its POST failed); a refused acknowledgement released nothing,
+    so its record is taken back and the next holder of the lease may acknowledge the event."""
+    eid = event_id()
+    world.send(eid)
+    source = world.source(Starved())
+    [event] = source.poll().events
+    leases = EventLeases.from_connection_string(world.cs, world.container, duration=15)
+    assert source.acknowledging(event) is None and leases.record(eid).ack["lease"]
+    assert source.acknowledging(event) is None
+    source.unacknowledging(event)
+    assert leases.record(eid).ack == {}
