@@ -451,7 +451,8 @@ class CentralHandler:
         self.pipeline.jobs.wake(event.event_id)
 
     def _approve(self, event: Event) -> bool:
-        """The Maintenance RP acknowledgement (the pipeline's `Source.approve`); the lease checked last."""
+        """The Maintenance RP acknowledgement (the pipeline's `Source.approve`); last before the POST, a leasing
+        source records it under the event's lease (`_fence`): a replica that lost the lease sends nothing."""
         with self._lock:
             known = self._known.get(event.event_id)
         if known is None or not self._holds(event.event_id):
