@@ -98,7 +98,7 @@ class BlobFaults:
 
         self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True)
         self.thread.start()
 
     @property
@@ -229,6 +229,17 @@ def test_a_failed_renewal_with_time_left_keeps_the_event_and_the_keeper_tries_ag
         assert source.holds(event)
     finally:
         source.close()
+
+
+def test_closing_while_storage_cannot_be_reached_leaves_the_leases_to_lapse(
+        azurite_endpoints: Any, proxy: BlobFaults) -> None:
+    source, eid, container = _source(azurite_endpoints, proxy, _Paused())
+    [event] = source.poll().events
+    proxy.close()  # the lease blobs' endpoint is gone (connection refused)
+    source.close()  # no traceback on the way out: the lease lapses at its expiry
+    assert not source.holds(event) and source.metrics.held == 0
+    assert EventLeases.from_connection_string(azurite_endpoints.connection_string, container,
+                                              duration=15).acquire(eid) is None  # still held until it lapses
 
 
 def test_storage_requests_are_bounded_by_the_settings() -> None:

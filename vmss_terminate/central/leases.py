@@ -130,15 +130,16 @@ class Lease:
         self.renewed_at = time.monotonic()
 
     def release(self) -> None:
-        from azure.core.exceptions import HttpResponseError
+        """Free the lease for the next holder; if Storage cannot be reached, it lapses at its expiry."""
+        from azure.core.exceptions import AzureError
 
         if self.released:
             return
         self.released = True
         try:
-            self._lease.release()
-        except HttpResponseError:
-            pass  # expired or taken over already: nothing of ours to release
+            self._lease.release(**NO_RETRY)  # one attempt: a lease not released lapses anyway
+        except AzureError:
+            pass  # expired or taken over already, or no answer: it lapses on its own within `duration`
 
 
 class EventLeases:
