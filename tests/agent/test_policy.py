@@ -68,13 +68,16 @@ def test_a_type_not_approved_after_hooks_is_withheld() -> None:
 @pytest.mark.parametrize("on_failure,expected", [("approve", policy.APPROVE), ("wait", policy.WITHHOLD)])
 def test_a_failed_hook_approves_or_waits_as_configured(on_failure: str, expected: str) -> None:
     progress = Progress(hooks_started=True, hooks_finished=True, hooks_failed=True)
-    assert policy.approval(event(), VM, config(on_hook_failure=on_failure), progress).action == expected
+    verdict = policy.approval(event(), VM, config(on_hook_failure=on_failure), progress)
+    assert verdict.action == expected
+    assert on_failure == "approve" or "a hook failed and --on-hook-failure=wait" in verdict.message
 
 
 def test_a_shared_event_is_withheld_unless_approve_shared() -> None:
     shared = event([VM, "web_2"])
     verdict = policy.approval(shared, VM, CONFIG, Progress())
     assert (verdict.action, verdict.kind, verdict.others) == (policy.WITHHOLD, D.SHARED_NOT_APPROVED, ("web_2",))
+    assert "(use --approve-shared)" in verdict.message
     assert policy.approval(shared, VM, config(approve_shared=True), Progress()).action == policy.APPROVE
 
 

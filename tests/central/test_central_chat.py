@@ -108,7 +108,8 @@ def test_failed_action_and_withheld_acknowledgement_are_teams_cards(live_arm: Ar
                       "vmss-terminate on lin_1: approval withheld"]
     facts = {f["title"]: f["value"] for f in cards[1]["body"][1]["facts"]}
     assert facts["Event"] == f"Terminate {eid}" and facts["Hook"].endswith("@lin_1 (failed)")
-    assert f"not approving {eid}: a hook failed" in cards[2]["body"][2]["text"]
+    assert f"not approving {eid}: a hook failed and --on-failure=wait" in cards[2]["body"][2]["text"]
+    # central run's own option, not the agent's --on-hook-failure: the user can type what is named
 
 
 def test_json_stays_the_default_and_chat_formats_are_the_agents(live_arm: ArmServers) -> None:

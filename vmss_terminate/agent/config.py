@@ -26,11 +26,11 @@ import math
 import os
 import re
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Collection, Dict, FrozenSet, Optional, Sequence, Tuple
+from typing import Any, Callable, Collection, Dict, FrozenSet, Mapping, Optional, Sequence, Tuple
 
 from vmss_terminate.agent.imds import check_imds_api_version, resolve_imds_url
 from vmss_terminate.errors import UsageError
-from vmss_terminate.params import option, with_metadata
+from vmss_terminate.params import option, options_of, with_metadata
 from vmss_terminate.pipeline.events import parse_types, same_name
 from vmss_terminate.pipeline.hooks import redact_url
 from vmss_terminate.pipeline.kubernetes.rules import DEFAULT_TAINT, parse_taint
@@ -156,6 +156,14 @@ class AgentConfig:
             if _SECONDS in field.metadata:
                 _check_seconds(field.name, getattr(self, field.name), *field.metadata[_SECONDS])
         return replace(self, **{name: check(self, getattr(self, name)) for name, check in CHECKS.items()})
+
+    @property
+    def option_names(self) -> Mapping[str, str]:
+        """Each field's flag, from its declaration (`policy.Settings.option_names`)."""
+        return _OPTION_NAMES
+
+
+_OPTION_NAMES: Mapping[str, str] = {declared.dest: declared.flag for declared in options_of(AgentConfig)}
 
 
 # -- the per-field checks `validated()` reads: each returns the field's normalised value ------------

@@ -37,7 +37,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 from vmss_terminate.central.graph import ScaleSetInfo
 from vmss_terminate.central.legacy import Legacy
@@ -64,6 +64,8 @@ the handler leaves most of the quota to other tools, and a Terminate's notice (5
 long against it."""
 DEFAULT_SAFETY_MARGIN = 15.0
 RUN_COMMAND_STEP = "run-command"
+CENTRAL_OPTION_NAMES: Mapping[str, str] = {"approve_types": "--type", "on_hook_failure": "--on-failure"}
+"""`central run`'s spelling of the settings the pipeline's messages name (commands/central.py)."""
 
 
 @dataclass(frozen=True)
@@ -105,6 +107,10 @@ class HandlerConfig:
     @property
     def rerun_interrupted(self) -> bool:
         return True  # hooks at least once
+
+    @property
+    def option_names(self) -> Mapping[str, str]:
+        return CENTRAL_OPTION_NAMES
 
 
 def kill_grace_problem(kill_grace: float, give_up_before: Optional[float]) -> Optional[str]:

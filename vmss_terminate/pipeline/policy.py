@@ -75,6 +75,11 @@ class Settings(Protocol):
     def webhook(self) -> Optional[str]: ...
     @property
     def webhook_format(self) -> str: ...
+    @property
+    def option_names(self) -> Mapping[str, str]:
+        """The source's command-line spelling of the settings its messages name ("approve_types",
+        "approve_shared", "on_hook_failure"): the agent's `--on-hook-failure` is `central run`'s
+        `--on-failure`, and a message must name the option the user can type."""
 
 
 @dataclass(frozen=True)
@@ -182,8 +187,13 @@ def next_step(event: Event, vm_name: str, config: Settings, progress: Progress, 
         return Verdict(RUN_HOOKS)
     if not has_hooks and event.event_type not in config.approve_types:
         return Verdict(OBSERVE, f"{event.event_type} {event.event_id} is ours; observed only "
-                                f"(no hook subscribed, type not in --approve)", kind=D.OBSERVED)
+                                f"(no hook subscribed, type not in {_option(config, 'approve_types')})", kind=D.OBSERVED)
     return approval(event, vm_name, config, progress, now)
+
+
+def _option(config: Settings, name: str) -> str:
+    """The option setting `name` as the user spells it for this source (`Settings.option_names`)."""
+    return config.option_names.get(name) or "--" + name.replace("_", "-")
 
 
 def approval(event: Event, vm_name: str, config: Settings, progress: Progress,
@@ -195,10 +205,10 @@ def approval(event: Event, vm_name: str, config: Settings, progress: Progress,
         return Verdict(DONE)
     if event.event_type not in config.approve_types:
         listed = ", ".join(sorted(config.approve_types)) or "none"
-        return Verdict(WITHHOLD, f"not approving {event.event_type} {eid}: type not in --approve ({listed})",
+        return Verdict(WITHHOLD, f"not approving {event.event_type} {eid}: type not in {_option(config, 'approve_types')} ({listed})",
                        kind=D.APPROVAL_WITHHELD)
     if progress.hooks_failed and config.on_hook_failure == "wait":
-        return Verdict(WITHHOLD, f"not approving {eid}: a hook failed and --on-hook-failure=wait; "
+        return Verdict(WITHHOLD, f"not approving {eid}: a hook failed and {_option(config, 'on_hook_failure')}=wait; "
                                  f"it starts at NotBefore", kind=D.APPROVAL_WITHHELD)
     if not acts_for(event, vm_name) or not event.scheduled:
         return Verdict(IGNORE)  # no longer ours (Resources changed) or started: never approve it
@@ -211,7 +221,7 @@ def approval(event: Event, vm_name: str, config: Settings, progress: Progress,
     others = () if vm_name == EVERY_LISTED_VM else tuple(event.others(vm_name))
     if others and not config.approve_shared:
         return Verdict(WITHHOLD, f"not approving {event.event_type} {eid}: it also names {', '.join(others)}; "
-                                 f"approving would release them before they drain (use --approve-shared); "
+                                 f"approving would release them before they drain (use {_option(config, 'approve_shared')}); "
                                  f"it starts at NotBefore", kind=D.SHARED_NOT_APPROVED, others=others)
     until = drain_until(event, config, progress)
     if until is not None and (now is None or now < until):
