@@ -14,6 +14,7 @@ from clifork import run_forked
 from vmss_terminate.central.handler import CentralHandler, HandlerConfig
 from vmss_terminate.central.source import CentralEvent, ScaleSetRef, SourceBatch
 from vmss_terminate.central.storage_queue import QueueSettings
+from vmss_terminate.pipeline.hooks import WAKE_EVERY
 
 from .conftest import SUB
 
@@ -49,13 +50,15 @@ def test_the_api_refuses_a_kill_grace_the_lease_would_not_wait_for() -> None:
         _handler(give_up)
     with pytest.raises(ValueError):
         _handler(give_up + 1)
-    assert _handler(give_up - 0.5).config.kill_grace == give_up - 0.5
+    with pytest.raises(ValueError):  # a running step notices the loss up to WAKE_EVERY late
+        _handler(give_up - WAKE_EVERY)
+    assert _handler(give_up - WAKE_EVERY - 0.5).config.kill_grace == give_up - WAKE_EVERY - 0.5
 
 
 def test_the_cli_refuses_it_with_one_line_and_exit_2() -> None:
     result = run_forked(["central", "run", "--subscription", SUB, "--source", "queue", "--queue-url",
-                         "https://acct.queue.core.windows.net/events", "--kill-grace", "7"],
+                         "https://acct.queue.core.windows.net/events", "--kill-grace", "6.5"],
                         os.environ, os.getcwd(), timeout=60)
     assert result.returncode == 2, result.stderr
-    assert "--kill-grace 7 must be shorter" in result.stderr and "Traceback" not in result.stderr
+    assert "--kill-grace 6.5 must be shorter" in result.stderr and "Traceback" not in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1 and result.stdout == ""

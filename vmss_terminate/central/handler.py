@@ -50,7 +50,7 @@ from vmss_terminate.pipeline import decisions as D
 from vmss_terminate.pipeline import policy
 from vmss_terminate.pipeline.decisions import Decision, DecisionBus
 from vmss_terminate.pipeline.events import EVERY_LISTED_VM, Event
-from vmss_terminate.pipeline.hooks import FAILED, OK, Run, StepResult
+from vmss_terminate.pipeline.hooks import FAILED, OK, WAKE_EVERY, Run, StepResult
 from vmss_terminate.pipeline.jobs import Step
 from vmss_terminate.pipeline.journal import StateStore, event_of
 from vmss_terminate.pipeline.pipeline import Pipeline, Source
@@ -114,14 +114,16 @@ class HandlerConfig:
 
 
 def kill_grace_problem(kill_grace: float, give_up_before: Optional[float]) -> Optional[str]:
-    """Why `kill_grace` cannot go with a leasing source's `give_up_before` (None: it can): a hook
-    stopped when a lease is given up is killed `kill_grace` later, and must be dead before the lease
-    can lapse and another replica run the event's hook (`QueueSettings.give_up_before`)."""
-    if give_up_before is None or kill_grace < give_up_before:
+    """Why `kill_grace` cannot go with a leasing source's `give_up_before` (None: it can): a running
+    step sees the loss within `WAKE_EVERY` of the give-up, its hook is killed `kill_grace` later, and
+    must be dead before the lease can lapse and another replica run the event's hook
+    (`QueueSettings.give_up_before`)."""
+    if give_up_before is None or kill_grace + WAKE_EVERY < give_up_before:
         return None
     return (f"--kill-grace {kill_grace:g} must be shorter than the queue source's give_up_before "
-            f"({give_up_before:g} s): a hook stopped when a lease is given up would outlive it, and another "
-            f"replica could run the same event's hook meanwhile")
+            f"({give_up_before:g} s) less the {WAKE_EVERY:g} s a running step takes to notice the loss: a hook "
+            f"stopped when a lease is given up would outlive it, and another replica could run the same "
+            f"event's hook meanwhile")
 
 
 @dataclass

@@ -119,7 +119,8 @@ def central_group() -> None:
     "messages of what the handler did (event seen, action failed, acknowledged or withheld), never delaying it."),
     "kill_grace": ("A hook stopped (at its deadline, on a stop, or when a queue lease is given up) gets SIGTERM, "
                    "then SIGKILL after S seconds, with its whole process tree; with --source queue it must be "
-                   "shorter than the 7 s before a failing lease's expiry at which it is given up.")}))
+                   "shorter than 6 s: a failing lease is given up 7 s before its expiry, and a running hook notices "
+                   "within 1 s.")}))
 @click.option("--kubernetes", is_flag=True,
               help="Cordon and drain every node the event names (found by providerID, cluster-wide).")
 @click.option("--kubeconfig", metavar="FILE", help="With --kubernetes: this kubeconfig (default: in-cluster).")

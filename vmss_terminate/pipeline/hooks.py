@@ -35,7 +35,7 @@ CANCELLED = "cancelled"
 GONE = "gone"  # the event left the document for good (scale-in cancelled): the step stopped
 LOST = "lost"  # the source may no longer act on the event (a queue replica lost its lease): stopped
 
-_WAKE_EVERY = 1.0  # clock seconds between re-reading the deadline while a step runs
+WAKE_EVERY = 1.0  # clock seconds between re-reading the deadline while a step runs
 #: A hook that cannot start for lack of one of these (descriptors, processes, memory) is tried
 #: again until its deadline: the shortage is usually brief, and failing at once would let
 #: --on-hook-failure approve the VM undrained.
@@ -95,13 +95,13 @@ class Run:
             if not self.held():
                 return LOST
             deadline = self.deadline()
-            remaining = _WAKE_EVERY if deadline is None else deadline - self.clock.now()
+            remaining = WAKE_EVERY if deadline is None else deadline - self.clock.now()
             if remaining <= 0:
                 return DEADLINE
             self.wake.clear()
             if finished():
                 return OK
-            self.clock.wait(self.wake, min(remaining, _WAKE_EVERY))
+            self.clock.wait(self.wake, min(remaining, WAKE_EVERY))
 
 
 def event_variables(event: Event, vm_name: str, deadline: Optional[float]) -> Dict[str, str]:
@@ -163,7 +163,7 @@ class CommandHook:
         try:
             threading.Thread(target=_wake_on_exit, args=(proc, run.wake), daemon=True,
                              name=f"hook-wait:{proc.pid}").start()
-        except RuntimeError:  # no thread to spare: run.wait still looks every _WAKE_EVERY
+        except RuntimeError:  # no thread to spare: run.wait still looks every WAKE_EVERY
             pass
         outcome = run.wait(lambda: proc.poll() is not None)
         if outcome != OK:
