@@ -170,3 +170,29 @@ def test_the_record_is_kept_for_a_retry_under_the_same_lease_and_taken_back_when
     assert source.acknowledging(event) is None
     source.unacknowledging(event)
     assert leases.record(eid).ack == {}
+
+
+def test_a_replica_resuming_after_the_other_took_its_lease_gives_the_event_up_when_settling(world: World) -> None:
+    """A is starved after its POST for so long that B took the lease (a duplicate delivery) before
+    A's keeper ran: A's settle is refused (the lease is B's) and gives the event up -- no error
+    escapes into A's job or poll loop, its next polls leave the event alone -- and B, finding the
+    acknowledgement recorded, drops its delivery: one acknowledgement."""
+    eid = event_id()
+    world.send(eid)
+    source_a = world.source(Starved())
+    lost: List[CentralEvent] = []
+    source_a.on_lost.append(lost.append)
+    source_b = world.source(Starved())
+
+    def starved_until_b_took_the_lease() -> None:
+        world.break_lease(eid)
+        world.send(eid)
+        assert source_b.poll().events == []  # B holds the lease now, and dropped the delivery
+        assert source_b.metrics.duplicates_dropped == 1
+
+    handler_a = world.handler("A", source_a, during_post=starved_until_b_took_the_lease)
+    handler_a.poll_once(wait=True)
+    assert [e.event_id for e in lost] == [eid] and source_a.metrics.lost == 1
+    assert handler_a.poll_once(wait=True) == [] and source_a.poll().events == []
+    world.handler("B", source_b).poll_once(wait=True)
+    assert world.sent == [("A", eid)]

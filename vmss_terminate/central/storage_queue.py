@@ -299,6 +299,8 @@ class QueueSource:
     def settle(self, event: CentralEvent) -> None:
         """The handler is done with this change of the event: record it, delete its messages, and
         release the lease once no later change is waiting."""
+        from azure.core.exceptions import AzureError
+
         with self._lock:
             held = self._held.get(event.key)
             if held is None:
@@ -311,10 +313,14 @@ class QueueSource:
                         if not event.pending or c.split("|", 1)[0] == event.status]
             if not done:
                 return
-            record = held.lease.record()
-            for _, change in done:
-                record.handled[change] = "settled"
-            held.lease.write(record)
+            try:
+                record = held.lease.record()
+                for _, change in done:
+                    record.handled[change] = "settled"
+                held.lease.write(record)
+            except AzureError as exc:
+                self._tell_lost(self._settle_failed(event.key, held, exc))
+                return
             for message, _ in done:
                 self._delete(message)
             with self._lock:
@@ -328,6 +334,25 @@ class QueueSource:
                 self.metrics.held = len(self._held)
             if release:
                 held.lease.release()
+
+    def _settle_failed(self, key: str, held: _Held, exc: BaseException) -> List[CentralEvent]:
+        """Recording a settled change failed. Refused (a 4xx: the lease lapsed at Azure and was
+        taken, or broken -- a replica starved past its lease after its POST): the event is lost here,
+        its messages left to the lease's next holder, which finds the acknowledgement recorded before
+        the POST and drops them. No answer, 5xx: kept; the handler settles it again next poll."""
+        from azure.core.exceptions import HttpResponseError
+
+        status = (exc.status_code or 0) if isinstance(exc, HttpResponseError) else 0
+        if not 400 <= status < 500 or status in (408, 429):
+            log.warning("recording event %s as settled failed (%s): tried again next poll", held.event.event_id,
+                        _brief(exc))
+            return []
+        with self._lock:
+            if self._held.get(key) is not held:
+                return []
+            lost = [self._lose(key, held, f"recording it as settled was refused: {_brief(exc)}")]
+            self.metrics.held = len(self._held)
+        return lost
 
     def close(self) -> None:
         """Stop renewing; release the leases held (their messages reappear after their visibility)."""
@@ -429,17 +454,18 @@ class QueueSource:
             held = self._held.get(event.key)
         if held is None or not self.holds(event):
             return "this replica no longer holds the event's lease"
-        try:
-            record = held.lease.record()
-            if record.ack and record.ack.get("lease") != held.lease.lease_id:
-                return (f"its acknowledgement was recorded under another replica's lease at "
-                        f"{record.ack.get('at', '?')}")
-            if not record.ack:
-                record.ack = {"lease": held.lease.lease_id, "change": held.change,
-                              "at": datetime.fromtimestamp(self._clock.now(), timezone.utc).isoformat()}
-                held.lease.write(record)
-        except AzureError as exc:
-            return f"recording the acknowledgement under the event's lease failed ({_brief(exc)})"
+        with held.io:  # one read-modify-write of the record at a time (settle, the keeper's renewal)
+            try:
+                record = held.lease.record()
+                if record.ack and record.ack.get("lease") != held.lease.lease_id:
+                    return (f"its acknowledgement was recorded under another replica's lease at "
+                            f"{record.ack.get('at', '?')}")
+                if not record.ack:
+                    record.ack = {"lease": held.lease.lease_id, "change": held.change,
+                                  "at": datetime.fromtimestamp(self._clock.now(), timezone.utc).isoformat()}
+                    held.lease.write(record)
+            except AzureError as exc:
+                return f"recording the acknowledgement under the event's lease failed ({_brief(exc)})"
         return None
 
     def unacknowledging(self, event: CentralEvent) -> None:
@@ -453,10 +479,11 @@ class QueueSource:
         if held is None:
             return
         try:
-            record = held.lease.record()
-            if record.ack.get("lease") == held.lease.lease_id:
-                record.ack = {}
-                held.lease.write(record)
+            with held.io:
+                record = held.lease.record()
+                if record.ack.get("lease") == held.lease.lease_id:
+                    record.ack = {}
+                    held.lease.write(record)
         except AzureError as exc:
             log.warning("taking back the acknowledgement record of event %s failed (%s)", event.event_id,
                         _brief(exc))
