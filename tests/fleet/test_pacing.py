@@ -88,6 +88,39 @@ def test_after_a_retry_after_one_request_goes_and_the_next_waits_for_the_refill(
     assert clock.now() - start == pytest.approx(4.0, abs=0.3)
 
 
+def test_an_older_count_answered_last_is_not_believed_when_the_clock_did_not_move() -> None:
+    """Two writes in flight answered in the other order than the server counted them, at one clock
+    reading: the later-sent request's answer carries the older, higher count. The gate tells it by
+    the order of claims and counts, not by comparing clock readings (equal on a ManualClock that did
+    not move, a coarse system clock, a wall clock stepped back): believed, that count let a third
+    write go at once into an empty bucket (test_pacing's third 429 under six busy processes, where
+    the workers' answers came back bunched at one manual instant)."""
+    clock = ManualClock()
+    quotas = Quotas(clock, [parse_spec(f"writes=2/0.5,subscription={LIMITED}")])  # 2, one back per 2 s
+    throttle = SubscriptionThrottle(clock)
+    path = f"/subscriptions/{LIMITED}/resourceGroups/rg/providers/Microsoft.Compute/virtualMachineScaleSets/x"
+
+    def send() -> Tuple[int, float, Any]:
+        claimed = throttle.acquire(LIMITED, "writes")
+        return claimed, clock.now(), None
+
+    def answer(request: Tuple[int, float, Any], decision: Any) -> Any:
+        headers = dict(decision.headers)
+        if not decision.allowed:
+            headers["Retry-After"] = str(decision.retry_after)
+        throttle.release(LIMITED, "writes", 200 if decision.allowed else 429, headers, request[1], request[0])
+        return decision
+
+    for _ in range(3):  # the bucket's 2, then the probe that learns the refill (429, Retry-After 2)
+        answer(send(), quotas.decide(LIMITED, "writes", path))
+    first = send()  # when the pause ends
+    second = send()  # a refill later, the first still in flight
+    counted_second, counted_first = quotas.decide(LIMITED, "writes", path), quotas.decide(LIMITED, "writes", path)
+    assert counted_second.allowed and counted_first.allowed
+    answer(first, counted_first)  # remaining 0
+    answer(second, counted_second)  # remaining 1, older: read before the first's request was counted
+    third = send()
+    assert answer(third, quotas.decide(LIMITED, "writes", path)).allowed, clock.now() - third[1]
 
 
 def _paced(spec: str, requests: int, workers: int, latency: float = 0.05) -> Tuple[int, float]:

@@ -79,6 +79,8 @@ class _Gate:
     window: Optional[float] = None  # seconds: a sliding window's length, learnt from a 429 (None: none seen)
     clumped: bool = False  # a count came back a whole token above the refill's: tokens return in clumps
     history: Deque[float] = field(default_factory=lambda: deque(maxlen=HISTORY))  # accepted sends, in order
+    counts: int = 0  # how many times `tokens` was set: a request claimed at another value was in flight
+    # when a later count was read (its answer may carry the older count) -- by order, not by clock
 
     def window_wait(self, now: float) -> float:
         """Seconds until one more request fits the learnt window (0 when it does, or none is known):
@@ -146,7 +148,7 @@ class _Gate:
         if remaining >= min(expected, self.bucket - 1) + 1:
             self.clumped = True
 
-    def learn(self, remaining: int, now: float, sent: Optional[float] = None) -> None:
+    def learn(self, remaining: int, now: float, sent: Optional[float] = None, claimed: Optional[int] = None) -> None:
         """A fresh count from an answer: learn the refill rate from how the count moved since the
         last one (answers since then each spent a token), then restart from it. Only an answer with
         no other request in flight (so the count moved by refill alone), and only a count above
@@ -162,7 +164,8 @@ class _Gate:
         # before it may already be in it (the server counted it first, its answer came second), and
         # reading its spend as refill overestimated the rate by a token (under load, when answers
         # overtake each other, and on a test's shared ManualClock: test_pacing's extra 429s)
-        alone = self.in_flight == 0 and self.answered == 0 and (sent is None or sent >= self.at)
+        older = self._in_flight_at_last_count(sent, claimed)
+        alone = self.in_flight == 0 and self.answered == 0 and not older
         if (self.tokens is not None and alone and remaining >= 1 and now - self.at >= span
                 and self.tokens < self.bucket - 1):
             since = self.at if self.sent is None else min(self.sent, self.at)
@@ -179,7 +182,7 @@ class _Gate:
                 self.rate = max(MIN_RATE, self.rate)  # never slower than a token per BACKOFF_MAX
         self.bucket = max(self.bucket, remaining + 1.0)  # it held this one's token too
         count = float(remaining)
-        if sent is not None and self.tokens is not None and sent < self.at:
+        if older and self.tokens is not None:
             # in flight when the last count was read: the server may have counted it after that
             # count's request (this count is then the older, one token too high). Believe the lower
             # of it and the last count less this request's token, refilled since: overwritten by an
@@ -187,6 +190,18 @@ class _Gate:
             refilled = min(self.bucket, self.tokens + (self.rate or 0.0) * max(0.0, now - self.at))
             count = max(0.0, min(count, refilled - 1.0))
         self.tokens, self.at, self.answered, self.sent = count, now, 0, sent
+        self.counts += 1
+
+    def _in_flight_at_last_count(self, sent: Optional[float], claimed: Optional[int]) -> bool:
+        """Whether this answer's request was claimed before the last count was read (so the server may
+        have counted it after that count's request, and its count be the older one). Told by
+        `claimed` (the gate's `counts` when its token was claimed): equal clock readings cannot say
+        it -- a ManualClock that did not move, a coarse system clock, a wall clock stepped back --
+        and a count read at the very time this one was sent, believed as newer, let the gate send
+        one request too many (test_pacing's third 429 under load). Without `claimed`, by `sent`."""
+        if claimed is not None:
+            return claimed != self.counts
+        return sent is not None and sent < self.at
 
 
 class ThrottleStopped(AzureError):
@@ -228,12 +243,14 @@ class SubscriptionThrottle:
             gate = self._gates[key] = _Gate()
         return gate
 
-    def acquire(self, subscription: str, kind: str) -> None:
+    def acquire(self, subscription: str, kind: str) -> int:
         """Wait until the subscription's gate is open and its bucket (as last reported, refilled at
         the learnt rate) has a token no request in flight has claimed. When the count runs low the
         requests are spread at the refill rate, one token at a time, instead of all being sent the
         moment a Retry-After ends; with the rate still unknown, one request at a time probes, and
-        the first request of a gate goes alone (its answer tells what the bucket holds)."""
+        the first request of a gate goes alone (its answer tells what the bucket holds). Returns the
+        claim: pass it to `release` as `claimed` (it tells whether a later count was read while the
+        request was in flight)."""
         key = (subscription.lower(), kind)
         waited, held = 0.0, False
         while True:
@@ -243,7 +260,7 @@ class SubscriptionThrottle:
                 if pause == 0:
                     self.stats.waited_seconds += waited
                     self.stats.paced += int(held)
-                    return
+                    return self._gate(key).counts
                 held = True
                 if pause < 0:
                     self._changed.wait(self.slice)
@@ -289,10 +306,11 @@ class SubscriptionThrottle:
                                   "the request was not sent")
 
     def release(self, subscription: str, kind: str, status: Optional[int], headers: Any,
-                sent: Optional[float] = None) -> Optional[float]:
+                sent: Optional[float] = None, claimed: Optional[int] = None) -> Optional[float]:
         """Record an answer; returns the seconds to back off when it was a 429 (the gate is then
         closed): its Retry-After, or without one BACKOFF_FIRST doubled per 429 in a row. `sent`:
-        when its request was sent (on the clock), so a slow answer does not teach a fast refill."""
+        when its request was sent (on the clock), so a slow answer does not teach a fast refill;
+        `claimed`: what `acquire` returned for it."""
         key = (subscription.lower(), kind)
         with self._changed:
             gate = self._gate(key)
@@ -319,6 +337,7 @@ class SubscriptionThrottle:
                 # when the pause ends one token is back (that is what Retry-After says); the next ones
                 # come at the learnt rate: one request goes, the others are spread, none burst
                 gate.tokens, gate.at, gate.answered, gate.sent = 1.0, gate.blocked_until, 0, None
+                gate.counts += 1
                 sub = subscription.lower()
                 self.stats.throttled[sub] = self.stats.throttled.get(sub, 0) + 1
             elif status is not None:
@@ -326,7 +345,7 @@ class SubscriptionThrottle:
                 gate.history.append(now if sent is None else sent)
                 if remaining is not None:
                     gate.note_clump(remaining, now)
-                    gate.learn(remaining, now, sent)
+                    gate.learn(remaining, now, sent, claimed)
                 else:
                     gate.answered += 1
             self._changed.notify_all()
@@ -356,7 +375,7 @@ class SubscriptionThrottle:
                 position = body.tell() if body is not None else None
                 attempt = 0
                 while True:
-                    throttle.acquire(subscription, kind)
+                    claimed = throttle.acquire(subscription, kind)
                     sent = throttle.clock.now()
                     try:
                         response = self.next.send(request)
@@ -364,7 +383,8 @@ class SubscriptionThrottle:
                         throttle.release(subscription, kind, None, {})
                         raise
                     status = response.http_response.status_code
-                    backoff = throttle.release(subscription, kind, status, response.http_response.headers, sent)
+                    backoff = throttle.release(subscription, kind, status, response.http_response.headers, sent,
+                                               claimed)
                     if backoff is None:
                         return response
                     if attempt >= throttle.max_retries:
