@@ -79,6 +79,7 @@ class _Gate:
     window: Optional[float] = None  # seconds: a sliding window's length, learnt from a 429 (None: none seen)
     clumped: bool = False  # a count came back a whole token above the refill's: tokens return in clumps
     history: Deque[float] = field(default_factory=lambda: deque(maxlen=HISTORY))  # accepted sends, in order
+    lowered: bool = False  # `tokens` was lowered below what its answer said (an older count): no reading
     counts: int = 0  # how many times `tokens` was set: a request claimed at another value was in flight
     # when a later count was read (its answer may carry the older count) -- by order, not by clock
 
@@ -166,7 +167,9 @@ class _Gate:
         # overtake each other, and on a test's shared ManualClock: test_pacing's extra 429s)
         older = self._in_flight_at_last_count(sent, claimed)
         alone = self.in_flight == 0 and self.answered == 0 and not older
-        if (self.tokens is not None and alone and remaining >= 1 and now - self.at >= span
+        # nor from a count lowered below its answer's (below the server's count then): the tokens it
+        # left out would read as refill (a rate learnt at 0.87 for 0.5, and a 429, under load)
+        if (self.tokens is not None and alone and not self.lowered and remaining >= 1 and now - self.at >= span
                 and self.tokens < self.bucket - 1):
             since = self.at if self.sent is None else min(self.sent, self.at)
             refill = (remaining - (self.tokens - self.answered - 1)) / (now - since)
@@ -190,6 +193,7 @@ class _Gate:
             refilled = min(self.bucket, self.tokens + (self.rate or 0.0) * max(0.0, now - self.at))
             count = max(0.0, min(count, refilled - 1.0))
         self.tokens, self.at, self.answered, self.sent = count, now, 0, sent
+        self.lowered = count < remaining
         self.counts += 1
 
     def _in_flight_at_last_count(self, sent: Optional[float], claimed: Optional[int]) -> bool:
@@ -338,6 +342,7 @@ class SubscriptionThrottle:
                 # come at the learnt rate: one request goes, the others are spread, none burst
                 gate.tokens, gate.at, gate.answered, gate.sent = 1.0, gate.blocked_until, 0, None
                 gate.counts += 1
+                gate.lowered = False
                 sub = subscription.lower()
                 self.stats.throttled[sub] = self.stats.throttled.get(sub, 0) + 1
             elif status is not None:
