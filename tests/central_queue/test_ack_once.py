@@ -23,6 +23,9 @@ from vmss_terminate.central.leases import EventLeases
 from vmss_terminate.central.maintenance import APPROVED, AckResult
 from vmss_terminate.central.source import CentralEvent, ScaleSetRef
 from vmss_terminate.central.storage_queue import QueueSettings, QueueSource
+from vmss_terminate.pipeline import decisions as D
+from vmss_terminate.pipeline.decisions import Decision
+from vmss_terminate_sim import azurite
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -60,17 +63,17 @@ class World:
         self.sources: List[QueueSource] = []
         self.sent: List[Tuple[str, str]] = []  # (replica, EventId): every acknowledge POST
 
-    def source(self, clock: Starved) -> QueueSource:
+    def source(self, clock: Starved, connection_string: str = "") -> QueueSource:
         made = QueueSource.from_connection_string(
-            self.cs, self.name, QueueSettings(lease_container=self.container, lease_duration=15, visibility=30,
+            connection_string or self.cs, self.name, QueueSettings(lease_container=self.container, lease_duration=15, visibility=30,
                                               metrics_interval=0), clock=clock)
         self.sources.append(made)
         return made
 
-    def send(self, eid: str) -> None:
+    def send(self, eid: str, **changed: Any) -> None:
         """One delivery of the event's Scheduled change (a new Event Grid id: a duplicate delivery)."""
-        event = eventgrid.event_grid_schema(resource_id(eid), properties(eid), delivery_id=str(uuid.uuid4()),
-                                            event_time="2026-11-26T18:00:00Z")
+        event = eventgrid.event_grid_schema(resource_id(eid), properties(eid, **changed),
+                                            delivery_id=str(uuid.uuid4()), event_time="2026-11-26T18:00:00Z")
         self.queue.send_message(eventgrid.encode_body(event))
 
     def break_lease(self, eid: str) -> None:
@@ -196,3 +199,41 @@ def test_a_replica_resuming_after_the_other_took_its_lease_gives_the_event_up_wh
     assert handler_a.poll_once(wait=True) == [] and source_a.poll().events == []
     world.handler("B", source_b).poll_once(wait=True)
     assert world.sent == [("A", eid)]
+
+
+def test_an_event_widened_while_its_acknowledgement_is_recorded_is_not_acknowledged(
+        world: World, azurite_endpoints: Any) -> None:
+    """Recording the acknowledgement waits for the event's other Storage calls (seconds): a poll
+    meanwhile reads the event listing web_2 too (Azure widened it: a new NotBefore). The POST would
+    release web_2, whose steps never ran: the VMs are compared again after the record is written,
+    the acknowledgement is withheld and its record taken back. Before, the comparison ran only
+    before the record, and web_2 was released."""
+    from test_lease_give_up import BlobFaults
+
+    eid = event_id()
+    world.send(eid)
+    proxy = BlobFaults(azurite_endpoints.blob)
+    try:
+        source = world.source(Starved(), azurite.Endpoints(blob=proxy.url, queue=azurite_endpoints.queue)
+                              .connection_string)
+        source._stop.set()  # no keeper thread: only the handler's own requests reach the blob
+        handler = world.handler("A", source)
+        said: List[Decision] = []
+        handler.bus.subscribe(said.append)
+        widened: List[str] = []
+
+        def poll_while_the_record_is_written(method: str, path: str, headers: Any) -> None:
+            if method == "PUT" and headers.get("x-ms-lease-id") and not widened:
+                widened.append(path)
+                world.send(eid, resources=["web_1", "web_2"], not_before=4102444900.0)
+                handler.poll_once()  # the poll loop, running beside the job
+
+        proxy.before = poll_while_the_record_is_written
+        handler.poll_once(wait=True)
+        assert widened, "the acknowledgement was never recorded"
+        assert world.sent == [], "web_2 was released before its steps ran"
+        assert [d.message for d in said if d.kind == D.APPROVAL_WITHHELD] == [
+            f"not acknowledging {eid} yet: it now lists web_1, web_2 (checked: web_1); judged again as read next poll"]
+        assert EventLeases.from_connection_string(world.cs, world.container, duration=15).record(eid).ack == {}
+    finally:
+        proxy.close()

@@ -45,6 +45,8 @@ class BlobFaults:
         self.upstream = (parts.hostname or "127.0.0.1", parts.port or 80)
         self.fault: Optional[str] = None  # None | "hang" | "503"
         self.on_fault: Callable[[], None] = lambda: None  # runs while the faulted renewal is on the wire
+        # runs (method, path, headers) before any other request is let through: the test acts while it is on the wire
+        self.before: Callable[[str, str, Any], None] = lambda method, path, headers: None
         self.faulted = 0
         self.fault_handled = threading.Event()  # on_fault returned
         self.released = threading.Event()
@@ -77,6 +79,7 @@ class BlobFaults:
                     self.end_headers()
                     self.wfile.write(text)
                     return
+                owner.before(self.command, self.path, self.headers)
                 upstream = http.client.HTTPConnection(*owner.upstream, timeout=30)
                 try:
                     headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP}

@@ -466,16 +466,19 @@ class CentralHandler:
         if known is None or not self._holds(event.event_id):
             return False
         central = known.central
-        if sorted(vm.lower() for vm in central.resources) != sorted(vm.lower() for vm in event.resources):
-            # a poll read the event again since the policy checked it: what it would release now is
-            # not what was checked; the next sighting judges the event as read (a new VM's steps run)
-            self._report(D.APPROVAL_WITHHELD, event.event_id, f"not acknowledging {event.event_id} yet: it now lists "
-                                                              f"{', '.join(central.resources) or 'no VM'} (checked: "
-                                                              f"{', '.join(event.resources) or 'no VM'}); judged "
-                                                              "again as read next poll")
+        if self._widened(event, central):
             return False
         try:
             if not self._fence(central):
+                return False
+            with self._lock:
+                latest = known.central
+            if self._widened(event, latest):
+                # a poll read the event again while the record was written (`acknowledging` waits for
+                # the event's other Storage calls): take the record back, nothing is sent
+                taken: Optional[Callable[[CentralEvent], None]] = getattr(self.source, "unacknowledging", None)
+                if taken is not None:
+                    taken(central)
                 return False
             answer = self._acknowledge(central.scale_set, [central.event_id])[0]
         except AzureError as exc:
@@ -496,6 +499,18 @@ class CentralHandler:
         self.observe("acknowledged", event_type=central.event_type, event_id=central.event_id,
                      seconds=max(0.0, self.clock.now() - seen))
         log.info("event %s of %s acknowledged: %s", central.event_id, central.scale_set, answer.message)
+        return True
+
+    def _widened(self, event: Event, central: CentralEvent) -> bool:
+        """A poll read the event again since the policy checked it, and it lists other VMs: what it
+        would release now is not what was checked; the next sighting judges the event as read (a new
+        VM's steps run). Said (APPROVAL_WITHHELD) when so."""
+        if sorted(vm.lower() for vm in central.resources) == sorted(vm.lower() for vm in event.resources):
+            return False
+        self._report(D.APPROVAL_WITHHELD, event.event_id, f"not acknowledging {event.event_id} yet: it now lists "
+                                                          f"{', '.join(central.resources) or 'no VM'} (checked: "
+                                                          f"{', '.join(event.resources) or 'no VM'}); judged "
+                                                          "again as read next poll")
         return True
 
     def _fence(self, central: CentralEvent) -> bool:
