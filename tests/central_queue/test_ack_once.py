@@ -240,3 +240,32 @@ def test_an_event_widened_while_its_acknowledgement_is_recorded_is_not_acknowled
         assert EventLeases.from_connection_string(world.cs, world.container, duration=15).record(eid).ack == {}
     finally:
         proxy.close()
+
+
+def test_a_message_delete_that_fails_is_retried_next_poll_and_ends_nothing(world: World, azurite_endpoints: Any,
+                                                                          caplog: pytest.LogCaptureFixture) -> None:
+    """Deleting a settled message fails at Storage (the proxy in front of the queue refuses every
+    DELETE; a status the SDK does not retry keeps the test fast -- a 5xx is the same error once the
+    SDK's retries are spent): the poll that settles the event logs it and returns (before, the SDK's
+    error escaped poll_once, whose loop catches only the product's AzureError, and `central run`
+    ended), the change stays held, and the next poll deletes it."""
+    from test_lease_give_up import BlobFaults
+
+    eid = event_id()
+    world.send(eid, event_type="Freeze")  # not a type this handler acts on: the poll settles it at once
+    proxy = BlobFaults(azurite_endpoints.queue)
+    try:
+        source = world.source(Starved(), azurite.Endpoints(blob=azurite_endpoints.blob, queue=proxy.url)
+                              .connection_string)
+        source._stop.set()
+        handler = world.handler("A", source)
+        proxy.fault, proxy.faults = "403", lambda method, headers: method == "DELETE"
+        assert handler.poll_once(wait=True) == []
+        assert proxy.faulted == 1 and source.metrics.settled == 0 and source.metrics.held == 1
+        assert "retried next poll" in caplog.text
+        proxy.fault = None
+        assert handler.poll_once(wait=True) == []
+        assert source.metrics.settled == 1 and source.metrics.held == 0 and world.sent == []
+        assert world.queue.peek_messages() == []
+    finally:
+        proxy.close()

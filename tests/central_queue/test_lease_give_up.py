@@ -43,11 +43,13 @@ class BlobFaults:
     def __init__(self, upstream: str) -> None:
         parts = urlsplit(upstream)
         self.upstream = (parts.hostname or "127.0.0.1", parts.port or 80)
-        self.fault: Optional[str] = None  # None | "hang" | "503"
+        self.fault: Optional[str] = None  # None | "hang" | "503" | "403"
         self.on_fault: Callable[[], None] = lambda: None  # runs while the faulted renewal is on the wire
         # runs (method, path, headers) before any other request is let through: the test acts while it is on the wire
         self.before: Callable[[str, str, Any], None] = lambda method, path, headers: None
         self.faulted = 0
+        # which requests `fault` applies to (method, headers): the lease renewals unless told otherwise
+        self.faults: Callable[[str, Any], bool] = lambda method, headers: headers.get("x-ms-lease-action") == "renew"
         self.fault_handled = threading.Event()  # on_fault returned
         self.released = threading.Event()
         owner = self
@@ -60,7 +62,7 @@ class BlobFaults:
 
             def _any(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                if owner.fault and self.headers.get("x-ms-lease-action") == "renew":
+                if owner.fault and owner.faults(self.command, self.headers):
                     owner.faulted += 1
                     try:
                         owner.on_fault()
@@ -70,10 +72,12 @@ class BlobFaults:
                         owner.released.wait(60)  # never answers: the client gives up at its read timeout
                         self.close_connection = True
                         return
-                    text = b"<?xml version=\"1.0\" encoding=\"utf-8\"?><Error><Code>ServerBusy</Code>" \
-                           b"<Message>The server is busy.</Message></Error>"
-                    self.send_response(503, "Server Busy")
-                    self.send_header("x-ms-error-code", "ServerBusy")
+                    status, reason, code = ((403, "Forbidden", "AuthorizationPermissionMismatch")
+                                            if owner.fault == "403" else (503, "Server Busy", "ServerBusy"))
+                    text = (f"<?xml version=\"1.0\" encoding=\"utf-8\"?><Error><Code>{code}</Code>"
+                            f"<Message>{reason}.</Message></Error>").encode()
+                    self.send_response(status, reason)
+                    self.send_header("x-ms-error-code", code)
                     self.send_header("Content-Type", "application/xml")
                     self.send_header("Content-Length", str(len(text)))
                     self.end_headers()

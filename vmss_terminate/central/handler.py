@@ -297,6 +297,8 @@ class CentralHandler:
                 continue
             if self._advance(event):
                 started.append(event)
+        from azure.core.exceptions import AzureError as SdkError
+
         for event in batch.events:
             # Tell the source which events are done with (a queue deletes their messages then):
             # not pending (Started/Completed/Canceled), acknowledged or withheld, of a type this
@@ -305,7 +307,11 @@ class CentralHandler:
                 continue
             if (not event.pending or self._finished(event) or event.event_type not in self.config.handle_types
                     or (event in pending and event.scale_set.key not in infos)):
-                self.source.settle(event)
+                try:
+                    self.source.settle(event)
+                except SdkError as exc:  # a Storage SDK error (5xx, no answer): settled again next poll
+                    log.warning("settling event %s with the source failed: %s (retried next poll)",
+                                event.event_id, exc)
         self.last_poll = self.clock.now()
         self.ready = True
         if wait:

@@ -321,8 +321,16 @@ class QueueSource:
             except AzureError as exc:
                 self._tell_lost(self._settle_failed(event.key, held, exc))
                 return
-            for message, _ in done:
-                self._delete(message)
+            gone: List[Tuple[Any, str]] = []
+            for message, change in done:
+                try:
+                    self._delete(message)
+                except AzureError as exc:  # 5xx, no answer: kept (and kept invisible); the next poll settles again
+                    log.warning("deleting message %s of event %s failed (%s): retried next poll", message.id,
+                                event.event_id, _brief(exc))
+                    continue
+                gone.append((message, change))
+            done = gone
             with self._lock:
                 for _, change in done:
                     self._remember((event.event_id.lower(), change))
