@@ -240,6 +240,29 @@ def test_a_failed_renewal_with_time_left_keeps_the_event_and_the_keeper_tries_ag
         source.close()
 
 
+def test_a_renewal_does_not_wait_for_the_events_other_storage_calls(azurite_endpoints: Any,
+                                                                     proxy: BlobFaults) -> None:
+    """settle, acknowledging and the visibility extension hold the event's `io` for up to
+    request_bound() each; the keeper's round waits for every renewal, so a renewal queued behind
+    them delayed every event's and gave healthy events up. The renewal takes no `io`."""
+    clock = _Paused(frozen=True)
+    source, eid, _ = _source(azurite_endpoints, proxy, clock)
+    try:
+        [event] = source.poll().events
+        clock.offset += 5
+        [held] = source._held.values()
+        with held.io:  # a slow Storage call of the event's is under way
+            keeper = threading.Thread(target=lambda: source._renew(event.key, held))
+            keeper.start()
+            keeper.join(timeout=30)  # returns at once when the renewal does not wait for `io`
+            assert not keeper.is_alive(), "the renewal waited for the event's io"
+        keeper.join()
+        clock.offset += 15 - source.settings.give_up_before - 0.5  # from the old expiry it would be given up now
+        assert source.holds(event)
+    finally:
+        source.close()
+
+
 def test_closing_while_storage_cannot_be_reached_leaves_the_leases_to_lapse(
         azurite_endpoints: Any, proxy: BlobFaults) -> None:
     source, eid, container = _source(azurite_endpoints, proxy, _Paused())

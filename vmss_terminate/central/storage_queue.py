@@ -202,7 +202,8 @@ class _Held:
     event_time: str = ""
     expires: float = 0.0  # the source clock's monotonic reading when the lease lapses unless renewed
     failing: bool = False  # the last renewal failed (transiently): the keeper tries again every second
-    io: threading.Lock = field(default_factory=threading.Lock)  # one request sequence on this event at a time
+    # one request sequence on this event's record and messages at a time (not the renewal: it needs none)
+    io: threading.Lock = field(default_factory=threading.Lock)
 
 
 class QueueSource:
@@ -462,7 +463,7 @@ class QueueSource:
             held = self._held.get(event.key)
         if held is None or not self.holds(event):
             return "this replica no longer holds the event's lease"
-        with held.io:  # one read-modify-write of the record at a time (settle, the keeper's renewal)
+        with held.io:  # one read-modify-write of the record at a time (settle, unacknowledging)
             try:
                 record = held.lease.record()
                 if record.ack and record.ack.get("lease") != held.lease.lease_id:
@@ -589,38 +590,41 @@ class QueueSource:
         """Renew one event's lease: (the event if it was lost now, whether it was renewed)."""
         from azure.core.exceptions import AzureError, HttpResponseError
 
-        with held.io:
-            with self._lock:
-                if self._held.get(key) is not held:
-                    return None, False  # settled or given up meanwhile
-                asked_at = self._clock.monotonic()
-            failure: Optional[BaseException] = None
-            try:
-                held.lease.renew()
-            except AzureError as exc:
-                failure = exc
-            with self._lock:
-                if self._held.get(key) is not held:
-                    return None, False
-                now = self._clock.monotonic()
-                status = (failure.status_code or 0) if isinstance(failure, HttpResponseError) else 0
-                if failure is not None and 400 <= status < 500 and status not in (408, 429):
-                    return self._lose(key, held, _brief(failure)), False
-                if now >= held.expires - self.settings.give_up_before:
-                    # `holds` has said False since that moment (the job is being stopped): a renewal
-                    # that came back later changes nothing, the event stays given up.
-                    what = "failed" if failure is not None else "came back too late"
-                    detail = f" ({_brief(failure)})" if failure is not None else ""
-                    return self._lose(key, held, f"renewal {what}{detail} with fewer than "
-                                                 f"{self.settings.give_up_before:g} s of it left"), False
-                if failure is not None:  # 5xx, 408, 429, no answer: transient
-                    held.failing = True
-                    log.warning("renewing the lease of event %s failed (%s): retried in a second",
-                                held.event.event_id, _brief(failure))
-                    return None, False
-                held.failing = False
-                held.expires = asked_at + held.lease.duration
-                return None, True
+        # No `io`: the lease id never changes, so a renewal needs no turn among the event's other
+        # Storage calls (settle, acknowledging, _extend: up to request_bound() each), which would
+        # hold up the whole round. A release racing it is fine: a renewal of a released lease
+        # fails, and is a loss only if the event is still held.
+        with self._lock:
+            if self._held.get(key) is not held:
+                return None, False  # settled or given up meanwhile
+            asked_at = self._clock.monotonic()
+        failure: Optional[BaseException] = None
+        try:
+            held.lease.renew()
+        except AzureError as exc:
+            failure = exc
+        with self._lock:
+            if self._held.get(key) is not held:
+                return None, False
+            now = self._clock.monotonic()
+            status = (failure.status_code or 0) if isinstance(failure, HttpResponseError) else 0
+            if failure is not None and 400 <= status < 500 and status not in (408, 429):
+                return self._lose(key, held, _brief(failure)), False
+            if now >= held.expires - self.settings.give_up_before:
+                # `holds` has said False since that moment (the job is being stopped): a renewal
+                # that came back later changes nothing, the event stays given up.
+                what = "failed" if failure is not None else "came back too late"
+                detail = f" ({_brief(failure)})" if failure is not None else ""
+                return self._lose(key, held, f"renewal {what}{detail} with fewer than "
+                                             f"{self.settings.give_up_before:g} s of it left"), False
+            if failure is not None:  # 5xx, 408, 429, no answer: transient
+                held.failing = True
+                log.warning("renewing the lease of event %s failed (%s): retried in a second",
+                            held.event.event_id, _brief(failure))
+                return None, False
+            held.failing = False
+            held.expires = asked_at + held.lease.duration
+            return None, True
 
     def _extend(self, key: str, held: _Held) -> None:
         """Make a renewed event's messages invisible for another `visibility`; forget those gone."""
