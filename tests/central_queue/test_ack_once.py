@@ -9,6 +9,7 @@ and a replica whose lease is no longer the blob's cannot write it (412) and send
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from typing import Any, Dict, Iterator, List, Sequence, Tuple
@@ -269,3 +270,40 @@ def test_a_message_delete_that_fails_is_retried_next_poll_and_ends_nothing(world
         assert world.queue.peek_messages() == []
     finally:
         proxy.close()
+
+
+class Watched(Starved):
+    """Starved whose next reading tells the test (set `asked` first): `holds()` was just asked."""
+
+    asked: Any = None
+
+    def monotonic(self) -> float:
+        if self.asked is not None:
+            self.asked.set()
+        return super().monotonic()
+
+
+def test_a_replica_that_gives_the_event_up_while_waiting_to_record_the_acknowledgement_sends_nothing(
+        world: World) -> None:
+    """acknowledging asks `holds()`, then waits for the event's other Storage calls (`io`, seconds):
+    the event is given up meanwhile (its give-up moment passed). It asks again once it has `io`,
+    and records nothing (the lease is still this replica's at Azure: the write would succeed).
+    Before, it wrote the record and the handler sent the POST for an event it had given up."""
+    eid = event_id()
+    world.send(eid)
+    clock = Watched()
+    source = world.source(clock)
+    source._stop.set()  # no keeper thread: the test decides when the event is given up
+    [event] = source.poll().events
+    [held] = source._held.values()
+    answer: List[Any] = []
+    with held.io:  # a slow Storage call of the event's is under way
+        clock.asked = threading.Event()
+        recording = threading.Thread(target=lambda: answer.append(source.acknowledging(event)))
+        recording.start()
+        assert clock.asked.wait(30)  # it asked holds() (True) and now waits for io
+        clock.asked = None
+        clock.offset += source.settings.lease_duration  # its give-up moment passes meanwhile
+    recording.join(timeout=30)
+    assert answer == ["this replica no longer holds the event's lease"]
+    assert EventLeases.from_connection_string(world.cs, world.container, duration=15).record(eid).ack == {}

@@ -464,6 +464,10 @@ class QueueSource:
         if held is None or not self.holds(event):
             return "this replica no longer holds the event's lease"
         with held.io:  # one read-modify-write of the record at a time (settle, unacknowledging)
+            with self._lock:
+                still = self._held.get(event.key) is held
+            if not still or not self.holds(event):  # lost or settled while waiting for `io`
+                return "this replica no longer holds the event's lease"
             try:
                 record = held.lease.record()
                 if record.ack and record.ack.get("lease") != held.lease.lease_id:
