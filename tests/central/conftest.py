@@ -10,7 +10,7 @@ from typing import Dict
 import pytest
 from helpers import serve_arm_state
 
-from vmss_terminate.clock import Clock, ManualClock
+from vmss_terminate.clock import SYSTEM_CLOCK, Clock, ManualClock
 from vmss_terminate.control import Connection
 from vmss_terminate_sim.emulator.arm.app import ArmServers, ArmState
 from vmss_terminate_sim.emulator.imds.events import PlacementGroup
@@ -64,3 +64,14 @@ def arm(shared_arm: ArmServers, estate: Estate, monkeypatch: pytest.MonkeyPatch)
 @pytest.fixture
 def conn(arm: ArmServers) -> Connection:
     return Connection(arm_endpoint=arm.arm_url, retry_total=2, retry_backoff_factor=0.0)
+
+
+@pytest.fixture
+def live() -> Estate:
+    """An estate on the real clock: for tests whose handler runs hooks and waits in real time."""
+    return make_estate(SYSTEM_CLOCK)
+
+
+@pytest.fixture
+def live_arm(shared_arm: ArmServers, live: Estate, monkeypatch: pytest.MonkeyPatch) -> ArmServers:
+    return serve_arm_state(shared_arm, live.state, monkeypatch)

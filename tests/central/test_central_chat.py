@@ -14,7 +14,7 @@ from typing import Any, Dict, Iterator, List
 
 import pytest
 from clifork import run_forked
-from helpers import poll_until, serve_arm_state
+from helpers import poll_until
 
 from vmss_terminate.central.handler import HandlerConfig
 from vmss_terminate.central.run import build
@@ -23,7 +23,7 @@ from vmss_terminate.control import Connection
 from vmss_terminate.fleet.scope import Scope
 from vmss_terminate_sim.emulator.arm.app import ArmServers
 
-from .conftest import SUB, Estate, make_estate
+from .conftest import SUB, Estate
 
 
 class Receiver(ThreadingHTTPServer):
@@ -51,15 +51,6 @@ class Receiver(ThreadingHTTPServer):
         self.url = f"http://127.0.0.1:{self.server_address[1]}/services/T000/B000/secret-token"
         threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True).start()
 
-
-@pytest.fixture
-def live() -> Estate:
-    return make_estate(SYSTEM_CLOCK)
-
-
-@pytest.fixture
-def live_arm(shared_arm: ArmServers, live: Estate, monkeypatch: pytest.MonkeyPatch) -> ArmServers:
-    return serve_arm_state(shared_arm, live.state, monkeypatch)
 
 
 @pytest.fixture

@@ -13,26 +13,14 @@ import time
 from pathlib import Path
 from typing import Dict, List
 
-import pytest
-from helpers import serve_arm_state
-
 from vmss_terminate.clock import SYSTEM_CLOCK
 from vmss_terminate_sim.emulator.arm.app import ArmServers
 
-from .conftest import SUB, Estate, make_estate
+from .conftest import SUB, Estate
 
 HOOK = ("import os, sys, time; time.sleep(float(sys.argv[2])); "
         "open(os.path.join(sys.argv[1], os.environ['VMSS_TERMINATE_VM_NAME'] + '-' + str(time.time())), 'w').close()")
 
-
-@pytest.fixture
-def live() -> Estate:
-    return make_estate(SYSTEM_CLOCK)
-
-
-@pytest.fixture
-def live_arm(shared_arm: ArmServers, live: Estate, monkeypatch: pytest.MonkeyPatch) -> ArmServers:
-    return serve_arm_state(shared_arm, live.state, monkeypatch)
 
 
 def _command(tmp_path: Path, *extra: str, sleep: float = 0.0) -> List[str]:

@@ -9,8 +9,7 @@ import threading
 from pathlib import Path
 from typing import Iterator, List
 
-import pytest
-from helpers import poll_until, serve_arm_state
+from helpers import poll_until
 
 from vmss_terminate.central.handler import HandlerConfig
 from vmss_terminate.central.run import Central, build
@@ -19,20 +18,11 @@ from vmss_terminate.control import Connection
 from vmss_terminate.fleet.scope import Scope
 from vmss_terminate_sim.emulator.arm.app import ArmServers
 
-from .conftest import SUB, Estate, make_estate
+from .conftest import SUB, Estate
 
 HOOK = ("import json, os, sys; e = json.load(sys.stdin); "
         "open(os.path.join(sys.argv[1], e['VmName'] + '-' + e['EventId']), 'w').write(json.dumps(e))")
 
-
-@pytest.fixture
-def live() -> Estate:
-    return make_estate(SYSTEM_CLOCK)
-
-
-@pytest.fixture
-def live_arm(shared_arm: ArmServers, live: Estate, monkeypatch: pytest.MonkeyPatch) -> ArmServers:
-    return serve_arm_state(shared_arm, live.state, monkeypatch)
 
 
 def _central(arm: ArmServers, tmp_path: Path, scope: Scope, **config: object) -> Iterator[Central]:

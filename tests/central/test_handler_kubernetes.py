@@ -6,9 +6,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-from helpers import serve_arm_state
-
 from vmss_terminate.central.handler import HandlerConfig
 from vmss_terminate.central.run import build
 from vmss_terminate.clock import SYSTEM_CLOCK
@@ -17,17 +14,7 @@ from vmss_terminate.fleet.scope import Scope
 from vmss_terminate_sim.emulator.arm.app import ArmServers
 from vmss_terminate_sim.emulator.kube import NODES, PODS, KubeState, start_kube
 
-from .conftest import SUB, Estate, make_estate
-
-
-@pytest.fixture
-def live() -> Estate:
-    return make_estate(SYSTEM_CLOCK)
-
-
-@pytest.fixture
-def live_arm(shared_arm: ArmServers, live: Estate, monkeypatch: pytest.MonkeyPatch) -> ArmServers:
-    return serve_arm_state(shared_arm, live.state, monkeypatch)
+from .conftest import SUB, Estate
 
 
 def _provider(live: Estate, name: str, instance: str) -> str:

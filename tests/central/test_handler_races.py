@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Iterator, List
 
 import pytest
-from helpers import serve_arm_state
 
 from vmss_terminate.central import ScaleSetRef, event_from_fields
 from vmss_terminate.central.handler import HandlerConfig, pipeline_event
@@ -21,17 +20,7 @@ from vmss_terminate.pipeline import decisions as D
 from vmss_terminate.pipeline.decisions import Decision
 from vmss_terminate_sim.emulator.arm.app import ArmServers
 
-from .conftest import SUB, Estate, make_estate
-
-
-@pytest.fixture
-def live() -> Estate:
-    return make_estate(SYSTEM_CLOCK)
-
-
-@pytest.fixture
-def live_arm(shared_arm: ArmServers, live: Estate, monkeypatch: pytest.MonkeyPatch) -> ArmServers:
-    return serve_arm_state(shared_arm, live.state, monkeypatch)
+from .conftest import SUB, Estate
 
 
 @pytest.fixture

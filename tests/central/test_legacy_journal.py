@@ -11,8 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any, Dict
 
-import pytest
-from helpers import poll_until, serve_arm_state
+from helpers import poll_until
 
 from vmss_terminate.central.handler import HandlerConfig
 from vmss_terminate.central.run import build
@@ -23,19 +22,10 @@ from vmss_terminate.pipeline.journal import StateStore
 from vmss_terminate_sim.emulator.arm.app import ArmServers
 from vmss_terminate_sim.emulator.kube import NODES, KubeState, start_kube
 
-from .conftest import SUB, Estate, make_estate
+from .conftest import SUB, Estate
 
 HOOK = "import json, os, sys; e = json.load(sys.stdin); open(os.path.join(sys.argv[1], e['VmName']), 'w').close()"
 
-
-@pytest.fixture
-def live() -> Estate:
-    return make_estate(SYSTEM_CLOCK)
-
-
-@pytest.fixture
-def live_arm(shared_arm: ArmServers, live: Estate, monkeypatch: pytest.MonkeyPatch) -> ArmServers:
-    return serve_arm_state(shared_arm, live.state, monkeypatch)
 
 
 def _old_state_file(path: Path, events: Dict[str, Dict[str, Any]]) -> None:

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any, Dict, Iterator, List
 
 import pytest
-from helpers import serve_arm_state
 
 from vmss_terminate.central import ScaleSetRef, event_from_fields
 from vmss_terminate.central.handler import HandlerConfig
@@ -23,17 +22,7 @@ from vmss_terminate.pipeline import Event
 from vmss_terminate.pipeline.hooks import HookContext
 from vmss_terminate_sim.emulator.arm.app import ArmServers
 
-from .conftest import SUB, Estate, make_estate
-
-
-@pytest.fixture
-def live() -> Estate:
-    return make_estate(SYSTEM_CLOCK)
-
-
-@pytest.fixture
-def live_arm(shared_arm: ArmServers, live: Estate, monkeypatch: pytest.MonkeyPatch) -> ArmServers:
-    return serve_arm_state(shared_arm, live.state, monkeypatch)
+from .conftest import SUB, Estate
 
 
 @pytest.fixture
