@@ -289,22 +289,13 @@ def _proxy_named(address: Optional[Tuple[str, int]]) -> Tuple[Optional[str], Opt
 def transport_failure(exc: BaseException, fallback: str) -> str:
     """What went wrong on the wire, named from the root cause (azure-core's class alone conflates a
     reset of an open connection with a refused one)."""
-    seen = set()
-    stack = [exc]
-    while stack:
-        current = stack.pop()
-        if id(current) in seen:
-            continue
-        seen.add(id(current))
+    for current in _chain(exc):
         if isinstance(current, ConnectionResetError) or "Connection reset" in str(current):
             return "the connection to ARM was reset while the request was in progress"
         if isinstance(current, ConnectionRefusedError):
             return f"cannot connect to ARM: connection refused ({one_line(str(exc))[:200]})"
         if isinstance(current, TimeoutError) or "timed out" in str(current).lower():
             return f"ARM did not answer in time ({one_line(str(current))[:200]})"
-        stack.extend(item for item in (current.__cause__, current.__context__,
-                                       getattr(current, "inner_exception", None), *getattr(current, "args", ()))
-                     if isinstance(item, BaseException))
     return f"{fallback}: {one_line(str(exc))[:300]}"
 
 
