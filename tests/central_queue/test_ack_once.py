@@ -10,12 +10,12 @@ and a replica whose lease is no longer the blob's cannot write it (412) and send
 from __future__ import annotations
 
 import threading
-import time
 import uuid
 from typing import Any, Dict, Iterator, List, Sequence, Tuple
 
 import pytest
 from queue_events import event_id, properties, resource_id
+from shifted_clock import ShiftedClock
 
 from vmss_terminate.central import eventgrid
 from vmss_terminate.central.graph import ScaleSetInfo
@@ -31,25 +31,6 @@ from vmss_terminate_sim import azurite
 pytestmark = pytest.mark.timeout(120)
 
 
-class Starved:
-    """Real time whose readings the test pushes forward: the replica was starved that long."""
-
-    speed = 1.0
-
-    def __init__(self) -> None:
-        self.offset = 0.0
-
-    def now(self) -> float:
-        return time.time() + self.offset
-
-    def monotonic(self) -> float:
-        return time.monotonic() + self.offset
-
-    def sleep(self, seconds: float) -> None:
-        time.sleep(seconds)
-
-    def wait(self, event: Any, seconds: float) -> bool:
-        return bool(event.wait(seconds))
 
 
 class World:
@@ -64,7 +45,7 @@ class World:
         self.sources: List[QueueSource] = []
         self.sent: List[Tuple[str, str]] = []  # (replica, EventId): every acknowledge POST
 
-    def source(self, clock: Starved, connection_string: str = "") -> QueueSource:
+    def source(self, clock: ShiftedClock, connection_string: str = "") -> QueueSource:
         made = QueueSource.from_connection_string(
             connection_string or self.cs, self.name, QueueSettings(lease_container=self.container, lease_duration=15, visibility=30,
                                               metrics_interval=0), clock=clock)
@@ -115,7 +96,7 @@ def test_a_replica_starved_between_its_post_and_settling_is_not_acknowledged_aga
     B acknowledged it a second time."""
     eid = event_id()
     world.send(eid)
-    clock_a = Starved()
+    clock_a = ShiftedClock()
     source_a = world.source(clock_a)
     lost: List[CentralEvent] = []
     source_a.on_lost.append(lost.append)
@@ -131,7 +112,7 @@ def test_a_replica_starved_between_its_post_and_settling_is_not_acknowledged_aga
     assert world.sent == [("A", eid)]
     assert [e.event_id for e in lost] == [eid] and source_a.metrics.lost == 1
 
-    source_b = world.source(Starved())
+    source_b = world.source(ShiftedClock())
     handler_b = world.handler("B", source_b)
     handler_b.poll_once(wait=True)
     assert world.sent == [("A", eid)], "the event was acknowledged twice"
@@ -147,12 +128,12 @@ def test_a_replica_whose_lease_lapsed_before_its_post_sends_nothing(world: World
     own clock only, and both sent one."""
     eid = event_id()
     world.send(eid)
-    source_a = world.source(Starved())
+    source_a = world.source(ShiftedClock())
     source_a._stop.set()  # no keeper thread: its renewal would find the loss first, and the fence go untested
     [event_a] = source_a.poll().events
     world.break_lease(eid)
     world.send(eid)
-    source_b = world.source(Starved())
+    source_b = world.source(ShiftedClock())
     assert [e.event_id for e in source_b.poll().events] == [eid]
     assert source_a.holds(event_a)  # nothing told A yet: its clock says the lease has time left
 
@@ -168,7 +149,7 @@ def test_the_record_is_kept_for_a_retry_under_the_same_lease_and_taken_back_when
     so its record is taken back and the next holder of the lease may acknowledge the event."""
     eid = event_id()
     world.send(eid)
-    source = world.source(Starved())
+    source = world.source(ShiftedClock())
     [event] = source.poll().events
     leases = EventLeases.from_connection_string(world.cs, world.container, duration=15)
     assert source.acknowledging(event) is None and leases.record(eid).ack["lease"]
@@ -184,10 +165,10 @@ def test_a_replica_resuming_after_the_other_took_its_lease_gives_the_event_up_wh
     acknowledgement recorded, drops its delivery: one acknowledgement."""
     eid = event_id()
     world.send(eid)
-    source_a = world.source(Starved())
+    source_a = world.source(ShiftedClock())
     lost: List[CentralEvent] = []
     source_a.on_lost.append(lost.append)
-    source_b = world.source(Starved())
+    source_b = world.source(ShiftedClock())
 
     def starved_until_b_took_the_lease() -> None:
         world.break_lease(eid)
@@ -218,7 +199,7 @@ def test_an_event_widened_while_its_acknowledgement_is_recorded_is_not_acknowled
     world.send(eid)
     proxy = BlobFaults(azurite_endpoints.blob)
     try:
-        source = world.source(Starved(), azurite.Endpoints(blob=proxy.url, queue=azurite_endpoints.queue)
+        source = world.source(ShiftedClock(), azurite.Endpoints(blob=proxy.url, queue=azurite_endpoints.queue)
                               .connection_string)
         source._stop.set()  # no keeper thread: only the handler's own requests reach the blob
         handler = world.handler("A", source)
@@ -256,7 +237,7 @@ def test_a_message_delete_that_fails_is_retried_next_poll_and_ends_nothing(world
     world.send(eid, event_type="Freeze")  # not a type this handler acts on: the poll settles it at once
     proxy = BlobFaults(azurite_endpoints.queue)
     try:
-        source = world.source(Starved(), azurite.Endpoints(blob=azurite_endpoints.blob, queue=proxy.url)
+        source = world.source(ShiftedClock(), azurite.Endpoints(blob=azurite_endpoints.blob, queue=proxy.url)
                               .connection_string)
         source._stop.set()
         handler = world.handler("A", source)
@@ -272,8 +253,8 @@ def test_a_message_delete_that_fails_is_retried_next_poll_and_ends_nothing(world
         proxy.close()
 
 
-class Watched(Starved):
-    """Starved whose next reading tells the test (set `asked` first): `holds()` was just asked."""
+class Watched(ShiftedClock):
+    """ShiftedClock whose next reading tells the test (set `asked` first): `holds()` was just asked."""
 
     asked: Any = None
 

@@ -22,6 +22,7 @@ from urllib.parse import urlsplit
 import pytest
 from helpers import poll_until
 from queue_events import event_id, properties, resource_id
+from shifted_clock import ShiftedClock
 
 from vmss_terminate.central import eventgrid
 from vmss_terminate.central.handler import pipeline_event
@@ -118,26 +119,6 @@ class BlobFaults:
         self.server.server_close()
 
 
-class _Paused:
-    """Real time whose monotonic reading the test pushes forward (the renewals failed that long)."""
-
-    speed = 1.0
-
-    def __init__(self, frozen: bool = False) -> None:
-        self.offset = 0.0
-        self.frozen = time.monotonic() if frozen else None  # only the test moves it: no real time counts
-
-    def now(self) -> float:
-        return time.time() + self.offset
-
-    def monotonic(self) -> float:
-        return (time.monotonic() if self.frozen is None else self.frozen) + self.offset
-
-    def sleep(self, seconds: float) -> None:
-        time.sleep(seconds)
-
-    def wait(self, event: Any, seconds: float) -> bool:
-        return bool(event.wait(seconds))
 
 
 @pytest.fixture
@@ -147,7 +128,7 @@ def proxy(azurite_endpoints: Any) -> Iterator[BlobFaults]:
     made.close()
 
 
-def _source(endpoints: Any, proxy: BlobFaults, clock: _Paused, **settings: Any) -> "tuple[QueueSource, str, str]":
+def _source(endpoints: Any, proxy: BlobFaults, clock: ShiftedClock, **settings: Any) -> "tuple[QueueSource, str, str]":
     from azure.storage.queue import QueueClient
 
     name, container = f"q{uuid.uuid4().hex[:20]}", f"l{uuid.uuid4().hex[:20]}"
@@ -170,7 +151,7 @@ HOOK = "import os, sys, time\nopen(sys.argv[1], 'w').write(str(os.getpid()))\nwh
 @pytest.mark.parametrize("fault", ["hang", "503"])
 def test_a_renewal_that_hangs_or_fails_is_bounded_and_the_job_is_stopped_before_the_lease_lapses(
         azurite_endpoints: Any, proxy: BlobFaults, tmp_path: Path, fault: str) -> None:
-    clock = _Paused()
+    clock = ShiftedClock()
     source, eid, container = _source(azurite_endpoints, proxy, clock, connect_timeout=0.5, read_timeout=0.5)
     lost: List[CentralEvent] = []
     try:
@@ -222,7 +203,7 @@ def test_a_failed_renewal_with_time_left_keeps_the_event_and_the_keeper_tries_ag
     """The same 503 with most of the lease left: still held (not lost), next round in a second, and
     a renewal that then gets through moves the expiry on. The monotonic clock moves only when the
     test says (the 0.5 s margin below must not depend on how fast the requests come back)."""
-    clock = _Paused(frozen=True)
+    clock = ShiftedClock(frozen=True)
     source, eid, _ = _source(azurite_endpoints, proxy, clock)
     try:
         [event] = source.poll().events
@@ -245,7 +226,7 @@ def test_a_renewal_does_not_wait_for_the_events_other_storage_calls(azurite_endp
     """settle, acknowledging and the visibility extension hold the event's `io` for up to
     request_bound() each; the keeper's round waits for every renewal, so a renewal queued behind
     them delayed every event's and gave healthy events up. The renewal takes no `io`."""
-    clock = _Paused(frozen=True)
+    clock = ShiftedClock(frozen=True)
     source, eid, _ = _source(azurite_endpoints, proxy, clock)
     try:
         [event] = source.poll().events
@@ -265,7 +246,7 @@ def test_a_renewal_does_not_wait_for_the_events_other_storage_calls(azurite_endp
 
 def test_closing_while_storage_cannot_be_reached_leaves_the_leases_to_lapse(
         azurite_endpoints: Any, proxy: BlobFaults) -> None:
-    source, eid, container = _source(azurite_endpoints, proxy, _Paused())
+    source, eid, container = _source(azurite_endpoints, proxy, ShiftedClock())
     [event] = source.poll().events
     proxy.close()  # the lease blobs' endpoint is gone (connection refused)
     source.close()  # no traceback on the way out: the lease lapses at its expiry

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import base64
 import json
-import time
 import uuid
 from typing import Any, Iterator, List
 
 import pytest
 from helpers import poll_until
 from queue_events import event_id, properties, resource_id
+from shifted_clock import ShiftedClock
 
 from vmss_terminate.central import eventgrid
 from vmss_terminate.central.leases import EventLeases
@@ -277,25 +277,6 @@ def test_a_transient_renewal_failure_keeps_the_event_held_and_is_retried(world: 
     assert source.holds(event) and source.metrics.lost == 0
 
 
-class _Paused:
-    """Real time whose monotonic reading the test pushes forward (the replica was starved that long)."""
-
-    speed = 1.0
-
-    def __init__(self) -> None:
-        self.offset = 0.0
-
-    def now(self) -> float:
-        return time.time() + self.offset
-
-    def monotonic(self) -> float:
-        return time.monotonic() + self.offset
-
-    def sleep(self, seconds: float) -> None:
-        time.sleep(seconds)
-
-    def wait(self, event: Any, seconds: float) -> bool:
-        return bool(event.wait(seconds))
 
 
 def test_renewals_failing_until_give_up_before_lose_the_event_while_no_other_replica_can_take_it(
@@ -305,7 +286,7 @@ def test_renewals_failing_until_give_up_before_lose_the_event_while_no_other_rep
     still keeps every other replica out, so the job's hook is gone before another can start it."""
     eid = event_id()
     world.send(eid)
-    clock = _Paused()
+    clock = ShiftedClock()
     settings = QueueSettings(lease_container=world.container, lease_duration=15, visibility=30, metrics_interval=0)
     source = QueueSource.from_connection_string(world.cs, world.name, settings, clock=clock)
     world.sources.append(source)
