@@ -7,14 +7,13 @@ import json
 import os
 import subprocess
 import sys
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Dict, Iterator, List
 
 import pytest
 from clifork import run_forked
 from helpers import poll_until
+from webhook_receiver import Receiver
 
 from vmss_terminate.central.handler import HandlerConfig
 from vmss_terminate.central.run import build
@@ -24,33 +23,6 @@ from vmss_terminate.fleet.scope import Scope
 from vmss_terminate_sim.emulator.arm.app import ArmServers
 
 from .conftest import SUB, Estate
-
-
-class Receiver(ThreadingHTTPServer):
-    """An incoming-webhook endpoint on loopback (as tests/agent/test_chat_webhook.py's): records each JSON body."""
-
-    daemon_threads = True
-
-    def __init__(self) -> None:
-        self.bodies: List[Dict[str, Any]] = []
-        receiver = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                length = int(self.headers.get("Content-Length", "0"))
-                receiver.bodies.append(json.loads(self.rfile.read(length)))
-                self.send_response(200)
-                self.send_header("Content-Length", "2")
-                self.end_headers()
-                self.wfile.write(b"ok")
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        super().__init__(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server_address[1]}/services/T000/B000/secret-token"
-        threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True).start()
-
 
 
 @pytest.fixture
