@@ -10,13 +10,14 @@ or failed source answer turns it 503 until the next complete one). Listens on lo
 
 from __future__ import annotations
 
+import copy
 import threading
 import time
 from collections import Counter
 from typing import Any, Callable, List, Optional, Tuple
 
 from vmss_terminate.pipeline import probes
-from vmss_terminate.pipeline.metrics import PipelineMetrics
+from vmss_terminate.pipeline.metrics import Histogram, PipelineMetrics, histogram
 
 BUCKETS = (1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 900.0)
 
@@ -28,11 +29,7 @@ class CentralMetrics:
         self.poll_interval = poll_interval
         self._lock = threading.Lock()
         self.counters: "Counter[Tuple[str, Tuple[Tuple[str, str], ...]]]" = Counter()
-        # event -> acknowledge seconds as a Prometheus histogram: a count per fixed bucket (le=BUCKETS,
-        # then +Inf), their sum and count -- constant memory however many events are acknowledged
-        self.buckets: List[int] = [0] * (len(BUCKETS) + 1)
-        self.seconds_sum = 0.0
-        self.seconds_count = 0
+        self.to_acknowledge = Histogram(BUCKETS)  # event -> acknowledge seconds
         self.last_poll: Optional[float] = None
         self.last_complete: Optional[bool] = None
         self.started = time.monotonic()
@@ -59,10 +56,7 @@ class CentralMetrics:
             elif kind == "acknowledged":
                 self.counters[("vmss_terminate_central_events_acknowledged_total",
                                (("type", str(data.get("event_type"))),))] += 1
-                seconds = float(data.get("seconds") or 0.0)
-                self.buckets[next((i for i, bound in enumerate(BUCKETS) if seconds <= bound), len(BUCKETS))] += 1
-                self.seconds_sum += seconds
-                self.seconds_count += 1
+                self.to_acknowledge.observe(float(data.get("seconds") or 0.0))
             else:  # seen, out_of_scope, acknowledge_refused
                 self.counters[(f"vmss_terminate_central_events_{kind}_total",
                                (("type", str(data.get("event_type"))),))] += 1
@@ -79,7 +73,7 @@ class CentralMetrics:
     def text(self) -> str:
         with self._lock:
             counters = sorted(self.counters.items())
-            buckets, total, count = list(self.buckets), self.seconds_sum, self.seconds_count
+            to_acknowledge = copy.deepcopy(self.to_acknowledge)
         lines: List[str] = []
         names = sorted({name for (name, _), _ in counters})
         for name in names:
@@ -88,13 +82,8 @@ class CentralMetrics:
                 if metric == name:
                     label = ",".join(f'{k}="{v}"' for k, v in labels)
                     lines.append(f"{name}{{{label}}} {value}" if label else f"{name} {value}")
-        hist = "vmss_terminate_central_event_to_acknowledge_seconds"
-        lines.append(f"# TYPE {hist} histogram")
-        cumulative = 0
-        for bound, n in zip(BUCKETS, buckets):
-            cumulative += n
-            lines.append(f'{hist}_bucket{{le="{bound:g}"}} {cumulative}')
-        lines += [f'{hist}_bucket{{le="+Inf"}} {count}', f"{hist}_sum {total:.3f}", f"{hist}_count {count}"]
+        histogram(lines, "central_event_to_acknowledge_seconds", "Seconds from an event's first sighting to its "
+                  "acknowledgement.", to_acknowledge)
         self.pipeline.render(lines, kubernetes=True, per_node=False)  # no node (a VM's) name as a label
         return "\n".join(lines) + "\n" + "".join(section() for section in self.sections)
 

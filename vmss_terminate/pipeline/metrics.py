@@ -24,15 +24,20 @@ Labels = Tuple[Tuple[str, str], ...]
 
 
 class Histogram:
-    """Cumulative counts per upper bound (HOOK_BUCKETS), count and sum of observed seconds."""
+    """Cumulative counts per upper bound (`bounds`), count and sum of observed seconds: constant
+    memory however many are observed."""
 
-    def __init__(self) -> None:
-        self.buckets = [0] * len(HOOK_BUCKETS)
+    def __init__(self, bounds: Sequence[float] = HOOK_BUCKETS) -> None:
+        self.bounds = tuple(bounds)
+        self.buckets = [0] * len(self.bounds)
         self.count = 0
         self.total = 0.0
 
+    def __repr__(self) -> str:
+        return f"Histogram(buckets={self.buckets}, count={self.count}, total={self.total})"
+
     def observe(self, seconds: float) -> None:
-        for i, bound in enumerate(HOOK_BUCKETS):
+        for i, bound in enumerate(self.bounds):
             if seconds <= bound:
                 self.buckets[i] += 1
         self.count += 1
@@ -155,7 +160,7 @@ def family(out: List[str], name: str, kind: str, help_text: str, samples: Sequen
 def histogram(out: List[str], name: str, help_text: str, data: Histogram) -> None:
     out.append(f"# HELP {PREFIX}{name} {help_text}")
     out.append(f"# TYPE {PREFIX}{name} histogram")
-    for bound, in_bucket in zip(HOOK_BUCKETS, data.buckets):
+    for bound, in_bucket in zip(data.bounds, data.buckets):
         out.append(f'{PREFIX}{name}_bucket{{le="{number(bound)}"}} {in_bucket}')
     out.append(f'{PREFIX}{name}_bucket{{le="+Inf"}} {data.count}')
     out.append(f"{PREFIX}{name}_sum {number(data.total)}")
